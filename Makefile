@@ -1,0 +1,44 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# pip's find-links warnings on this kind of machine are noise
+PIP := $(PY) -m pip install -q --disable-pip-version-check
+QUIET := 2>&1 | { grep -v '^WARNING: Location' || true; }
+
+.PHONY: demo test lint bench clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "popflow needs Python 3.11+"'
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
+	$(PIP) -e . $(QUIET)
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
+	$(PIP) -e ".[dev]" $(QUIET)
+	touch $@
+
+## Run the PBT benchmark on the embedded default: local Prefect, a local Dask cluster, ./results
+demo: $(VENV)/.installed
+	$(PY) examples/pbt_benchmark.py --storage ./results --name pbt_benchmark_$$(date +%Y%m%d-%H%M%S)
+
+## Lint, then the whole test suite (the tests start their own Prefect server, Dask cluster, S3 server)
+test: $(VENV)/.installed-dev
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest -q
+
+lint: $(VENV)/.installed-dev
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+## Benchmarks against Ray Tune (installs ray[tune] into the venv)
+bench: $(VENV)/.installed-dev
+	$(PIP) -e ".[bench]" $(QUIET)
+	$(PY) benchmarks/pbt_overhead.py
+
+clean:
+	rm -rf $(VENV) results .pytest_cache .ruff_cache .hypothesis

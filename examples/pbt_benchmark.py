@@ -1,0 +1,119 @@
+"""PBT on a toy problem whose best learning rate is a triangle wave of accuracy.
+
+Ray Tune's ``pbt_example.py`` problem: the optimal lr rises from 0.001 to 0.01
+as accuracy goes 0 -> 100, then falls back to 0.001 at 200. A fixed lr cannot
+keep up; PBT finds the schedule by copying the best members and perturbing lr.
+
+    python examples/pbt_benchmark.py                 # 8 members, up to 1000 iterations
+    python examples/pbt_benchmark.py --smoke-test    # 2 workers, 10 iterations
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+from typing import Any
+
+import numpy as np
+
+from flows import CheckpointConfig, tune
+from schedulers import PopulationBasedTraining
+from tasks import Trainable
+
+
+class PBTBenchmarkExample(Trainable):
+    """Accuracy grows fastest when lr is near the optimum for the current accuracy."""
+
+    def setup(self, config: dict[str, Any]) -> None:
+        self.lr = config["lr"]
+        self.accuracy = 0.0  # the end is 1000
+
+    def step(self) -> dict[str, Any]:
+        midpoint = 100  # lr starts decreasing after acc > midpoint
+        q_tolerance = 3  # penalize exceeding lr by more than this multiple
+        noise_level = 2  # add gaussian noise to the acc increase
+        # triangle wave: 0.001 at 0, peak 0.01 at midpoint, 0.001 at 2 * midpoint
+        if self.accuracy < midpoint:
+            optimal_lr = 0.01 * self.accuracy / midpoint
+        else:
+            optimal_lr = 0.01 - 0.01 * (self.accuracy - midpoint) / midpoint
+        optimal_lr = min(0.01, max(0.001, optimal_lr))
+
+        q_err = max(self.lr, optimal_lr) / min(self.lr, optimal_lr)
+        if q_err < q_tolerance:
+            self.accuracy += (1.0 / q_err) * random.random()
+        elif self.lr > optimal_lr:
+            self.accuracy -= (q_err - q_tolerance) * random.random()
+        self.accuracy += noise_level * np.random.normal()
+        self.accuracy = max(0, self.accuracy)
+        return {
+            "mean_accuracy": self.accuracy,
+            "cur_lr": self.lr,
+            "optimal_lr": optimal_lr,  # for debugging
+            "q_err": q_err,  # for debugging
+            "done": self.accuracy > midpoint * 2,
+        }
+
+    def save_checkpoint(self, checkpoint_dir: str) -> dict[str, Any]:
+        return {"accuracy": self.accuracy, "lr": self.lr}
+
+    def load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.accuracy = checkpoint["accuracy"]
+
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        self.lr = new_config["lr"]
+        self.config = new_config
+        return True
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke-test", action="store_true", help="finish quickly (2 workers, 10 iterations)")
+    parser.add_argument("--storage", default="./results", help="local folder or fsspec URL")
+    parser.add_argument("--name", default="pbt_benchmark")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=None, help="Dask workers (default: one per core)")
+    parser.add_argument("--synch", action="store_true", help="synchronous PBT (reproducible bit for bit)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
+    perturbation_interval = 5
+    pbt = PopulationBasedTraining(
+        time_attr="training_iteration",
+        perturbation_interval=perturbation_interval,
+        hyperparam_mutations={
+            # distribution for resampling
+            "lr": lambda: random.uniform(0.0001, 0.02),
+            # allow perturbations within this set of categorical values
+            "some_other_factor": [1, 2],
+        },
+        synch=args.synch,
+    )
+    results = tune(
+        PBTBenchmarkExample,
+        param_space={"lr": 0.0001, "some_other_factor": 1},
+        scheduler=pbt,
+        metric="mean_accuracy",
+        mode="max",
+        num_samples=8,
+        # stop when done=True or at some number of iterations, whichever comes first
+        stop={"done": True, "training_iteration": 10 if args.smoke_test else 1000},
+        checkpoint_config=CheckpointConfig(
+            checkpoint_frequency=perturbation_interval,
+            checkpoint_score_attribute="mean_accuracy",
+            num_to_keep=4,
+        ),
+        name=args.name,
+        storage=args.storage,
+        seed=args.seed,
+        n_workers=2 if args.smoke_test else args.workers,
+    )
+    best = results.get_best_result()
+    print("Best hyperparameters found were:", best.config)
+    print(f"Best mean_accuracy {best.metrics['mean_accuracy']:.1f} at iteration "
+          f"{best.metrics['training_iteration']}; results in {results.experiment_path}")
+
+
+if __name__ == "__main__":
+    main()

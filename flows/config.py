@@ -1,0 +1,37 @@
+"""Run configuration objects, with Ray Tune's names and defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """How often trials checkpoint and how many checkpoints each keeps.
+
+    - ``checkpoint_frequency``: save every N iterations (0: only where needed,
+      i.e. where a scheduler pauses or clones the trial).
+    - ``num_to_keep``: keep the best N by ``checkpoint_score_attribute``
+      (the newest N if None); None keeps all. A checkpoint that any trial will
+      restore from, or that an exploit chose, is never deleted.
+    - ``checkpoint_at_end``: save when the trial ends (class API; default True
+      there, ignored for function trainables, which report their own).
+    """
+
+    num_to_keep: int | None = None
+    checkpoint_score_attribute: str | None = None
+    checkpoint_score_order: str = "max"
+    checkpoint_frequency: int = 0
+    checkpoint_at_end: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_to_keep is not None and self.num_to_keep < 1:
+            raise ValueError(f"`num_to_keep` is {self.num_to_keep}, but must be >= 1 or None")
+        if self.checkpoint_frequency < 0:
+            raise ValueError(
+                f"`checkpoint_frequency` is {self.checkpoint_frequency}, but must be >= 0"
+            )
+        if self.checkpoint_score_order not in ("max", "min"):
+            raise ValueError(
+                f"`checkpoint_score_order` is {self.checkpoint_score_order!r}, but must be 'max' or 'min'"
+            )

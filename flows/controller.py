@@ -1,0 +1,413 @@
+"""The round loop behind ``tune``: plan, train, reduce, commit.
+
+- plan: the scheduler picks runnable trials (``choose_trial_to_run``) and
+  says how far each may run (``next_milestone``);
+- train: each segment runs on a Dask worker (:func:`tasks.segment.run_segment`);
+- reduce: results go to the scheduler in a fixed order; its decisions
+  (continue / pause / stop / exploit) are applied to the trial table;
+- commit: results, logs and the full state are written to storage before the
+  next round starts.
+
+Synchronous schedulers (synch PBT, HyperBand) get a barrier per round and
+see results in trial order, so a seeded run is reproducible whatever the
+worker count. Asynchronous ones decide per result as segments finish
+(``as_completed``) and dispatch the next segment at once; their commits are
+grouped per ``commit_interval`` seconds.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from distributed import Client, Future, as_completed, wait
+
+from flows.config import CheckpointConfig
+from infra.experiment_log import ExperimentLog
+from infra.jsonutil import dumps, jsonable
+from infra.storage import Storage
+from schedulers import Action, Decision, Exploit, Trial, TrialScheduler, TrialStatus
+from tasks.progress import VOLATILE_FIELDS
+from tasks.seeding import segment_seed
+from tasks.segment import CheckpointRecord, SegmentOutcome, SegmentSpec, StopCondition, run_segment
+
+logger = logging.getLogger(__name__)
+
+TERMINAL_REASONS = ("done", "stop", "finished")
+
+
+@dataclass
+class TrialRecord:
+    """The controller's book on one trial; ``state()`` is what a commit stores."""
+
+    trial: Trial
+    index: int
+    dirname: str
+    restore: str | None = None  # checkpoint folder (relative to the experiment) to resume from
+    restore_iteration: int = 0
+    checkpoints: list[CheckpointRecord] = field(default_factory=list)
+    results: list[dict[str, Any]] = field(default_factory=list)
+    num_failures: int = 0
+    error: str | None = None
+    lineage: list[list[Any]] = field(default_factory=list)  # PBT policy entries
+    csv_header: list[str] | None = None
+
+    @property
+    def trial_id(self) -> str:
+        return self.trial.trial_id
+
+    def checkpoint_path(self, name: str) -> str:
+        return f"{self.dirname}/{name}"
+
+    def state(self) -> dict[str, Any]:
+        t = self.trial
+        return {
+            "trial_id": t.trial_id,
+            "index": self.index,
+            "dirname": self.dirname,
+            "config": t.config,
+            "status": t.status.value,
+            "experiment_tag": t.experiment_tag,
+            "last_train_time": t.last_train_time,
+            "num_results": len(self.results),
+            "restore": self.restore,
+            "restore_iteration": self.restore_iteration,
+            "checkpoints": [
+                {"name": c.name, "iteration": c.iteration, "result": c.result} for c in self.checkpoints
+            ],
+            "num_failures": self.num_failures,
+            "error": self.error,
+            "lineage": self.lineage,
+            "csv_header": self.csv_header,
+        }
+
+
+class Controller:
+    def __init__(
+        self,
+        *,
+        trainable: Any,
+        records: list[TrialRecord],
+        scheduler: TrialScheduler,
+        storage: Storage,
+        client: Client,
+        seed: int,
+        stop: StopCondition = None,
+        checkpoint_config: CheckpointConfig | None = None,
+        checkpoint_at_end: bool = True,
+        max_failures: int = 0,
+        commit_interval: float = 1.0,
+    ) -> None:
+        self.trainable = trainable
+        self.records = records
+        self.by_id = {r.trial_id: r for r in records}
+        self.scheduler = scheduler
+        self.storage = storage
+        self.log = ExperimentLog(storage)
+        self.client = client
+        self.seed = seed
+        self.stop = stop
+        self.checkpoint_config = checkpoint_config or CheckpointConfig()
+        self.checkpoint_at_end = checkpoint_at_end
+        self.max_failures = max_failures
+        self.commit_interval = commit_interval
+        self.in_flight: dict[Future, TrialRecord] = {}
+        self._completed = as_completed()
+        self._clock = max((r.trial.last_train_time for r in records), default=0.0)
+        self._new_results: dict[str, list[dict[str, Any]]] = {}
+        self._policy_lines: list[list[Any]] = []
+        self._lineage_changed: set[str] = set()
+        self._events: list[str] = []
+        self._derived: dict[str, int] = {}
+        self.rounds = 0
+
+    # -- plan ------------------------------------------------------------------
+    @property
+    def synchronous(self) -> bool:
+        return self.scheduler.synchronous
+
+    def _runnable(self) -> list[Trial]:
+        return [r.trial for r in self.records if r.trial.status in (TrialStatus.PENDING, TrialStatus.PAUSED)]
+
+    def _dispatch_ready(self, limit: int | None) -> None:
+        while limit is None or len(self.in_flight) < limit:
+            candidates = self._runnable()
+            if not candidates:
+                return
+            chosen = self.scheduler.choose_trial_to_run(candidates)
+            if chosen is None:
+                return
+            self._dispatch(self.by_id[chosen.trial_id])
+
+    def _spec(self, rec: TrialRecord) -> SegmentSpec:
+        target = self.scheduler.next_milestone(rec.trial)
+        freq = self.checkpoint_config.checkpoint_frequency
+        return SegmentSpec(
+            trainable=self.trainable,
+            trial_id=rec.trial_id,
+            trial_dir=rec.dirname,
+            config=rec.trial.config,
+            storage=self.storage,
+            seed=segment_seed(self.seed, rec.index, rec.restore_iteration),
+            restore=rec.restore,
+            time_attr=self.scheduler.time_attr,
+            target=target,
+            # without a scheduler milestone, end segments at checkpoints so progress is committed
+            max_iterations=freq if (target is None and freq) else None,
+            stop=self.stop,
+            checkpoint_frequency=freq,
+            checkpoint_at_end=self.checkpoint_at_end,
+            taken=frozenset(c.name for c in rec.checkpoints),
+        )
+
+    def _dispatch(self, rec: TrialRecord) -> None:
+        self._clock += 1
+        rec.trial.status = TrialStatus.RUNNING
+        rec.trial.last_train_time = self._clock
+        future = self.client.submit(
+            run_segment,
+            self._spec(rec),
+            key=f"segment-{rec.trial_id}-{self._clock:.0f}",
+            priority=-int(self._clock),  # least recently trained first
+            pure=False,
+        )
+        self.in_flight[future] = rec
+        if not self.synchronous:
+            self._completed.add(future)
+
+    # -- train -----------------------------------------------------------------
+    def _outcome(self, future: Future) -> SegmentOutcome:
+        rec = self.in_flight.pop(future)
+        if future.status == "finished":
+            return future.result()
+        # the task itself failed (e.g. the trainable cannot be unpickled, or the
+        # worker died more often than Dask's allowed-failures)
+        exc = future.exception()
+        return SegmentOutcome(trial_id=rec.trial_id, reason="error", error=f"{type(exc).__name__}: {exc}")
+
+    def run_round(self, slots: int) -> bool:
+        """Run one round; return True while work remains.
+
+        Synchronous: dispatch every runnable trial, wait for all, reduce in
+        trial order. Asynchronous: keep up to ``2 * slots`` segments queued on
+        Dask (so no worker idles between a result and the next dispatch) and
+        reduce results as they arrive, for up to ``commit_interval`` seconds.
+        """
+        self.rounds += 1
+        if self.synchronous:
+            self._dispatch_ready(limit=None)
+            if not self.in_flight:
+                return False
+            futures = list(self.in_flight)
+            wait(futures)
+            outcomes = [self._outcome(f) for f in futures]
+            for outcome in sorted(outcomes, key=lambda o: self.by_id[o.trial_id].index):
+                self._reduce(outcome)
+        else:
+            deadline = time.monotonic() + self.commit_interval
+            while True:
+                self._dispatch_ready(limit=2 * slots)
+                if not self.in_flight:
+                    break
+                batch = self._completed.next_batch(block=True)
+                outcomes = [self._outcome(f) for f in batch]
+                for outcome in sorted(outcomes, key=lambda o: self.by_id[o.trial_id].index):
+                    self._reduce(outcome)
+                if time.monotonic() >= deadline:
+                    break
+        self.commit()
+        return bool(self.in_flight) or bool(self._runnable())
+
+    # -- reduce ----------------------------------------------------------------
+    def _record(self, rec: TrialRecord, result: dict[str, Any]) -> None:
+        rec.results.append(result)
+        rec.trial.last_result = result
+        self._new_results.setdefault(rec.trial_id, []).append(result)
+
+    def _reduce(self, outcome: SegmentOutcome) -> None:
+        rec = self.by_id[outcome.trial_id]
+        if outcome.reason == "error":
+            self._on_error(rec, outcome)
+            return
+        rec.checkpoints.extend(outcome.checkpoints)
+        if outcome.checkpoints:
+            last = outcome.checkpoints[-1]
+            rec.restore, rec.restore_iteration = rec.checkpoint_path(last.name), last.iteration
+        terminal = outcome.reason in TERMINAL_REASONS
+        action = Action.CONTINUE
+        for i, result in enumerate(outcome.results):
+            self._record(rec, result)
+            if terminal and i == len(outcome.results) - 1:
+                break  # Ray: a result meeting a stop condition goes to on_trial_complete only
+            decision = Decision.of(self.scheduler.on_trial_result(rec.trial, result))
+            action = decision.action
+            self._apply_effects(rec, decision)
+            if action == Action.STOP:
+                dropped = len(outcome.results) - i - 1
+                if dropped:
+                    logger.debug("trial %s stopped; dropping %d later results", rec.trial_id, dropped)
+                break
+        if terminal or action == Action.STOP:
+            rec.trial.status = TrialStatus.TERMINATED
+            self.scheduler.on_trial_complete(rec.trial, rec.trial.last_result)
+        elif action == Action.PAUSE:
+            rec.trial.status = TrialStatus.PAUSED
+        else:
+            rec.trial.status = TrialStatus.PENDING
+
+    def _apply_effects(self, rec: TrialRecord, decision: Decision) -> None:
+        for exploit in decision.exploits:
+            self._exploit(exploit, reporting=rec)
+        for trial_id, action in decision.others.items():
+            other = self.by_id[trial_id].trial
+            if other.status == TrialStatus.RUNNING and trial_id != rec.trial_id:
+                logger.warning("ignoring %s for running trial %s", action, trial_id)
+            elif action == Action.CONTINUE and other.status == TrialStatus.PAUSED:
+                other.status = TrialStatus.PENDING
+            elif action == Action.PAUSE and other.status == TrialStatus.PENDING:
+                other.status = TrialStatus.PAUSED
+            elif action == Action.STOP and other.is_live:
+                other.status = TrialStatus.TERMINATED
+                self.scheduler.on_trial_remove(other)
+
+    def _exploit(self, exploit: Exploit, reporting: TrialRecord) -> None:
+        target, source = self.by_id[exploit.trial_id], self.by_id[exploit.source_trial_id]
+        if target.trial.status == TrialStatus.RUNNING and target is not reporting:
+            logger.warning("not exploiting into running trial %s", target.trial_id)
+            return
+        if source.restore is None:
+            logger.warning("%s has no checkpoint yet; %s keeps its own state", source.trial_id, target.trial_id)
+            return
+        if source is not target:
+            target.restore, target.restore_iteration = source.restore, source.restore_iteration
+        target.trial.config = exploit.new_config
+        target.trial.experiment_tag = exploit.new_tag
+        entry = jsonable(exploit.policy_entry())
+        target.lineage = [*source.lineage, entry] if source is not target else [*target.lineage, entry]
+        self._policy_lines.append(entry)
+        self._lineage_changed.add(target.trial_id)
+        self._events.append(exploit.describe())
+        logger.info(exploit.describe())
+
+    def _on_error(self, rec: TrialRecord, outcome: SegmentOutcome) -> None:
+        for ckpt in outcome.checkpoints:  # never committed: nobody can refer to them
+            self.storage.remove(rec.checkpoint_path(ckpt.name))
+        rec.num_failures += 1
+        if self.max_failures < 0 or rec.num_failures <= self.max_failures:
+            logger.warning(
+                "trial %s failed (%d/%s); retrying from %s",
+                rec.trial_id,
+                rec.num_failures,
+                "inf" if self.max_failures < 0 else self.max_failures,
+                rec.restore or "the start",
+            )
+            rec.trial.status = TrialStatus.PENDING
+            return
+        for result in outcome.results:
+            self._record(rec, result)
+        rec.error = outcome.error
+        rec.trial.status = TrialStatus.ERROR
+        self.scheduler.on_trial_error(rec.trial)
+        self.storage.write_text(outcome.error or "", rec.dirname, "error.txt")
+        self._events.append(f"[error] {rec.trial_id}")
+        logger.error("trial %s errored:\n%s", rec.trial_id, outcome.error)
+
+    # -- commit ----------------------------------------------------------------
+    def _append(self, text: str, *parts: str) -> None:
+        self._derived["/".join(parts)] = self.storage.append_text(text, *parts)
+
+    def _write_trial_logs(self) -> None:
+        for trial_id, results in self._new_results.items():
+            rec = self.by_id[trial_id]
+            lines = "".join(dumps({**r, "config": rec.trial.config}) + "\n" for r in results)
+            self._append(lines, rec.dirname, "result.json")
+            if rec.csv_header is None:
+                rec.csv_header = list(results[0])
+                self._append(_csv_row(rec.csv_header), rec.dirname, "progress.csv")
+            self._append("".join(_csv_row([r.get(k, "") for k in rec.csv_header]) for r in results),
+                         rec.dirname, "progress.csv")
+        if self._policy_lines:
+            self._append("".join(dumps(p) + "\n" for p in self._policy_lines), "pbt_global.txt")
+        for trial_id in sorted(self._lineage_changed):
+            rec = self.by_id[trial_id]
+            self.storage.write_text("".join(dumps(p) + "\n" for p in rec.lineage), f"pbt_policy_{trial_id}.txt")
+
+    def _retention(self) -> list[str]:
+        """Checkpoints to delete after this commit (never one any trial will restore from)."""
+        cfg = self.checkpoint_config
+        if cfg.num_to_keep is None:
+            return []
+        referenced = {r.restore for r in self.records if r.restore}
+        attr, sign = cfg.checkpoint_score_attribute, (1.0 if cfg.checkpoint_score_order == "max" else -1.0)
+        doomed: list[str] = []
+        for rec in self.records:
+            if len(rec.checkpoints) <= cfg.num_to_keep:
+                continue
+            order = list(range(len(rec.checkpoints)))
+            if attr is not None:  # best first; ties and missing scores favour the newer
+                order.sort(key=lambda i: (_score(rec.checkpoints[i].result, attr, sign), i), reverse=True)
+            else:
+                order.reverse()
+            keep = set(order[: cfg.num_to_keep]) | {len(rec.checkpoints) - 1}
+            kept = []
+            for i, ckpt in enumerate(rec.checkpoints):
+                if i in keep or rec.checkpoint_path(ckpt.name) in referenced:
+                    kept.append(ckpt)
+                else:
+                    doomed.append(rec.checkpoint_path(ckpt.name))
+            rec.checkpoints = kept
+        return doomed
+
+    def commit(self) -> None:
+        """Write this round's logs, then publish the commit, then delete retired checkpoints."""
+        self._write_trial_logs()
+        doomed = self._retention()
+        self.log.commit(
+            {
+                "round": self.rounds,
+                "time": time.time(),
+                "trials": [r.state() for r in self.records],
+                "scheduler": self.scheduler.get_state(),
+                "driver_rng": {"random": random.getstate(), "numpy": np.random.get_state()},
+                "derived": self._derived,
+                "events": self._events,
+                "deleted": doomed,
+                "results": self._new_results,
+            }
+        )
+        for path in doomed:
+            self.storage.remove(path)
+        self._new_results, self._policy_lines, self._events = {}, [], []
+        self._lineage_changed = set()
+
+    # -- end -------------------------------------------------------------------
+    def cancel(self) -> None:
+        for future in list(self.in_flight):
+            future.cancel()
+        self.in_flight.clear()
+
+
+def _score(result: dict[str, Any], attr: str, sign: float) -> float:
+    value = result.get(attr)
+    try:
+        score = sign * float(value)
+    except (TypeError, ValueError):
+        return float("-inf")
+    return float("-inf") if np.isnan(score) else score
+
+
+def _csv_row(values: list[Any]) -> str:
+    buf = io.StringIO()
+    csv.writer(buf).writerow(values)
+    return buf.getvalue()
+
+
+def comparable(result: dict[str, Any]) -> dict[str, Any]:
+    """A result without the fields that differ between identical seeded runs."""
+    return {k: v for k, v in result.items() if k not in VOLATILE_FIELDS}

@@ -1,0 +1,157 @@
+"""What ``tune`` returns: Ray Tune's ``ResultGrid`` and ``Result``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tasks.checkpoint import Checkpoint
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SCOPES = ("last", "avg", "last-5-avg", "last-10-avg", "all")
+
+
+@dataclass
+class Result:
+    """One trial's outcome: its final config and metrics, latest checkpoint, folder, error."""
+
+    config: dict[str, Any]
+    metrics: dict[str, Any]
+    checkpoint: Checkpoint | None
+    path: str
+    error: str | None = None
+    trial_id: str = ""
+    status: str = ""
+    history: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    best_checkpoints: list[tuple[Checkpoint, dict[str, Any]]] = field(default_factory=list, repr=False)
+
+    @property
+    def metrics_dataframe(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame(self.history)
+
+
+def _finite(x: Any) -> bool:
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+class ResultGrid(Sequence[Result]):
+    def __init__(
+        self,
+        results: list[Result],
+        metric: str | None,
+        mode: str | None,
+        experiment_path: str,
+    ) -> None:
+        self._results = results
+        self._metric = metric
+        self._mode = mode
+        self.experiment_path = experiment_path
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+    def __getitem__(self, i: int) -> Result:  # type: ignore[override]
+        return self._results[i]
+
+    def __iter__(self) -> Iterator[Result]:
+        return iter(self._results)
+
+    def __repr__(self) -> str:
+        return f"ResultGrid({len(self)} trials, {self.num_errors} errors, at {self.experiment_path!r})"
+
+    @property
+    def errors(self) -> list[str]:
+        return [r.error for r in self._results if r.error]
+
+    @property
+    def num_errors(self) -> int:
+        return len(self.errors)
+
+    @property
+    def num_terminated(self) -> int:
+        return sum(1 for r in self._results if r.status == "TERMINATED")
+
+    def _value(self, result: Result, metric: str, mode: str, scope: str) -> float | None:
+        values = [h[metric] for h in result.history if metric in h and _finite(h[metric])]
+        if not values:
+            return None
+        if scope == "last":
+            return float(values[-1]) if _finite(result.metrics.get(metric)) else None
+        if scope == "all":
+            return float(max(values) if mode == "max" else min(values))
+        n = {"avg": len(values), "last-5-avg": 5, "last-10-avg": 10}[scope]
+        tail = values[-n:]
+        return float(sum(tail) / len(tail))
+
+    def get_best_result(
+        self,
+        metric: str | None = None,
+        mode: str | None = None,
+        scope: str = "last",
+        filter_nan_and_inf: bool = True,
+    ) -> Result:
+        """The best trial by ``metric`` (defaults: the run's metric and mode).
+
+        ``scope``: "last" compares final results; "avg", "last-5-avg",
+        "last-10-avg" average over all / the last 5 / the last 10; "all" takes
+        each trial's best result.
+        """
+        metric = metric or self._metric
+        mode = mode or self._mode
+        if not metric or not mode:
+            raise ValueError(
+                "no metric/mode to rank trials by: pass get_best_result(metric=..., mode=...) "
+                "or tune(metric=..., mode=...)"
+            )
+        if mode not in ("min", "max"):
+            raise ValueError(f"`mode` is {mode!r}, but must be 'min' or 'max'")
+        if scope not in SCOPES:
+            raise ValueError(f"`scope` is {scope!r}, but must be one of {SCOPES}")
+        scored = []
+        for r in self._results:
+            v = self._value(r, metric, mode, scope)
+            if v is None and filter_nan_and_inf:
+                continue
+            scored.append((v if v is not None else -math.inf, r))
+        if not scored:
+            raise RuntimeError(f"no trial reported a finite {metric!r}; cannot pick a best result")
+        sign = 1.0 if mode == "max" else -1.0
+        return max(scored, key=lambda vr: sign * vr[0])[1]
+
+    def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None) -> pd.DataFrame:
+        """One row per trial: its last result (or its best by ``filter_metric``), config as ``config/...``."""
+        import pandas as pd
+
+        rows = []
+        for r in self._results:
+            row = dict(r.metrics)
+            if filter_metric:
+                hist = [h for h in r.history if _finite(h.get(filter_metric))]
+                if hist:
+                    pick = max if (filter_mode or self._mode) == "max" else min
+                    row = dict(pick(hist, key=lambda h: float(h[filter_metric])))
+            row.update({f"config/{k}": v for k, v in _flatten(r.config).items()})
+            row["trial_id"] = r.trial_id
+            row["logdir"] = r.path
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "/"))
+        else:
+            out[key] = v
+    return out

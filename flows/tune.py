@@ -1,0 +1,232 @@
+"""``tune``: the Prefect flow that runs a population through its rounds.
+
+Each round is a Prefect task (visible in the UI), the segments inside it are
+raw Dask tasks (a Prefect task per member per round would cost more than the
+training it schedules), and every round is committed to storage before the
+next starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import logging
+import os
+import random
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+from distributed import Client
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from flows.config import CheckpointConfig
+from flows.controller import Controller, TrialRecord
+from flows.results import Result, ResultGrid
+from infra.cluster import dask_client, worker_slots
+from infra.experiment_log import ExperimentLog
+from infra.jsonutil import dumps
+from infra.storage import Storage
+from schedulers import FIFOScheduler, Trial, TrialScheduler
+from schedulers.variants import resolve_variants
+from tasks.checkpoint import Checkpoint
+from tasks.segment import is_function_trainable
+from tasks.trainable import Trainable
+
+logger = logging.getLogger("popflow")
+
+
+@task(name="round", cache_policy=NO_CACHE)
+def _round(controller: Controller, slots: int) -> bool:
+    return controller.run_round(slots)
+
+
+def _trainable_name(trainable: Any) -> str:
+    return getattr(trainable, "__name__", type(trainable).__name__)
+
+
+def _check_arguments(
+    trainable: Any,
+    num_samples: int,
+    stop: Any,
+    max_failures: int,
+    commit_interval: float,
+    scheduler: Any,
+) -> None:
+    if inspect.isclass(trainable):
+        if not issubclass(trainable, Trainable):
+            raise TypeError(
+                f"`trainable` is the class {trainable.__name__}, which does not subclass tasks.Trainable"
+            )
+    elif not callable(trainable):
+        raise TypeError(f"`trainable` must be a Trainable subclass or a function, got {trainable!r}")
+    if not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"`num_samples` is {num_samples!r}, but must be an int >= 1")
+    if stop is not None and not (isinstance(stop, Mapping) or callable(stop)):
+        raise TypeError(f"`stop` must be a dict, a callable (trial_id, result) -> bool, or None; got {stop!r}")
+    if not isinstance(max_failures, int) or max_failures < -1:
+        raise ValueError(f"`max_failures` is {max_failures!r}, but must be an int >= -1 (-1: retry forever)")
+    if commit_interval <= 0:
+        raise ValueError(f"`commit_interval` is {commit_interval}, but must be > 0")
+    if not isinstance(scheduler, TrialScheduler):
+        raise TypeError(f"`scheduler` must be a schedulers.TrialScheduler, got {scheduler!r}")
+
+
+def _new_records(
+    trainable: Any,
+    param_space: dict[str, Any],
+    num_samples: int,
+    scheduler: TrialScheduler,
+    name: str,
+    rng: np.random.Generator,
+) -> list[TrialRecord]:
+    prefix = hashlib.sha1(name.encode()).hexdigest()[:5]
+    records = []
+    for variant in resolve_variants(param_space, num_samples, rng):
+        index = variant.index
+        trial_id = f"{prefix}_{index:05d}"
+        config = scheduler.complete_config(variant.config)
+        trial = Trial(trial_id=trial_id, config=config, experiment_tag=variant.tag)
+        records.append(TrialRecord(trial=trial, index=index, dirname=f"{_trainable_name(trainable)}_{trial_id}"))
+    return records
+
+
+def _results(records: list[TrialRecord], storage: Storage, metric: str | None, mode: str | None) -> ResultGrid:
+    out = []
+    for rec in records:
+        def ckpt(name: str) -> Checkpoint:
+            return Checkpoint(storage.full_url(rec.checkpoint_path(name)), storage.storage_options)
+
+        latest = rec.checkpoints[-1].name if rec.checkpoints else None
+        out.append(
+            Result(
+                config=rec.trial.config,
+                metrics=rec.trial.last_result,
+                checkpoint=ckpt(latest) if latest else None,
+                path=storage.full_url(rec.dirname),
+                error=rec.error,
+                trial_id=rec.trial_id,
+                status=rec.trial.status.value,
+                history=rec.results,
+                best_checkpoints=[(ckpt(c.name), c.result) for c in rec.checkpoints],
+            )
+        )
+    return ResultGrid(out, metric, mode, storage.url)
+
+
+@flow(name="tune", validate_parameters=False)
+def tune(
+    trainable: type[Trainable] | Callable[[dict[str, Any]], Any],
+    param_space: dict[str, Any] | None = None,
+    *,
+    scheduler: TrialScheduler | None = None,
+    num_samples: int = 1,
+    metric: str | None = None,
+    mode: str | None = None,
+    stop: Mapping[str, Any] | Callable[[str, dict[str, Any]], bool] | None = None,
+    checkpoint_config: CheckpointConfig | None = None,
+    storage: str | os.PathLike[str] = "./results",
+    storage_options: dict[str, Any] | None = None,
+    name: str | None = None,
+    seed: int | None = None,
+    max_failures: int = 0,
+    dask_address: str | Client | None = None,
+    n_workers: int | None = None,
+    commit_interval: float = 1.0,
+) -> ResultGrid:
+    """Tune ``trainable`` over ``param_space`` with ``scheduler``; Ray Tune's ``Tuner.fit``.
+
+    - ``trainable``: a :class:`tasks.Trainable` subclass or a function using
+      :func:`tasks.report`.
+    - ``param_space``: plain values and search spaces (``uniform``, ``choice``,
+      ``grid_search``...); each grid point is sampled ``num_samples`` times.
+    - ``stop``: a dict (stop when any ``result[key] >= value``) or a callable
+      ``(trial_id, result) -> bool``; a result with ``done=True`` always stops.
+    - ``storage``/``name``: results go to ``<storage>/<name>/`` (a local folder
+      or any fsspec URL such as ``s3://bucket/prefix``).
+    - ``seed``: drives trial sampling, the scheduler's generator and every
+      segment's ``random``/``numpy`` seeds; synchronous runs repeat bit for bit.
+    - ``dask_address``: an existing Dask scheduler (address or Client); otherwise a LocalCluster
+      with ``n_workers`` process workers (default: one per core).
+    """
+    scheduler = scheduler if scheduler is not None else FIFOScheduler()
+    _check_arguments(trainable, num_samples, stop, max_failures, commit_interval, scheduler)
+    if not scheduler.set_search_properties(metric, mode):
+        raise ValueError(
+            "`metric`/`mode` were passed to tune() but the scheduler already has its own; "
+            "set them in one place only"
+        )
+    metric, mode = scheduler.metric, scheduler.mode
+    checkpoint_config = checkpoint_config or CheckpointConfig()
+    name = name or f"{_trainable_name(trainable)}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+    if seed is None:
+        seed = secrets.randbits(32)
+    storage_root = Storage(storage, storage_options)
+    exp_storage = storage_root.child(name)
+    log = ExperimentLog(exp_storage)
+    if log.commit_numbers():
+        raise ValueError(
+            f"an experiment named {name!r} already exists at {exp_storage.url}; "
+            "choose another `name` (or resume it)"
+        )
+
+    root = np.random.SeedSequence(seed)
+    variant_seq, scheduler_seq = root.spawn(2)
+    scheduler.set_rng(np.random.default_rng(scheduler_seq))
+    # user callables in hyperparam_mutations / sample_from use the global RNGs
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    records = _new_records(
+        trainable, dict(param_space or {}), num_samples, scheduler, name, np.random.default_rng(variant_seq)
+    )
+    for rec in records:
+        scheduler.on_trial_add(rec.trial)
+        exp_storage.write_text(dumps(rec.trial.config, indent=2, sort_keys=True), rec.dirname, "params.json")
+    log.write_experiment(
+        {
+            "name": name,
+            "seed": seed,
+            "trainable": _trainable_name(trainable),
+            "scheduler": type(scheduler).__name__,
+            "metric": metric,
+            "mode": mode,
+            "num_trials": len(records),
+            "created": time.time(),
+        }
+    )
+    checkpoint_at_end = (
+        checkpoint_config.checkpoint_at_end
+        if checkpoint_config.checkpoint_at_end is not None
+        else not is_function_trainable(trainable)
+    )
+    logger.info(
+        "%s: %d trials, %s, results in %s (seed %d)",
+        name, len(records), scheduler.debug_string(), exp_storage.url, seed,
+    )
+    with dask_client(dask_address, n_workers) as client:
+        controller = Controller(
+            trainable=trainable,
+            records=records,
+            scheduler=scheduler,
+            storage=exp_storage,
+            client=client,
+            seed=seed,
+            stop=stop,
+            checkpoint_config=checkpoint_config,
+            checkpoint_at_end=checkpoint_at_end,
+            max_failures=max_failures,
+            commit_interval=commit_interval,
+        )
+        slots = worker_slots(client)
+        try:
+            round_no = 1
+            while _round.with_options(task_run_name=f"round-{round_no}")(controller, slots):
+                round_no += 1
+        finally:
+            controller.cancel()
+    grid = _results(records, exp_storage, metric, mode)
+    logger.info("%s finished: %d trials, %d errors; %s", name, len(grid), grid.num_errors, scheduler.debug_string())
+    return grid

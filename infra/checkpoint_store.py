@@ -1,0 +1,106 @@
+"""Checkpoint folders on storage, published atomically and verified on load.
+
+A checkpoint is a folder ``<trial>/checkpoint_NNNNNN/`` plus a manifest
+(``.popflow_manifest.json``) that lists every file with its size and SHA-256
+and carries popflow's metadata (the iteration and result it was taken at).
+The manifest is what makes a checkpoint exist: on local disk the whole
+folder appears by one rename; on object stores the manifest is written after
+every data object. A folder without a manifest, or whose files disagree with
+it, is never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from typing import Any
+
+from infra.storage import Storage
+
+MANIFEST = ".popflow_manifest.json"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, incomplete or corrupt."""
+
+
+def _digest(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _local_files(local_dir: str) -> dict[str, dict[str, Any]]:
+    files: dict[str, dict[str, Any]] = {}
+    for dirpath, _dirs, names in os.walk(local_dir):
+        for name in names:
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, local_dir).replace(os.sep, "/")
+            if rel == MANIFEST:
+                continue
+            files[rel] = {"size": os.path.getsize(full), "sha256": _digest(full)}
+    return files
+
+
+def publish_checkpoint(
+    storage: Storage, local_dir: str, rel_path: str, metadata: dict[str, Any]
+) -> dict[str, Any]:
+    """Upload ``local_dir`` to ``rel_path`` and make it visible atomically.
+
+    Re-publishing the same path (a retried segment) replaces what was there;
+    only uncommitted checkpoints are ever re-published, so no reader holds them.
+    """
+    manifest = {"files": _local_files(local_dir), "metadata": metadata}
+    manifest_bytes = json.dumps(manifest, sort_keys=True).encode()
+    if storage.is_local:
+        tmp = f"{rel_path}.tmp-{uuid.uuid4().hex[:8]}"
+        storage.put_dir(local_dir, tmp)
+        storage.write_bytes(manifest_bytes, tmp, MANIFEST)
+        if storage.exists(rel_path):
+            trash = f"{rel_path}.old-{uuid.uuid4().hex[:8]}"
+            storage.rename((rel_path,), (trash,))
+            storage.remove(trash)
+        storage.rename((tmp,), (rel_path,))
+    else:
+        storage.remove(rel_path, MANIFEST)  # hide any previous version first
+        storage.put_dir(local_dir, rel_path)
+        storage.write_bytes(manifest_bytes, rel_path, MANIFEST)
+    return manifest
+
+
+def read_manifest(storage: Storage, rel_path: str) -> dict[str, Any]:
+    try:
+        return json.loads(storage.read_bytes(rel_path, MANIFEST))
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"checkpoint {storage.full_url(rel_path)} has no manifest: it was never "
+            "published completely"
+        ) from None
+    except ValueError as e:
+        raise CheckpointError(f"checkpoint manifest at {storage.full_url(rel_path)} is corrupt: {e}") from None
+
+
+def fetch_checkpoint(storage: Storage, rel_path: str, local_dir: str) -> dict[str, Any]:
+    """Download a published checkpoint into ``local_dir``, verify it, return its metadata."""
+    manifest = read_manifest(storage, rel_path)
+    os.makedirs(local_dir, exist_ok=True)
+    for rel, expected in manifest["files"].items():
+        dst = os.path.join(local_dir, *rel.split("/"))
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        try:
+            storage.fs.get_file(storage.path(rel_path, rel), dst)
+        except FileNotFoundError:
+            raise CheckpointError(
+                f"checkpoint {storage.full_url(rel_path)} is missing file {rel!r}"
+            ) from None
+        size = os.path.getsize(dst)
+        if size != expected["size"] or _digest(dst) != expected["sha256"]:
+            raise CheckpointError(
+                f"checkpoint {storage.full_url(rel_path)} file {rel!r} fails its check "
+                f"(size {size}, expected {expected['size']}; or checksum differs)"
+            )
+    return manifest["metadata"]

@@ -1,0 +1,50 @@
+"""The scheduler's view of a trial: plain data, owned by the controller.
+
+Schedulers read ``status``, ``config`` and ``last_result``; they never change a
+trial. What should happen to a trial comes back from the scheduler as a
+:class:`~schedulers.trial_scheduler.Decision`, and the controller applies it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class TrialStatus(str, Enum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    TERMINATED = "TERMINATED"
+    ERROR = "ERROR"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass
+class Trial:
+    """One member of the population.
+
+    ``last_train_time`` is a logical clock set by the controller each time the
+    trial is dispatched; schedulers use it for least-recently-trained-first
+    fairness (Ray's ``choose_trial_to_run``).
+    """
+
+    trial_id: str
+    config: dict[str, Any]
+    status: TrialStatus = TrialStatus.PENDING
+    last_result: dict[str, Any] = field(default_factory=dict)
+    last_train_time: float = 0.0
+    experiment_tag: str = ""
+
+    @property
+    def is_live(self) -> bool:
+        return self.status in (TrialStatus.PENDING, TrialStatus.RUNNING, TrialStatus.PAUSED)
+
+    def __hash__(self) -> int:  # trials are keys in scheduler bookkeeping
+        return hash(self.trial_id)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Trial) and other.trial_id == self.trial_id

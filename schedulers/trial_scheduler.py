@@ -1,0 +1,229 @@
+"""The scheduler interface, its decisions, and the default FIFO scheduler.
+
+A scheduler is a deterministic state machine: same calls, same injected
+``numpy.random.Generator``, same decisions. It never touches the executor or
+storage; what should happen comes back as data (:class:`Decision`), in the
+spirit of Syne Tune's scheduler API rather than Ray's controller callbacks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from schedulers.trial import Trial, TrialStatus
+
+
+class Action(str, Enum):
+    CONTINUE = "CONTINUE"
+    PAUSE = "PAUSE"
+    STOP = "STOP"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Exploit:
+    """Restart ``trial_id`` from ``source_trial_id``'s latest checkpoint with ``new_config``.
+
+    ``operations`` is the explore log, one entry per mutated key ("* 1.2",
+    "shift left", "resample", ...), the readable record of what explore did.
+    """
+
+    trial_id: str
+    source_trial_id: str
+    target_iteration: int
+    source_iteration: int
+    source_config: dict[str, Any]
+    new_config: dict[str, Any]
+    operations: dict[str, str]
+    target_tag: str
+    source_tag: str
+    new_tag: str
+
+    def policy_entry(self) -> list[Any]:
+        """Ray's pbt_global.txt / pbt_policy_*.txt line, as a list to json.dumps."""
+        return [
+            self.target_tag,
+            self.source_tag,
+            self.target_iteration,
+            self.source_iteration,
+            self.source_config,
+            self.new_config,
+        ]
+
+    def describe(self) -> str:
+        ops = ", ".join(f"{k}: {v}" for k, v in self.operations.items()) or "no change"
+        return (
+            f"[exploit] {self.trial_id} (iter {self.target_iteration}) <- "
+            f"{self.source_trial_id} (iter {self.source_iteration}); explore: {ops}"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class Decision:
+    """What to do with the reporting trial, plus effects on other trials.
+
+    Compares equal to an :class:`Action` (or its string) by ``action``, so
+    ``decision == TrialScheduler.CONTINUE`` reads as in Ray.
+
+    - ``exploits``: clone-and-explore operations (PBT). The target continues
+      from the source's checkpoint with the new config.
+    - ``others``: actions for other trials, e.g. a synchronous scheduler
+      releasing the paused cohort (CONTINUE) or stopping its losers (STOP).
+    """
+
+    action: Action
+    exploits: tuple[Exploit, ...] = ()
+    others: Mapping[str, Action] = field(default_factory=dict)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Decision):
+            return (self.action, self.exploits, dict(self.others)) == (
+                other.action,
+                other.exploits,
+                dict(other.others),
+            )
+        if isinstance(other, str):  # Action is a str subclass
+            return self.action == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.action)
+
+    @classmethod
+    def of(cls, value: Action | Decision) -> Decision:
+        return value if isinstance(value, Decision) else cls(Action(value))
+
+
+def check_mode(mode: str | None) -> None:
+    if mode is not None and mode not in ("min", "max"):
+        raise ValueError(f"`mode` is {mode!r}, but must be 'min' or 'max'")
+
+
+def score(result: Mapping[str, Any], metric: str, mode: str) -> float:
+    """The result's metric as a score to maximise (mode=min is negated)."""
+    value = float(result[metric])
+    return value if mode == "max" else -value
+
+
+def is_nan(x: Any) -> bool:
+    return isinstance(x, float) and math.isnan(x)
+
+
+class TrialScheduler:
+    """Base class: Ray Tune's ``TrialScheduler`` hooks, returning data."""
+
+    CONTINUE = Action.CONTINUE
+    PAUSE = Action.PAUSE
+    STOP = Action.STOP
+
+    #: Reduce once per round after every live trial reported (synch PBT,
+    #: HyperBand), instead of deciding per result as it arrives.
+    synchronous: bool = False
+    #: The result key this scheduler measures time in (None: no milestones).
+    time_attr: str | None = None
+
+    def __init__(
+        self,
+        metric: str | None = None,
+        mode: str | None = None,
+        rng: np.random.Generator | None = None,
+    ) -> None:
+        check_mode(mode)
+        self._metric = metric
+        self._mode = mode
+        self._rng = rng if rng is not None else np.random.default_rng()
+
+    # -- configuration -------------------------------------------------------
+    @property
+    def metric(self) -> str | None:
+        return self._metric
+
+    @property
+    def mode(self) -> str | None:
+        return self._mode
+
+    def set_search_properties(self, metric: str | None, mode: str | None) -> bool:
+        """Take metric/mode from ``tune(...)``; False if already set (Ray's contract)."""
+        if (self._metric and metric) or (self._mode and mode):
+            return False
+        check_mode(mode)
+        if metric:
+            self._metric = metric
+        if mode:
+            self._mode = mode
+        return True
+
+    def set_rng(self, rng: np.random.Generator) -> None:
+        """Inject the experiment's generator (``tune`` derives it from ``seed``)."""
+        self._rng = rng
+
+    # -- hooks ---------------------------------------------------------------
+    def complete_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        """A trial's config as the scheduler needs it (PBT samples missing mutation keys).
+
+        Called by the controller before ``on_trial_add``; returns a new dict.
+        """
+        return dict(config)
+
+    def on_trial_add(self, trial: Trial) -> None:
+        pass
+
+    def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> Action | Decision:
+        return Action.CONTINUE
+
+    def on_trial_complete(self, trial: Trial, result: dict[str, Any]) -> None:
+        pass
+
+    def on_trial_error(self, trial: Trial) -> None:
+        pass
+
+    def on_trial_remove(self, trial: Trial) -> None:
+        pass
+
+    def choose_trial_to_run(self, trials: Sequence[Trial]) -> Trial | None:
+        """Pending trials first, in order; then paused ones, least recently trained first."""
+        for trial in trials:
+            if trial.status == TrialStatus.PENDING:
+                return trial
+        paused = [t for t in trials if t.status == TrialStatus.PAUSED]
+        return min(paused, key=lambda t: t.last_train_time) if paused else None
+
+    def next_milestone(self, trial: Trial) -> float | None:
+        """The ``time_attr`` value at which this scheduler next needs the trial's result.
+
+        The controller runs the trial's segment up to (at least) this value,
+        so the worker only stops where a decision can be made. None: no limit
+        from the scheduler.
+        """
+        return None
+
+    # -- persistence (plain data, JSON-serialisable) -------------------------
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "metric": self._metric,
+            "mode": self._mode,
+            "rng": self._rng.bit_generator.state,
+        }
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        self._metric = state["metric"]
+        self._mode = state["mode"]
+        self._rng.bit_generator.state = state["rng"]
+
+    def debug_string(self) -> str:
+        return type(self).__name__
+
+
+class FIFOScheduler(TrialScheduler):
+    """Runs trials in order to completion; never pauses or stops them early."""
+
+    def debug_string(self) -> str:
+        return "Using FIFO scheduling algorithm."

@@ -1,0 +1,80 @@
+"""The user-facing checkpoint handle (Ray's ``Checkpoint``): a folder, local or on storage."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import fsspec
+
+#: Where a dict returned by ``Trainable.save_checkpoint`` is kept inside the folder.
+DICT_CHECKPOINT_FILE = "_dict_checkpoint.pkl"
+
+
+class Checkpoint:
+    """A checkpoint folder at ``path`` (a local folder or an fsspec URL).
+
+    >>> import tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> ckpt = Checkpoint.from_directory(d)
+    >>> ckpt.path == d
+    True
+    """
+
+    def __init__(self, path: str, storage_options: dict[str, Any] | None = None) -> None:
+        self.path = os.fspath(path)
+        self.storage_options = dict(storage_options or {})
+
+    @classmethod
+    def from_directory(cls, path: str | os.PathLike[str]) -> Checkpoint:
+        return cls(os.path.abspath(os.fspath(path)))
+
+    @property
+    def is_local(self) -> bool:
+        return "://" not in self.path or self.path.startswith("file://")
+
+    def to_directory(self, path: str | None = None) -> str:
+        """Copy the checkpoint into ``path`` (a new temporary folder if None); return it."""
+        target = path or tempfile.mkdtemp(prefix="popflow-ckpt-")
+        os.makedirs(target, exist_ok=True)
+        if self.is_local:
+            shutil.copytree(self.path, target, dirs_exist_ok=True)
+        else:
+            fs, root = fsspec.core.url_to_fs(self.path, **self.storage_options)
+            for f in fs.find(root):
+                rel = os.path.relpath(f, root)
+                dst = os.path.join(target, rel)
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                fs.get_file(f, dst)
+        return target
+
+    @contextmanager
+    def as_directory(self) -> Iterator[str]:
+        """A local folder with the checkpoint's files, for reading only."""
+        if self.is_local:
+            yield self.path
+            return
+        tmp = self.to_directory()
+        try:
+            yield tmp
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dict a class trainable's ``save_checkpoint`` returned."""
+        with self.as_directory() as d, open(os.path.join(d, DICT_CHECKPOINT_FILE), "rb") as f:
+            return pickle.load(f)
+
+    def __repr__(self) -> str:
+        return f"Checkpoint({self.path!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Checkpoint) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)

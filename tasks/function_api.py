@@ -1,0 +1,83 @@
+"""Ray Tune's function API: ``report(metrics, checkpoint=...)`` and ``get_checkpoint()``.
+
+>>> def train_fn(config):                      # doctest: +SKIP
+...     start = 0
+...     if (ckpt := get_checkpoint()) is not None:
+...         with ckpt.as_directory() as d:
+...             start = int(open(f"{d}/step").read())
+...     for step in range(start, 100):
+...         with tempfile.TemporaryDirectory() as d:
+...             open(f"{d}/step", "w").write(str(step + 1))
+...             report({"loss": 1 / (step + 1)}, checkpoint=Checkpoint.from_directory(d))
+
+popflow runs the function in segments: when a segment reaches its scheduler's
+milestone (a PBT perturbation point, an ASHA rung) or a stop condition,
+``report`` ends the segment by raising :class:`SegmentEnd` (a BaseException,
+so ``except Exception`` in user code does not swallow it). The next segment
+calls the function again; ``get_checkpoint()`` hands it the checkpoint to
+resume from. Report a checkpoint at least at every milestone, or the next
+segment restarts from an older one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from tasks.checkpoint import Checkpoint
+
+
+class SegmentEnd(BaseException):
+    """Raised inside ``report`` to unwind the user's function at a segment boundary."""
+
+
+class _Session(threading.local):
+    # (on_report, restore checkpoint) of the segment running in this thread
+    active: tuple[Callable[[dict[str, Any], Checkpoint | None], bool], Checkpoint | None] | None = None
+
+
+_session = _Session()
+
+
+def _require_session() -> tuple[Callable[[dict[str, Any], Checkpoint | None], bool], Checkpoint | None]:
+    if _session.active is None:
+        raise RuntimeError(
+            "report() and get_checkpoint() only work inside a function trainable run by popflow's tune()"
+        )
+    return _session.active
+
+
+def report(metrics: dict[str, Any], *, checkpoint: Checkpoint | None = None) -> None:
+    """Report one iteration's metrics, optionally with a checkpoint folder to keep."""
+    if not isinstance(metrics, dict):
+        raise TypeError(f"report() takes a dict of metrics, got {type(metrics).__name__}")
+    on_report, _ = _require_session()
+    if on_report(metrics, checkpoint):
+        raise SegmentEnd()
+
+
+def get_checkpoint() -> Checkpoint | None:
+    """The checkpoint this run should resume from (None on a fresh start)."""
+    return _require_session()[1]
+
+
+def run_in_session(
+    fn: Callable[[dict[str, Any]], Any],
+    config: dict[str, Any],
+    on_report: Callable[[dict[str, Any], Checkpoint | None], bool],
+    restore: Checkpoint | None,
+) -> bool:
+    """Run ``fn(config)`` with ``report`` wired to ``on_report``.
+
+    ``on_report`` returns True to end the segment. Returns True if the function
+    returned by itself (the trial is finished), False if the segment ended it.
+    """
+    _session.active = (on_report, restore)
+    try:
+        fn(dict(config))
+        return True
+    except SegmentEnd:
+        return False
+    finally:
+        _session.active = None

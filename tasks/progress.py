@@ -1,0 +1,68 @@
+"""Ray's auto-filled result fields, shared by the class and the function API."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Fields that change from run to run however the trial is seeded.
+VOLATILE_FIELDS = frozenset(
+    {"time_this_iter_s", "time_total_s", "time_since_restore", "timestamp", "date", "pid", "hostname"}
+)
+
+
+@dataclass
+class ProgressClock:
+    """Counts iterations and time across segments (restored from a checkpoint's metadata)."""
+
+    trial_id: str
+    iteration: int = 0
+    time_total_s: float = 0.0
+    iterations_since_restore: int = 0
+    time_since_restore: float = 0.0
+    _last: float = field(default_factory=time.perf_counter)
+
+    @classmethod
+    def restored(cls, trial_id: str, metadata: dict[str, Any] | None) -> ProgressClock:
+        meta = metadata or {}
+        return cls(
+            trial_id=trial_id,
+            iteration=int(meta.get("iteration", 0)),
+            time_total_s=float(meta.get("time_total_s", 0.0)),
+        )
+
+    def start(self) -> None:
+        self._last = time.perf_counter()
+
+    def fill(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """A copy of ``metrics`` with the auto fields of the iteration that just ended."""
+        now = time.perf_counter()
+        elapsed = now - self._last
+        self._last = now
+        self.iteration += 1
+        self.iterations_since_restore += 1
+        self.time_total_s += elapsed
+        self.time_since_restore += elapsed
+        result = dict(metrics)
+        result.setdefault("done", False)
+        result.update(
+            training_iteration=self.iteration,
+            time_this_iter_s=elapsed,
+            time_total_s=self.time_total_s,
+            time_since_restore=self.time_since_restore,
+            iterations_since_restore=self.iterations_since_restore,
+            timestamp=int(time.time()),
+            date=datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S"),
+            trial_id=self.trial_id,
+            pid=os.getpid(),
+            hostname=socket.gethostname(),
+        )
+        return result
+
+    def metadata(self) -> dict[str, Any]:
+        """What a checkpoint records so a restored trial counts on from here."""
+        return {"iteration": self.iteration, "time_total_s": self.time_total_s}

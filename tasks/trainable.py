@@ -1,0 +1,68 @@
+"""Ray Tune's class API: subclass :class:`Trainable` and implement ``setup`` and ``step``.
+
+For PBT and pausing schedulers also implement ``save_checkpoint`` and
+``load_checkpoint``; ``reset_config`` lets popflow reuse a live trainable for a
+new config instead of building a new one (``tune(..., reuse_actors=True)``).
+
+>>> class Quadratic(Trainable):
+...     def setup(self, config):
+...         self.x = config["x"]
+...     def step(self):
+...         self.x -= 0.1 * 2 * self.x
+...         return {"loss": self.x**2}
+>>> t = Quadratic({"x": 1.0})
+>>> round(t.step()["loss"], 4)
+0.64
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Trainable:
+    """One trial's training state. popflow builds it on a Dask worker for each segment."""
+
+    def __init__(self, config: dict[str, Any] | None = None, *, trial_id: str = "default") -> None:
+        self.config: dict[str, Any] = dict(config or {})
+        self._trial_id = trial_id
+        self._iteration = 0
+        self.setup(dict(self.config))
+
+    @property
+    def trial_id(self) -> str:
+        return self._trial_id
+
+    @property
+    def iteration(self) -> int:
+        """Iterations completed so far, counting those before a restore."""
+        return self._iteration
+
+    training_iteration = iteration
+
+    def setup(self, config: dict[str, Any]) -> None:
+        """Build the model, data, optimiser. Called once per trainable object."""
+
+    def step(self) -> dict[str, Any]:
+        """Train one iteration and return its metrics."""
+        raise NotImplementedError(f"{type(self).__name__} must implement step()")
+
+    def save_checkpoint(self, checkpoint_dir: str) -> dict[str, Any] | None:
+        """Write state into ``checkpoint_dir``, or return a picklable dict of it."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement save_checkpoint() for schedulers that pause, "
+            "clone or checkpoint trials (PBT, ASHA, HyperBand, checkpoint_frequency)"
+        )
+
+    def load_checkpoint(self, checkpoint: dict[str, Any] | str) -> None:
+        """Restore from what ``save_checkpoint`` produced: its dict, or the folder path."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement load_checkpoint() to resume or clone trials"
+        )
+
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        """Apply ``new_config`` in place; return True if done (False: build a new object)."""
+        return False
+
+    def cleanup(self) -> None:
+        """Release resources; called when the object is discarded."""

@@ -1,0 +1,195 @@
+"""PBT end to end through ``tune``: Prefect flow, Dask workers, local storage."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from trainables import FlakyTrainable, ParityTrainable, parity_function
+
+from flows import CheckpointConfig, tune
+from schedulers import PopulationBasedTraining, sample_from
+
+
+def parity_scheduler(synch: bool) -> PopulationBasedTraining:
+    return PopulationBasedTraining(
+        time_attr="training_iteration",
+        perturbation_interval=1,
+        hyperparam_mutations={"c": lambda: 1},
+        synch=synch,
+    )
+
+
+def parity_space(values: list[int]) -> dict:
+    # sample_from sees the trial index through a closure over an iterator, like Ray's MockParam
+    it = iter(values)
+    return {"a": sample_from(lambda _: next(it)), "c": 1}
+
+
+@pytest.mark.parametrize(
+    ("trainable", "values", "expected"),
+    [
+        (parity_function, [10, 20, 40], 43),
+        (ParityTrainable, [10, 20, 40], 43),
+        (ParityTrainable, [30, 20, 10], 33),
+    ],
+)
+def test_synch_pbt_matches_ray(tune_env, trainable, values, expected):
+    results = tune(
+        trainable,
+        parity_space(values),
+        scheduler=parity_scheduler(synch=True),
+        metric="mean_accuracy",
+        mode="max",
+        num_samples=3,
+        stop={"training_iteration": 3},
+        name="parity",
+        seed=0,
+        **tune_env,
+    )
+    finals = [r.metrics["mean_accuracy"] for r in results]
+    assert finals == [expected] * 3
+    assert all(r.status == "TERMINATED" and r.metrics["training_iteration"] == 3 for r in results)
+    assert results.get_best_result().metrics["mean_accuracy"] == expected
+
+
+def test_async_pbt_exploits_and_finishes(tune_env):
+    results = tune(
+        ParityTrainable,
+        parity_space([10, 20, 40]),
+        scheduler=parity_scheduler(synch=False),
+        metric="mean_accuracy",
+        mode="max",
+        num_samples=3,
+        stop={"training_iteration": 3},
+        name="parity_async",
+        seed=0,
+        **tune_env,
+    )
+    assert [r.metrics["training_iteration"] for r in results] == [3, 3, 3]
+    # the worst trial (a=10) is always in the bottom quantile when it reports: it must have cloned
+    assert results[0].metrics["a"] != 10
+    exp = results.experiment_path
+    lines = [json.loads(x) for x in open(os.path.join(exp, "pbt_global.txt"))]
+    assert lines and all(len(line) == 6 for line in lines)
+
+
+def read_lines(path: str) -> list:
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_storage_layout_and_pbt_logs(tune_env):
+    results = tune(
+        ParityTrainable,
+        parity_space([10, 20, 40]),
+        scheduler=parity_scheduler(synch=True),
+        metric="mean_accuracy",
+        mode="max",
+        num_samples=3,
+        stop={"training_iteration": 3},
+        checkpoint_config=CheckpointConfig(checkpoint_frequency=1),
+        name="layout",
+        seed=0,
+        **tune_env,
+    )
+    exp = results.experiment_path
+    glob = read_lines(os.path.join(exp, "pbt_global.txt"))
+    # round 1: trial 0 (a=10) clones trial 2 (a=40) at iteration 1; round 2: trial 1 clones
+    assert [(g[2], g[3]) for g in glob] == [(1, 1), (2, 2)]
+    assert all(g[4]["a"] == 40 for g in glob)
+    for r in results:
+        files = set(os.listdir(r.path))
+        assert {"params.json", "result.json", "progress.csv"} <= files
+        assert {f"checkpoint_{i:06d}" for i in (1, 2, 3)} <= files
+        rows = read_lines(os.path.join(r.path, "result.json"))
+        assert [row["training_iteration"] for row in rows] == [1, 2, 3]
+        assert all(row["trial_id"] == r.trial_id and "config" in row for row in rows)
+        with open(os.path.join(r.path, "progress.csv")) as f:
+            assert len(f.read().strip().splitlines()) == 4  # header + 3 rows
+    # the lineage of trial 1 (cloned in round 2 from trial 2): its policy file holds that exploit
+    policy = read_lines(os.path.join(exp, f"pbt_policy_{results[1].trial_id}.txt"))
+    assert policy[-1][:4] == glob[1][:4]
+
+
+def test_retention_keeps_what_is_still_needed(tune_env):
+    results = tune(
+        ParityTrainable,
+        parity_space([10, 20, 40]),
+        scheduler=parity_scheduler(synch=True),
+        metric="mean_accuracy",
+        mode="max",
+        num_samples=3,
+        stop={"training_iteration": 6},
+        checkpoint_config=CheckpointConfig(
+            checkpoint_frequency=1, num_to_keep=1, checkpoint_score_attribute="mean_accuracy"
+        ),
+        name="retention",
+        seed=0,
+        **tune_env,
+    )
+    exp = results.experiment_path
+    commits = sorted(os.listdir(os.path.join(exp, ".popflow", "commits")))
+    for name in commits:
+        with open(os.path.join(exp, ".popflow", "commits", name)) as f:
+            state = json.load(f)
+        for t in state["trials"]:
+            kept = [c["name"] for c in t["checkpoints"]]
+            # the best and the newest at most, plus what some trial restores from
+            restores = {s["restore"] for s in state["trials"] if s["restore"]}
+            assert len([k for k in kept if f"{t['dirname']}/{k}" not in restores]) <= 2
+    final = state["trials"]
+    for t in final:
+        if t["restore"]:
+            assert os.path.exists(os.path.join(exp, t["restore"], ".popflow_manifest.json"))
+    assert [r.metrics["mean_accuracy"] for r in results] == [46, 46, 46]
+
+
+def test_failed_trial_is_reported_and_others_finish(tune_env):
+    results = tune(
+        FlakyTrainable,
+        {"fail_at": sample_from(lambda spec: None)},
+        num_samples=1,
+        stop={"training_iteration": 4},
+        name="ok",
+        **tune_env,
+    )
+    assert results[0].error is None
+    results = tune(
+        FlakyTrainable,
+        {"fail_at": 3},
+        num_samples=2,
+        stop={"training_iteration": 4},
+        name="errors",
+        **tune_env,
+    )
+    assert results.num_errors == 2
+    assert all("boom at iteration 3" in e for e in results.errors)
+    assert all(r.status == "ERROR" for r in results)
+    assert os.path.exists(os.path.join(results[0].path, "error.txt"))
+
+
+def test_max_failures_retries_from_last_checkpoint(tune_env, tmp_path):
+    results = tune(
+        FlakyTrainable,
+        {"fail_at": 3, "marker": str(tmp_path / "failed-once")},
+        num_samples=1,
+        stop={"training_iteration": 5},
+        checkpoint_config=CheckpointConfig(checkpoint_frequency=2),
+        max_failures=1,
+        name="retry",
+        **tune_env,
+    )
+    r = results[0]
+    assert r.error is None and r.status == "TERMINATED"
+    # restored from iteration 2 after the failure at 3: the value counts on, nothing repeated
+    assert [h["training_iteration"] for h in r.history] == [1, 2, 3, 4, 5]
+    assert r.metrics["score"] == 5.0
+
+
+def test_existing_experiment_is_not_overwritten(tune_env):
+    kwargs = dict(num_samples=1, stop={"training_iteration": 1}, name="twice", **tune_env)
+    tune(ParityTrainable, {"a": 1}, **kwargs)
+    with pytest.raises(ValueError, match="already exists"):
+        tune(ParityTrainable, {"a": 1}, **kwargs)

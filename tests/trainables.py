@@ -1,0 +1,71 @@
+"""Trainables the integration tests run on Dask workers (importable by worker processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any
+
+from tasks import Checkpoint, Trainable, get_checkpoint, report
+
+
+class ParityTrainable(Trainable):
+    """Ray's PBT synch test: ``mean_accuracy = iteration + a``, with ``a`` in the checkpoint."""
+
+    def setup(self, config: dict[str, Any]) -> None:
+        self.a = config["a"]
+
+    def step(self) -> dict[str, Any]:
+        return {"mean_accuracy": self.iteration + 1 + self.a, "a": self.a}
+
+    def save_checkpoint(self, checkpoint_dir: str) -> dict[str, Any]:
+        return {"a": self.a}
+
+    def load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.a = checkpoint["a"]
+
+
+def parity_function(config: dict[str, Any]) -> None:
+    """The same as :class:`ParityTrainable`, written with the function API."""
+    iteration, a = 0, config["a"]
+    checkpoint = get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d, open(os.path.join(d, "state.json")) as f:
+            iteration, a = json.load(f)
+    while True:
+        iteration += 1
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "state.json"), "w") as f:
+                json.dump([iteration, a], f)
+            report({"mean_accuracy": iteration + a, "a": a}, checkpoint=Checkpoint.from_directory(d))
+
+
+class FlakyTrainable(Trainable):
+    """Raises at ``fail_at`` (once per marker file, if ``marker`` is set; else always)."""
+
+    def setup(self, config: dict[str, Any]) -> None:
+        self.value = 0.0
+        self.fail_at = config.get("fail_at")
+        self.marker = config.get("marker")
+
+    def step(self) -> dict[str, Any]:
+        if self.iteration + 1 == self.fail_at:
+            if self.marker is None:
+                raise RuntimeError("boom at iteration %d" % self.fail_at)
+            if not os.path.exists(self.marker):
+                open(self.marker, "w").close()
+                raise RuntimeError("transient boom")
+        self.value += 1.0
+        return {"score": self.value}
+
+    def save_checkpoint(self, checkpoint_dir: str) -> dict[str, Any]:
+        return {"value": self.value}
+
+    def load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.value = checkpoint["value"]
+
+
+class NoCheckpointTrainable(Trainable):
+    def step(self) -> dict[str, Any]:
+        return {"score": float(self.iteration)}
