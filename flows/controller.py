@@ -35,7 +35,7 @@ from infra.storage import Storage
 from schedulers import Action, Decision, Exploit, Trial, TrialScheduler, TrialStatus
 from tasks.progress import VOLATILE_FIELDS
 from tasks.seeding import segment_seed
-from tasks.segment import CheckpointRecord, SegmentOutcome, SegmentSpec, StopCondition, run_segment
+from tasks.segment import CheckpointRecord, SegmentOutcome, SegmentSpec, StopCondition, run_segments
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class Controller:
         self.checkpoint_at_end = checkpoint_at_end
         self.max_failures = max_failures
         self.commit_interval = commit_interval
-        self.in_flight: dict[Future, TrialRecord] = {}
+        self.in_flight: dict[Future, list[TrialRecord]] = {}
         self._completed = as_completed()
         self._clock = max((r.trial.last_train_time for r in records), default=0.0)
         self._new_results: dict[str, list[dict[str, Any]]] = {}
@@ -135,15 +135,26 @@ class Controller:
     def _runnable(self) -> list[Trial]:
         return [r.trial for r in self.records if r.trial.status in (TrialStatus.PENDING, TrialStatus.PAUSED)]
 
-    def _dispatch_ready(self, limit: int | None) -> None:
-        while limit is None or len(self.in_flight) < limit:
+    def _plan(self, limit: int | None) -> list[TrialRecord]:
+        """Mark the trials the scheduler picks as running, up to ``limit`` in flight."""
+        planned: list[TrialRecord] = []
+        while limit is None or self.running + len(planned) < limit:
             candidates = self._runnable()
             if not candidates:
-                return
+                break
             chosen = self.scheduler.choose_trial_to_run(candidates)
             if chosen is None:
-                return
-            self._dispatch(self.by_id[chosen.trial_id])
+                break
+            rec = self.by_id[chosen.trial_id]
+            self._clock += 1
+            rec.trial.status = TrialStatus.RUNNING
+            rec.trial.last_train_time = self._clock
+            planned.append(rec)
+        return planned
+
+    @property
+    def running(self) -> int:
+        return sum(len(recs) for recs in self.in_flight.values())
 
     def _spec(self, rec: TrialRecord) -> SegmentSpec:
         target = self.scheduler.next_milestone(rec.trial)
@@ -166,59 +177,65 @@ class Controller:
             taken=frozenset(c.name for c in rec.checkpoints),
         )
 
-    def _dispatch(self, rec: TrialRecord) -> None:
-        self._clock += 1
-        rec.trial.status = TrialStatus.RUNNING
-        rec.trial.last_train_time = self._clock
+    def _submit(self, recs: list[TrialRecord]) -> None:
+        """One Dask task running ``recs``' segments one after the other."""
+        first = recs[0].trial.last_train_time
         future = self.client.submit(
-            run_segment,
-            self._spec(rec),
-            key=f"segment-{rec.trial_id}-{self._clock:.0f}",
-            priority=-int(self._clock),  # least recently trained first
+            run_segments,
+            [self._spec(r) for r in recs],
+            key=f"segments-{recs[0].trial_id}-{first:.0f}",
+            priority=-int(first),  # least recently trained first
             pure=False,
         )
-        self.in_flight[future] = rec
+        self.in_flight[future] = recs
         if not self.synchronous:
             self._completed.add(future)
 
     # -- train -----------------------------------------------------------------
-    def _outcome(self, future: Future) -> SegmentOutcome:
-        rec = self.in_flight.pop(future)
+    def _outcomes(self, future: Future) -> list[SegmentOutcome]:
+        recs = self.in_flight.pop(future)
         if future.status == "finished":
             return future.result()
         # the task itself failed (e.g. the trainable cannot be unpickled, or the
         # worker died more often than Dask's allowed-failures)
         exc = future.exception()
-        return SegmentOutcome(trial_id=rec.trial_id, reason="error", error=f"{type(exc).__name__}: {exc}")
+        error = f"{type(exc).__name__}: {exc}"
+        return [SegmentOutcome(trial_id=r.trial_id, reason="error", error=error) for r in recs]
+
+    def _reduce_all(self, outcomes: list[SegmentOutcome]) -> None:
+        for outcome in sorted(outcomes, key=lambda o: self.by_id[o.trial_id].index):
+            self._reduce(outcome)
 
     def run_round(self, slots: int) -> bool:
         """Run one round; return True while work remains.
 
-        Synchronous: dispatch every runnable trial, wait for all, reduce in
-        trial order. Asynchronous: keep up to ``2 * slots`` segments queued on
-        Dask (so no worker idles between a result and the next dispatch) and
-        reduce results as they arrive, for up to ``commit_interval`` seconds.
+        Synchronous: every runnable trial runs, packed into one Dask task per
+        worker slot (a Dask task costs more than a short segment), then all
+        results are reduced in trial order. Asynchronous: one task per
+        segment, up to ``2 * slots`` queued so no worker idles between a result
+        and the next dispatch; results are reduced as they arrive, for up to
+        ``commit_interval`` seconds.
         """
         self.rounds += 1
         if self.synchronous:
-            self._dispatch_ready(limit=None)
+            planned = self._plan(limit=None)
+            for chunk in (planned[i::slots] for i in range(slots)):
+                if chunk:
+                    self._submit(chunk)
             if not self.in_flight:
                 return False
             futures = list(self.in_flight)
             wait(futures)
-            outcomes = [self._outcome(f) for f in futures]
-            for outcome in sorted(outcomes, key=lambda o: self.by_id[o.trial_id].index):
-                self._reduce(outcome)
+            self._reduce_all([o for f in futures for o in self._outcomes(f)])
         else:
             deadline = time.monotonic() + self.commit_interval
             while True:
-                self._dispatch_ready(limit=2 * slots)
+                for rec in self._plan(limit=2 * slots):
+                    self._submit([rec])
                 if not self.in_flight:
                     break
                 batch = self._completed.next_batch(block=True)
-                outcomes = [self._outcome(f) for f in batch]
-                for outcome in sorted(outcomes, key=lambda o: self.by_id[o.trial_id].index):
-                    self._reduce(outcome)
+                self._reduce_all([o for f in batch for o in self._outcomes(f)])
                 if time.monotonic() >= deadline:
                     break
         self.commit()

@@ -38,7 +38,7 @@ class ExperimentLog:
     def commit(self, payload: dict[str, Any]) -> int:
         """Publish the next commit; returns its sequence number."""
         self.seq += 1
-        self.storage.write_text(dumps({"seq": self.seq, **payload}), self.commit_path(self.seq))
+        self.storage.write_text(dumps({"seq": self.seq, **payload}), self.commit_path(self.seq), durable=True)
         return self.seq
 
     def commit_numbers(self) -> list[int]:

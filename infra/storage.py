@@ -107,22 +107,28 @@ class Storage:
         if self.is_local:
             os.makedirs(self.path(*parts), exist_ok=True)
 
-    def write_bytes(self, data: bytes, *parts: str) -> None:
-        """Publish ``data`` atomically: readers see the old object or the new one."""
+    def write_bytes(self, data: bytes, *parts: str, durable: bool = False) -> None:
+        """Publish ``data`` atomically: readers see the old object or the new one.
+
+        ``durable``: on local disk, also fsync before the rename, so the object
+        survives a machine crash, not only a process crash (commits use it;
+        checkpoints rely on their checksums instead, which are checked on load).
+        """
         target = self.path(*parts)
         if self.is_local:
             os.makedirs(os.path.dirname(target), exist_ok=True)
             tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
             with open(tmp, "wb") as f:
                 f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
             os.replace(tmp, target)
         else:
             self.fs.pipe_file(target, data)
 
-    def write_text(self, text: str, *parts: str) -> None:
-        self.write_bytes(text.encode("utf-8"), *parts)
+    def write_text(self, text: str, *parts: str, durable: bool = False) -> None:
+        self.write_bytes(text.encode("utf-8"), *parts, durable=durable)
 
     def append_text(self, text: str, *parts: str) -> int:
         """Append ``text`` and return the new size in bytes.

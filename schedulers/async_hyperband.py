@@ -194,6 +194,8 @@ class AsyncHyperBandScheduler(TrialScheduler):
                 f"{type(self).__name__}(metric=..., mode=...), or in "
                 f"`tune(metric=..., mode=...)`"
             )
+        if trial.trial_id in self._trial_bracket:  # re-added on resume: keep its bracket
+            return
         # Ray's softmax over the brackets' rung counts: fewer rungs, less likely.
         sizes = np.array([len(b.rungs) for b in self._brackets])
         probs = np.e ** (sizes - sizes.max())
@@ -209,15 +211,18 @@ class AsyncHyperBandScheduler(TrialScheduler):
             return None
         if result.get(self.time_attr) is None or result.get(metric) is None:
             return None
-        return result[self.time_attr], score(result, metric, mode)
+        t = result[self.time_attr]
+        return (t.item() if isinstance(t, np.generic) else t), score(result, metric, mode)
 
     def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> Action:
         parsed = self._parse(result)
         if parsed is None:
             return Action.CONTINUE
         t, cur_score = parsed
+        idx = self._trial_bracket.get(trial.trial_id)
+        if idx is None:
+            raise KeyError(f"trial {trial.trial_id!r} was never added or has already completed")
         self._last_time[trial.trial_id] = t
-        idx = self._trial_bracket[trial.trial_id]
         bracket = self._brackets[idx]
         if t >= self._max_t and self._stop_last_trials:
             action = Action.STOP

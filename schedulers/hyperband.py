@@ -18,8 +18,9 @@ Example (the paper's table for R=81, η=3):
 
 Differences from Ray's ``HyperBandScheduler`` (deliberate: we follow the paper):
     - Ray uses ``s_max = round(log_η R)`` and successive sizes ``ceil(n / η)``
-      (34, 12, 4, 2 instead of 34, 11, 3, 1), and its later milestones are
-      clipped by ``max_t - r`` (its own table: 1, 3, 9, 27, 41 instead of ..., 81).
+      (34, 12, 4, 2 instead of 34, 11, 3, 1), and clips each next milestone to
+      ``R`` minus the previous one, so its last rungs fall short of ``R``
+      (bracket s=4 ends at 54, not 81).
     - Ray fills the ``s = 0`` bracket (5 trials at R) first; we fill ``s_max``
       first, as in Algorithm 1.
     - Ties at a rung go to the trial added first (Ray: the one added last);
@@ -278,9 +279,8 @@ class HyperBandScheduler(TrialScheduler):
         t = result.get(self.time_attr)
         others: dict[str, Action] = {}
         if idx is None:
-            logger.warning("result for unknown trial %s: CONTINUE", tid)
-            action = Action.CONTINUE
-        elif t is None:
+            raise KeyError(f"trial {tid!r} was never added")
+        if t is None:
             action = Action.CONTINUE
         else:
             bracket = self._brackets[idx]

@@ -149,7 +149,8 @@ class MedianStoppingRule(TrialScheduler):
             return None
         if result.get(self.time_attr) is None or result.get(metric) is None:
             return None
-        return result[self.time_attr], score(result, metric, mode)
+        t = result[self.time_attr]
+        return (t.item() if isinstance(t, np.generic) else t), score(result, metric, mode)
 
     def _others_waiting(self, trial_id: str) -> bool:
         return any(

@@ -231,6 +231,9 @@ class PopulationBasedTraining(TrialScheduler):
 
     # -- results -------------------------------------------------------------
     def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> Decision:
+        """CONTINUE between perturbation points; at one (asynchronous) CONTINUE, with
+        an exploit if the trial ranks in the bottom quantile; (synch) PAUSE until the
+        last live trial arrives, which gets the cohort's exploits and releases it."""
         if trial.trial_id not in self._states:
             raise ValueError(f"trial {trial.trial_id} reported before on_trial_add()")
         missing = [key for key in (self.time_attr, self._metric) if key not in result]

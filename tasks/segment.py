@@ -215,3 +215,8 @@ def run_segment(spec: SegmentSpec) -> SegmentOutcome:
         outcome.error = traceback.format_exc()
         logger.warning("trial %s failed:\n%s", spec.trial_id, outcome.error)
         return outcome
+
+
+def run_segments(specs: list[SegmentSpec]) -> list[SegmentOutcome]:
+    """Several segments in one Dask task, in order (time-multiplexing on one slot)."""
+    return [run_segment(spec) for spec in specs]

@@ -203,6 +203,8 @@ def test_on_trial_complete_records_final_result():
     s.on_trial_complete(a, res(2, 10.0))
     assert dict(s._brackets[0].rungs)[2] == {"a": 10.0}
     assert s.bracket_of(a) is None
+    with pytest.raises(KeyError, match="never added or has already completed"):
+        s.on_trial_result(a, res(3, 1.0))
     s.on_trial_result(b, res(1, 0.0))
     assert s.on_trial_result(b, res(2, 9.0)) == Action.STOP
 
@@ -468,3 +470,22 @@ def test_set_state_rejects_other_rungs():
     state = make(max_t=81, reduction_factor=3).get_state()
     with pytest.raises(ValueError, match="different brackets/rungs"):
         make(max_t=81, reduction_factor=4).set_state(state)
+
+
+def test_re_adding_a_trial_keeps_its_bracket_and_draws_nothing():
+    s = make(brackets=3, max_t=81, reduction_factor=3, rng=np.random.default_rng(4))
+    a = Trial("a", {})
+    s.on_trial_add(a)
+    before = json.dumps(s.get_state())
+    s.on_trial_add(a)
+    assert json.dumps(s.get_state()) == before
+
+
+def test_numpy_scalars_in_results_keep_state_json_serialisable():
+    s = make(max_t=10, grace_period=1, reduction_factor=2)
+    a = Trial("a", {})
+    s.on_trial_add(a)
+    s.on_trial_result(a, {"training_iteration": np.int64(2), "score": np.float32(0.5)})
+    state = json.loads(json.dumps(s.get_state()))
+    assert state["last_time"] == {"a": 2}
+    assert dict(state["brackets"][0]["rungs"])[2] == {"a": 0.5}

@@ -47,7 +47,7 @@ def test_plan_matches_the_papers_table():
     assert all(isinstance(rung, Rung) for bracket in plan for rung in bracket)
     assert [type(n) for n, _ in plan[1]] == [int] * 4
     # Ray's variant would give 34, 12, 4, 2 in bracket s=3 (ceil(n / η) per rung)
-    # and a last milestone of 41 in bracket s=4; we follow the paper.
+    # and a last milestone below 81 in bracket s=4; we follow the paper.
     assert [n for n, _ in plan[1]] == [34, 11, 3, 1]
 
 
@@ -185,9 +185,11 @@ def test_final_rung_stops_each_trial_or_lets_it_run_on():
             assert s.on_trial_result(trials[8], res(20, 1.0)) == Action.CONTINUE
 
 
-def test_missing_time_attr_continues():
+def test_missing_time_attr_continues_and_unknown_trials_raise():
     s, trials = small_bracket()
     assert s.on_trial_result(trials[0], {"score": 1.0}) == Action.CONTINUE
+    with pytest.raises(KeyError, match="never added"):
+        s.on_trial_result(Trial("ghost", {}), res(1, 1.0))
 
 
 def test_error_of_last_unreported_trial_releases_the_cohort():

@@ -156,7 +156,10 @@ class FakeBackend:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"quantile_fraction": 0.6}, r"`quantile_fraction` is 0\.6, but must be between 0 and 0\.5"),
+        (
+            {"quantile_fraction": 0.6},
+            r"`quantile_fraction` is 0\.6, but must be between 0 and 0\.5",
+        ),
         ({"quantile_fraction": -0.1}, r"`quantile_fraction` is -0\.1, but must be between 0 and"),
         ({"perturbation_interval": 0}, r"`perturbation_interval` is 0, but must be > 0"),
         ({"perturbation_interval": -5.0}, r"`perturbation_interval` is -5\.0, but must be > 0"),
@@ -247,7 +250,9 @@ def test_missing_result_keys_warn_and_continue_when_not_required(
     assert decision == Decision(Action.CONTINUE)
     assert "lacks ['mean_accuracy']" in caplog.text
     # It was not ranked: with one scored trial nothing is exploited later either.
-    assert pbt.on_trial_result(trials[0], {"training_iteration": 2, "mean_accuracy": 0}).exploits == ()
+    assert (
+        pbt.on_trial_result(trials[0], {"training_iteration": 2, "mean_accuracy": 0}).exploits == ()
+    )
 
 
 # -- complete_config -----------------------------------------------------------
@@ -339,9 +344,7 @@ def test_explore_names_a_missing_key() -> None:
         explore({"opt": {}}, {"opt": {"mom": [0.9]}}, 0.0, (1.2,), None, rng())
 
 
-NUMBERS = st.one_of(
-    st.integers(-1000, 1000), st.floats(-1e6, 1e6, allow_nan=False), st.booleans()
-)
+NUMBERS = st.one_of(st.integers(-1000, 1000), st.floats(-1e6, 1e6, allow_nan=False), st.booleans())
 
 
 @given(value=NUMBERS, resampled=NUMBERS, p=st.floats(0, 1), seed=st.integers(0, 2**32 - 1))
@@ -445,6 +448,34 @@ def test_mode_min_ranks_lower_metric_higher() -> None:
     assert [ex.source_trial_id for ex in decision.exploits] == ["t0"]
 
 
+def test_a_clone_of_an_exploited_trial_logs_the_checkpoint_iteration() -> None:
+    pbt = make_pbt(quantile_fraction=0.5)
+    t0, t1 = Trial("t0", {"c": 1}), Trial("t1", {"c": 1})
+    pbt.on_trial_add(t0)
+    pbt.on_trial_add(t1)
+    pbt.on_trial_result(t0, {"training_iteration": 2, "mean_accuracy": 10})
+    (first,) = pbt.on_trial_result(t1, {"training_iteration": 6, "mean_accuracy": 1}).exploits
+    assert (first.trial_id, first.source_iteration) == ("t1", 2)
+    # t1 now holds t0's iteration-2 checkpoint (but keeps its own score 1, as in Ray).
+    (second,) = pbt.on_trial_result(t0, {"training_iteration": 4, "mean_accuracy": -5}).exploits
+    assert (second.source_trial_id, second.source_iteration) == ("t1", 2)
+
+
+def test_scores_are_taken_at_perturbation_points_only() -> None:
+    """As in Ray: a trial is ranked on the result its latest checkpoint belongs to."""
+    pbt = make_pbt(quantile_fraction=0.5, perturbation_interval=2)
+    t0, t1 = Trial("t0", {"c": 1}), Trial("t1", {"c": 1})
+    pbt.on_trial_add(t0)
+    pbt.on_trial_add(t1)
+    pbt.on_trial_result(t0, {"training_iteration": 2, "mean_accuracy": 10})
+    pbt.on_trial_result(t1, {"training_iteration": 2, "mean_accuracy": 5})
+    assert pbt.on_trial_result(t0, {"training_iteration": 3, "mean_accuracy": -100}) == Decision(
+        Action.CONTINUE
+    )
+    (ex,) = pbt.on_trial_result(t1, {"training_iteration": 4, "mean_accuracy": 6}).exploits
+    assert ex.source_trial_id == "t0"  # ranked on t0's 10 at iteration 2, not on -100
+
+
 def test_next_milestone_interval_and_burn_in() -> None:
     pbt = make_pbt(perturbation_interval=3, burn_in_period=7)
     trial = Trial("t0", {"c": 1})
@@ -507,7 +538,24 @@ def test_synch_barrier_waits_then_releases_every_paused_trial() -> None:
     assert decision.action == Action.CONTINUE
     assert dict(decision.others) == {"t0": Action.CONTINUE, "t1": Action.CONTINUE}
     assert [(ex.trial_id, ex.source_trial_id) for ex in decision.exploits] == [("t0", "t2")]
+    assert [s["last_perturbation_time"] for s in pbt.get_state()["trials"]] == [1, 1, 1]
     assert all(pbt.next_milestone(t) == 2 for t in trials)
+
+
+def test_synch_trial_joins_the_barrier_only_at_its_milestone() -> None:
+    pbt = make_pbt(synch=True, time_attr="time_total_s", perturbation_interval=10)
+    trials = [Trial(f"t{i}", {"c": 1}) for i in range(3)]
+    for t in trials:
+        pbt.on_trial_add(t)
+    for t, time in zip(trials, (10.0, 25.0, 12.0), strict=True):
+        decision = pbt.on_trial_result(t, {"time_total_s": time, "mean_accuracy": time})
+    assert dict(decision.others) == {"t0": Action.CONTINUE, "t1": Action.CONTINUE}
+    # Ray's next sync point: max(10 + 10, latest time 25); the round's time is 12.
+    assert [pbt.next_milestone(t) for t in trials] == [25.0, 25.0, 25.0]
+    early = {"time_total_s": 23.0, "mean_accuracy": 0.0}
+    assert pbt.on_trial_result(trials[0], early) == Decision(Action.CONTINUE)
+    late = {"time_total_s": 25.5, "mean_accuracy": 0.0}
+    assert pbt.on_trial_result(trials[0], late) == Decision(Action.PAUSE)
 
 
 def test_synch_release_when_the_awaited_trial_completes() -> None:
@@ -574,29 +622,26 @@ def new_population(pbt: PopulationBasedTraining, n: int) -> list[Trial]:
 
 
 def feed(
-    pbt: PopulationBasedTraining, trials: list[Trial], rounds: list[list[float]]
+    pbt: PopulationBasedTraining, trials: list[Trial], scores: list[float], start: int = 0
 ) -> list[Decision]:
-    """Each round, every trial reports one more iteration, in trial order."""
+    """Result ``start + j`` comes from trial ``(start + j) % n`` (round robin, trial
+    order, as the synch controller feeds a round), one iteration later than its last."""
     decisions = []
     by_id = {t.trial_id: t for t in trials}
-    for scores in rounds:
-        for trial, value in zip(trials, scores, strict=False):
-            it = trial.last_result.get("training_iteration", 0) + 1
-            result = {"training_iteration": it, "mean_accuracy": value}
-            decision = pbt.on_trial_result(trial, result)
-            trial.last_result = result
-            for ex in decision.exploits:
-                by_id[ex.trial_id].config = copy.deepcopy(ex.new_config)
-            decisions.append(decision)
+    for j, value in enumerate(scores, start):
+        trial = trials[j % len(trials)]
+        it = trial.last_result.get("training_iteration", 0) + 1
+        result = {"training_iteration": it, "mean_accuracy": value}
+        decision = pbt.on_trial_result(trial, result)
+        trial.last_result = result
+        for ex in decision.exploits:
+            by_id[ex.trial_id].config = copy.deepcopy(ex.new_config)
+        decisions.append(decision)
     return decisions
 
 
-population = st.integers(2, 6).flatmap(
-    lambda n: st.tuples(
-        st.just(n),
-        st.lists(st.lists(SCORES, min_size=n, max_size=n), min_size=1, max_size=6),
-        st.lists(st.lists(SCORES, min_size=n, max_size=n), min_size=1, max_size=6),
-    )
+population = st.tuples(
+    st.integers(2, 6), st.lists(SCORES, min_size=1, max_size=30), st.integers(0, 30)
 )
 
 
@@ -608,13 +653,13 @@ population = st.integers(2, 6).flatmap(
     seed=st.integers(0, 2**32 - 1),
 )
 def test_same_seed_same_decisions(
-    pop: tuple[int, list[list[float]], list[list[float]]], synch: bool, interval: int, seed: int
+    pop: tuple[int, list[float], int], synch: bool, interval: int, seed: int
 ) -> None:
-    n, first, second = pop
+    n, scores, _ = pop
     runs = []
     for _ in range(2):
         pbt = pbt_for_property(synch, interval, seed)
-        runs.append(feed(pbt, new_population(pbt, n), first + second))
+        runs.append(feed(pbt, new_population(pbt, n), scores))
     assert runs[0] == runs[1]
 
 
@@ -626,18 +671,21 @@ def test_same_seed_same_decisions(
     seed=st.integers(0, 2**32 - 1),
 )
 def test_state_round_trip_gives_identical_future_decisions(
-    pop: tuple[int, list[list[float]], list[list[float]]], synch: bool, interval: int, seed: int
+    pop: tuple[int, list[float], int], synch: bool, interval: int, seed: int
 ) -> None:
-    n, first, second = pop
+    """Snapshot after any result (mid-round too), restore into a fresh scheduler."""
+    n, scores, cut = pop
+    cut = min(cut, len(scores))
     pbt_a = pbt_for_property(synch, interval, seed)
     trials_a = new_population(pbt_a, n)
-    feed(pbt_a, trials_a, first)
+    feed(pbt_a, trials_a, scores[:cut])
     snapshot = json.loads(json.dumps(pbt_a.get_state()))
 
     pbt_b = pbt_for_property(synch, interval, seed + 1)  # its own rng state is overwritten
     pbt_b.set_state(snapshot)
     trials_b = copy.deepcopy(trials_a)
 
-    assert feed(pbt_a, trials_a, second) == feed(pbt_b, trials_b, second)
+    rest = scores[cut:]
+    assert feed(pbt_a, trials_a, rest, cut) == feed(pbt_b, trials_b, rest, cut)
     assert json.dumps(pbt_a.get_state()) == json.dumps(pbt_b.get_state())
     assert pbt_a.debug_string() == pbt_b.debug_string()
