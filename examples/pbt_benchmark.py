@@ -68,13 +68,21 @@ class PBTBenchmarkExample(Trainable):
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke-test", action="store_true", help="finish quickly (2 workers, 10 iterations)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--smoke-test", action="store_true", help="finish quickly (2 workers, 10 iterations)"
+    )
     parser.add_argument("--storage", default="./results", help="local folder or fsspec URL")
     parser.add_argument("--name", default="pbt_benchmark")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--workers", type=int, default=None, help="Dask workers (default: one per core)")
-    parser.add_argument("--synch", action="store_true", help="synchronous PBT (reproducible bit for bit)")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="Dask workers (default: one per core)"
+    )
+    parser.add_argument(
+        "--synch", action="store_true", help="synchronous PBT (reproducible bit for bit)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
@@ -111,8 +119,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     best = results.get_best_result()
     print("Best hyperparameters found were:", best.config)
-    print(f"Best mean_accuracy {best.metrics['mean_accuracy']:.1f} at iteration "
-          f"{best.metrics['training_iteration']}; results in {results.experiment_path}")
+    print(
+        f"Best mean_accuracy {best.metrics['mean_accuracy']:.1f} at iteration "
+        f"{best.metrics['training_iteration']}; results in {results.experiment_path}"
+    )
 
 
 if __name__ == "__main__":

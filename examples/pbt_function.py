@@ -59,8 +59,12 @@ def pbt_function(config: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke-test", action="store_true", help="finish quickly (2 workers, 10 iterations)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--smoke-test", action="store_true", help="finish quickly (2 workers, 10 iterations)"
+    )
     parser.add_argument("--storage", default="./results")
     parser.add_argument("--name", default="pbt_function")
     parser.add_argument("--seed", type=int, default=0)
@@ -80,7 +84,9 @@ def main(argv: list[str] | None = None) -> None:
         mode="max",
         num_samples=8,
         stop={"done": True, "training_iteration": 10 if args.smoke_test else 1000},
-        checkpoint_config=CheckpointConfig(num_to_keep=4, checkpoint_score_attribute="mean_accuracy"),
+        checkpoint_config=CheckpointConfig(
+            num_to_keep=4, checkpoint_score_attribute="mean_accuracy"
+        ),
         name=args.name,
         storage=args.storage,
         seed=args.seed,
@@ -88,8 +94,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     best = results.get_best_result()
     print("Best hyperparameters found were:", best.config)
-    print(f"Best mean_accuracy {best.metrics['mean_accuracy']:.1f} at iteration "
-          f"{best.metrics['training_iteration']}; results in {results.experiment_path}")
+    print(
+        f"Best mean_accuracy {best.metrics['mean_accuracy']:.1f} at iteration "
+        f"{best.metrics['training_iteration']}; results in {results.experiment_path}"
+    )
 
 
 if __name__ == "__main__":

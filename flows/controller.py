@@ -20,7 +20,6 @@ from __future__ import annotations
 import csv
 import io
 import logging
-import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +33,7 @@ from infra.jsonutil import dumps, jsonable
 from infra.storage import Storage
 from schedulers import Action, Decision, Exploit, Trial, TrialScheduler, TrialStatus
 from tasks.progress import VOLATILE_FIELDS
-from tasks.seeding import segment_seed
+from tasks.seeding import DRIVER, isolate_dask_sampling, seed_globals, segment_seed
 from tasks.segment import CheckpointRecord, SegmentOutcome, SegmentSpec, StopCondition, run_segments
 
 logger = logging.getLogger(__name__)
@@ -79,7 +78,8 @@ class TrialRecord:
             "restore": self.restore,
             "restore_iteration": self.restore_iteration,
             "checkpoints": [
-                {"name": c.name, "iteration": c.iteration, "result": c.result} for c in self.checkpoints
+                {"name": c.name, "iteration": c.iteration, "result": c.result}
+                for c in self.checkpoints
             ],
             "num_failures": self.num_failures,
             "error": self.error,
@@ -126,6 +126,8 @@ class Controller:
         self._events: list[str] = []
         self._derived: dict[str, int] = {}
         self.rounds = 0
+        self.decisions = 0  # scheduler calls so far: seeds the driver's globals before each
+        isolate_dask_sampling()
 
     # -- plan ------------------------------------------------------------------
     @property
@@ -133,7 +135,11 @@ class Controller:
         return self.scheduler.synchronous
 
     def _runnable(self) -> list[Trial]:
-        return [r.trial for r in self.records if r.trial.status in (TrialStatus.PENDING, TrialStatus.PAUSED)]
+        return [
+            r.trial
+            for r in self.records
+            if r.trial.status in (TrialStatus.PENDING, TrialStatus.PAUSED)
+        ]
 
     def _plan(self, limit: int | None) -> list[TrialRecord]:
         """Mark the trials the scheduler picks as running, up to ``limit`` in flight."""
@@ -243,6 +249,7 @@ class Controller:
 
     # -- reduce ----------------------------------------------------------------
     def _record(self, rec: TrialRecord, result: dict[str, Any]) -> None:
+        result["config"] = rec.trial.config  # as Ray: the config this result was trained with
         rec.results.append(result)
         rec.trial.last_result = result
         self._new_results.setdefault(rec.trial_id, []).append(result)
@@ -262,28 +269,34 @@ class Controller:
             self._record(rec, result)
             if terminal and i == len(outcome.results) - 1:
                 break  # Ray: a result meeting a stop condition goes to on_trial_complete only
+            self._seed_user_code()
             decision = Decision.of(self.scheduler.on_trial_result(rec.trial, result))
             action = decision.action
             self._apply_effects(rec, decision)
             if action == Action.STOP:
                 dropped = len(outcome.results) - i - 1
                 if dropped:
-                    logger.debug("trial %s stopped; dropping %d later results", rec.trial_id, dropped)
+                    logger.debug(
+                        "trial %s stopped; dropping %d later results", rec.trial_id, dropped
+                    )
                 break
         if terminal or action == Action.STOP:
             rec.trial.status = TrialStatus.TERMINATED
             self.scheduler.on_trial_complete(rec.trial, rec.trial.last_result)
+            self._release_paused()
         elif action == Action.PAUSE:
             rec.trial.status = TrialStatus.PAUSED
         else:
             rec.trial.status = TrialStatus.PENDING
 
-    def _apply_effects(self, rec: TrialRecord, decision: Decision) -> None:
+    def _apply_effects(self, rec: TrialRecord | None, decision: Decision) -> None:
+        """Apply exploits, then actions on other trials (``rec``: the reporting trial, if any)."""
         for exploit in decision.exploits:
             self._exploit(exploit, reporting=rec)
+        removed = False
         for trial_id, action in decision.others.items():
             other = self.by_id[trial_id].trial
-            if other.status == TrialStatus.RUNNING and trial_id != rec.trial_id:
+            if other.status == TrialStatus.RUNNING and (rec is None or trial_id != rec.trial_id):
                 logger.warning("ignoring %s for running trial %s", action, trial_id)
             elif action == Action.CONTINUE and other.status == TrialStatus.PAUSED:
                 other.status = TrialStatus.PENDING
@@ -292,21 +305,44 @@ class Controller:
             elif action == Action.STOP and other.is_live:
                 other.status = TrialStatus.TERMINATED
                 self.scheduler.on_trial_remove(other)
+                removed = True
+        if removed:
+            self._release_paused()
 
-    def _exploit(self, exploit: Exploit, reporting: TrialRecord) -> None:
+    def _seed_user_code(self) -> None:
+        """Reseed the driver's global RNGs before a scheduler call.
+
+        User callables such as ``lambda: random.uniform(...)`` in
+        ``hyperparam_mutations`` draw from them; Prefect and Dask threads in this
+        process may draw too, so a fixed stream per decision keeps runs repeatable.
+        """
+        self.decisions += 1
+        seed_globals(segment_seed(self.seed, DRIVER, self.decisions))
+
+    def _release_paused(self) -> None:
+        self._seed_user_code()
+        decision = self.scheduler.release_paused()
+        if decision is not None:
+            self._apply_effects(None, decision)
+
+    def _exploit(self, exploit: Exploit, reporting: TrialRecord | None) -> None:
         target, source = self.by_id[exploit.trial_id], self.by_id[exploit.source_trial_id]
         if target.trial.status == TrialStatus.RUNNING and target is not reporting:
             logger.warning("not exploiting into running trial %s", target.trial_id)
             return
         if source.restore is None:
-            logger.warning("%s has no checkpoint yet; %s keeps its own state", source.trial_id, target.trial_id)
+            logger.warning(
+                "%s has no checkpoint yet; %s keeps its own state", source.trial_id, target.trial_id
+            )
             return
         if source is not target:
             target.restore, target.restore_iteration = source.restore, source.restore_iteration
         target.trial.config = exploit.new_config
         target.trial.experiment_tag = exploit.new_tag
         entry = jsonable(exploit.policy_entry())
-        target.lineage = [*source.lineage, entry] if source is not target else [*target.lineage, entry]
+        target.lineage = (
+            [*source.lineage, entry] if source is not target else [*target.lineage, entry]
+        )
         self._policy_lines.append(entry)
         self._lineage_changed.add(target.trial_id)
         self._events.append(exploit.describe())
@@ -331,6 +367,7 @@ class Controller:
         rec.error = outcome.error
         rec.trial.status = TrialStatus.ERROR
         self.scheduler.on_trial_error(rec.trial)
+        self._release_paused()
         self.storage.write_text(outcome.error or "", rec.dirname, "error.txt")
         self._events.append(f"[error] {rec.trial_id}")
         logger.error("trial %s errored:\n%s", rec.trial_id, outcome.error)
@@ -342,18 +379,23 @@ class Controller:
     def _write_trial_logs(self) -> None:
         for trial_id, results in self._new_results.items():
             rec = self.by_id[trial_id]
-            lines = "".join(dumps({**r, "config": rec.trial.config}) + "\n" for r in results)
+            lines = "".join(dumps(r) + "\n" for r in results)
             self._append(lines, rec.dirname, "result.json")
             if rec.csv_header is None:
                 rec.csv_header = list(results[0])
                 self._append(_csv_row(rec.csv_header), rec.dirname, "progress.csv")
-            self._append("".join(_csv_row([r.get(k, "") for k in rec.csv_header]) for r in results),
-                         rec.dirname, "progress.csv")
+            self._append(
+                "".join(_csv_row([r.get(k, "") for k in rec.csv_header]) for r in results),
+                rec.dirname,
+                "progress.csv",
+            )
         if self._policy_lines:
             self._append("".join(dumps(p) + "\n" for p in self._policy_lines), "pbt_global.txt")
         for trial_id in sorted(self._lineage_changed):
             rec = self.by_id[trial_id]
-            self.storage.write_text("".join(dumps(p) + "\n" for p in rec.lineage), f"pbt_policy_{trial_id}.txt")
+            self.storage.write_text(
+                "".join(dumps(p) + "\n" for p in rec.lineage), f"pbt_policy_{trial_id}.txt"
+            )
 
     def _retention(self) -> list[str]:
         """Checkpoints to delete after this commit (never one any trial will restore from)."""
@@ -361,14 +403,19 @@ class Controller:
         if cfg.num_to_keep is None:
             return []
         referenced = {r.restore for r in self.records if r.restore}
-        attr, sign = cfg.checkpoint_score_attribute, (1.0 if cfg.checkpoint_score_order == "max" else -1.0)
+        attr, sign = (
+            cfg.checkpoint_score_attribute,
+            (1.0 if cfg.checkpoint_score_order == "max" else -1.0),
+        )
         doomed: list[str] = []
         for rec in self.records:
             if len(rec.checkpoints) <= cfg.num_to_keep:
                 continue
             order = list(range(len(rec.checkpoints)))
             if attr is not None:  # best first; ties and missing scores favour the newer
-                order.sort(key=lambda i: (_score(rec.checkpoints[i].result, attr, sign), i), reverse=True)
+                order.sort(
+                    key=lambda i: (_score(rec.checkpoints[i].result, attr, sign), i), reverse=True
+                )
             else:
                 order.reverse()
             keep = set(order[: cfg.num_to_keep]) | {len(rec.checkpoints) - 1}
@@ -391,7 +438,7 @@ class Controller:
                 "time": time.time(),
                 "trials": [r.state() for r in self.records],
                 "scheduler": self.scheduler.get_state(),
-                "driver_rng": {"random": random.getstate(), "numpy": np.random.get_state()},
+                "decisions": self.decisions,
                 "derived": self._derived,
                 "events": self._events,
                 "deleted": doomed,

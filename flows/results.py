@@ -27,7 +27,9 @@ class Result:
     trial_id: str = ""
     status: str = ""
     history: list[dict[str, Any]] = field(default_factory=list, repr=False)
-    best_checkpoints: list[tuple[Checkpoint, dict[str, Any]]] = field(default_factory=list, repr=False)
+    best_checkpoints: list[tuple[Checkpoint, dict[str, Any]]] = field(
+        default_factory=list, repr=False
+    )
 
     @property
     def metrics_dataframe(self) -> pd.DataFrame:
@@ -66,7 +68,9 @@ class ResultGrid(Sequence[Result]):
         return iter(self._results)
 
     def __repr__(self) -> str:
-        return f"ResultGrid({len(self)} trials, {self.num_errors} errors, at {self.experiment_path!r})"
+        return (
+            f"ResultGrid({len(self)} trials, {self.num_errors} errors, at {self.experiment_path!r})"
+        )
 
     @property
     def errors(self) -> list[str]:
@@ -127,7 +131,9 @@ class ResultGrid(Sequence[Result]):
         sign = 1.0 if mode == "max" else -1.0
         return max(scored, key=lambda vr: sign * vr[0])[1]
 
-    def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None) -> pd.DataFrame:
+    def get_dataframe(
+        self, filter_metric: str | None = None, filter_mode: str | None = None
+    ) -> pd.DataFrame:
         """One row per trial: its last result (or its best by ``filter_metric``), config as ``config/...``."""
         import pandas as pd
 

@@ -62,13 +62,19 @@ def _check_arguments(
                 f"`trainable` is the class {trainable.__name__}, which does not subclass tasks.Trainable"
             )
     elif not callable(trainable):
-        raise TypeError(f"`trainable` must be a Trainable subclass or a function, got {trainable!r}")
+        raise TypeError(
+            f"`trainable` must be a Trainable subclass or a function, got {trainable!r}"
+        )
     if not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"`num_samples` is {num_samples!r}, but must be an int >= 1")
     if stop is not None and not (isinstance(stop, Mapping) or callable(stop)):
-        raise TypeError(f"`stop` must be a dict, a callable (trial_id, result) -> bool, or None; got {stop!r}")
+        raise TypeError(
+            f"`stop` must be a dict, a callable (trial_id, result) -> bool, or None; got {stop!r}"
+        )
     if not isinstance(max_failures, int) or max_failures < -1:
-        raise ValueError(f"`max_failures` is {max_failures!r}, but must be an int >= -1 (-1: retry forever)")
+        raise ValueError(
+            f"`max_failures` is {max_failures!r}, but must be an int >= -1 (-1: retry forever)"
+        )
     if commit_interval <= 0:
         raise ValueError(f"`commit_interval` is {commit_interval}, but must be > 0")
     if not isinstance(scheduler, TrialScheduler):
@@ -90,28 +96,34 @@ def _new_records(
         trial_id = f"{prefix}_{index:05d}"
         config = scheduler.complete_config(variant.config)
         trial = Trial(trial_id=trial_id, config=config, experiment_tag=variant.tag)
-        records.append(TrialRecord(trial=trial, index=index, dirname=f"{_trainable_name(trainable)}_{trial_id}"))
+        records.append(
+            TrialRecord(
+                trial=trial, index=index, dirname=f"{_trainable_name(trainable)}_{trial_id}"
+            )
+        )
     return records
 
 
-def _results(records: list[TrialRecord], storage: Storage, metric: str | None, mode: str | None) -> ResultGrid:
+def _results(
+    records: list[TrialRecord], storage: Storage, metric: str | None, mode: str | None
+) -> ResultGrid:
+    def ckpt(rec: TrialRecord, name: str) -> Checkpoint:
+        return Checkpoint(storage.full_url(rec.checkpoint_path(name)), storage.storage_options)
+
     out = []
     for rec in records:
-        def ckpt(name: str) -> Checkpoint:
-            return Checkpoint(storage.full_url(rec.checkpoint_path(name)), storage.storage_options)
-
         latest = rec.checkpoints[-1].name if rec.checkpoints else None
         out.append(
             Result(
                 config=rec.trial.config,
                 metrics=rec.trial.last_result,
-                checkpoint=ckpt(latest) if latest else None,
+                checkpoint=ckpt(rec, latest) if latest else None,
                 path=storage.full_url(rec.dirname),
                 error=rec.error,
                 trial_id=rec.trial_id,
                 status=rec.trial.status.value,
                 history=rec.results,
-                best_checkpoints=[(ckpt(c.name), c.result) for c in rec.checkpoints],
+                best_checkpoints=[(ckpt(rec, c.name), c.result) for c in rec.checkpoints],
             )
         )
     return ResultGrid(out, metric, mode, storage.url)
@@ -180,11 +192,18 @@ def tune(
     random.seed(seed)
     np.random.seed(seed % 2**32)
     records = _new_records(
-        trainable, dict(param_space or {}), num_samples, scheduler, name, np.random.default_rng(variant_seq)
+        trainable,
+        dict(param_space or {}),
+        num_samples,
+        scheduler,
+        name,
+        np.random.default_rng(variant_seq),
     )
     for rec in records:
         scheduler.on_trial_add(rec.trial)
-        exp_storage.write_text(dumps(rec.trial.config, indent=2, sort_keys=True), rec.dirname, "params.json")
+        exp_storage.write_text(
+            dumps(rec.trial.config, indent=2, sort_keys=True), rec.dirname, "params.json"
+        )
     log.write_experiment(
         {
             "name": name,
@@ -204,7 +223,11 @@ def tune(
     )
     logger.info(
         "%s: %d trials, %s, results in %s (seed %d)",
-        name, len(records), scheduler.debug_string(), exp_storage.url, seed,
+        name,
+        len(records),
+        scheduler.debug_string(),
+        exp_storage.url,
+        seed,
     )
     with dask_client(dask_address, n_workers) as client:
         controller = Controller(
@@ -228,5 +251,11 @@ def tune(
         finally:
             controller.cancel()
     grid = _results(records, exp_storage, metric, mode)
-    logger.info("%s finished: %d trials, %d errors; %s", name, len(grid), grid.num_errors, scheduler.debug_string())
+    logger.info(
+        "%s finished: %d trials, %d errors; %s",
+        name,
+        len(grid),
+        grid.num_errors,
+        scheduler.debug_string(),
+    )
     return grid

@@ -81,7 +81,9 @@ def read_manifest(storage: Storage, rel_path: str) -> dict[str, Any]:
             "published completely"
         ) from None
     except ValueError as e:
-        raise CheckpointError(f"checkpoint manifest at {storage.full_url(rel_path)} is corrupt: {e}") from None
+        raise CheckpointError(
+            f"checkpoint manifest at {storage.full_url(rel_path)} is corrupt: {e}"
+        ) from None
 
 
 def fetch_checkpoint(storage: Storage, rel_path: str, local_dir: str) -> dict[str, Any]:

@@ -38,12 +38,16 @@ class ExperimentLog:
     def commit(self, payload: dict[str, Any]) -> int:
         """Publish the next commit; returns its sequence number."""
         self.seq += 1
-        self.storage.write_text(dumps({"seq": self.seq, **payload}), self.commit_path(self.seq), durable=True)
+        self.storage.write_text(
+            dumps({"seq": self.seq, **payload}), self.commit_path(self.seq), durable=True
+        )
         return self.seq
 
     def commit_numbers(self) -> list[int]:
         names = self.storage.listdir(COMMITS)
-        return sorted(int(n.split(".")[0]) for n in names if n.endswith(".json") and n[:8].isdigit())
+        return sorted(
+            int(n.split(".")[0]) for n in names if n.endswith(".json") and n[:8].isdigit()
+        )
 
     def read(self, seq: int) -> dict[str, Any]:
         return json.loads(self.storage.read_bytes(self.commit_path(seq)))

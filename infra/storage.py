@@ -12,6 +12,7 @@ Every write that others may read is published atomically:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import posixpath
@@ -31,7 +32,9 @@ class Storage:
     def __init__(self, url: str | os.PathLike[str], storage_options: dict[str, Any] | None = None):
         url = os.fspath(url)
         if not url:
-            raise ValueError("`storage` is empty; give a local folder or a URL such as s3://bucket/prefix")
+            raise ValueError(
+                "`storage` is empty; give a local folder or a URL such as s3://bucket/prefix"
+            )
         self.storage_options = dict(storage_options or {})
         fs, root = fsspec.core.url_to_fs(url, **self.storage_options)
         self.protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
@@ -191,7 +194,5 @@ class Storage:
     def remove(self, *parts: str) -> None:
         """Delete a file or a folder tree; missing is fine."""
         p = self.path(*parts)
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.fs.rm(p, recursive=True)
-        except FileNotFoundError:
-            pass

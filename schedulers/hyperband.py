@@ -180,10 +180,11 @@ class HyperBandScheduler(TrialScheduler):
           is for the reporter and whose ``others`` maps each other cohort member
           to CONTINUE (promoted: resume it) or STOP (stop it).
         - When a trial completes, errors or is removed it leaves its cohort; if
-          that completes the cohort, the resulting actions are queued: fetch them
-          with :meth:`pop_pending_decisions`, otherwise they ride on the next
-          Decision returned by ``on_trial_result``. ``choose_trial_to_run``
-          returns promoted paused trials either way, never waiting or losing ones.
+          that completes the cohort, the halving happens then, and
+          :meth:`release_paused` (called by the controller after each of those
+          hooks) returns the Decision whose ``others`` resume or stop the paused
+          members. ``choose_trial_to_run`` never returns a paused trial that
+          waits for its cohort or lost.
 
     Example:
         >>> hb = HyperBandScheduler(metric="acc", mode="max", max_t=9)
@@ -242,10 +243,15 @@ class HyperBandScheduler(TrialScheduler):
         """Trials stopped by halving or at ``R``, over all brackets."""
         return sum(b.num_stopped for b in self._brackets)
 
-    def pop_pending_decisions(self) -> dict[str, Action]:
-        """Actions for other trials produced by complete/error/remove; clears the queue."""
+    def release_paused(self) -> Decision | None:
+        """The halving a leaving trial triggered: ``others`` resume or stop its paused cohort.
+
+        ``action`` concerns no trial (CONTINUE). None when no cohort completed.
+        """
+        if not self._pending:
+            return None
         pending, self._pending = self._pending, {}
-        return pending
+        return Decision(Action.CONTINUE, others=pending)
 
     # -- hooks ---------------------------------------------------------------
     def on_trial_add(self, trial: Trial) -> None:
@@ -304,9 +310,6 @@ class HyperBandScheduler(TrialScheduler):
                     action = others.pop(tid)
                 else:
                     action = Action.PAUSE
-        pending = self.pop_pending_decisions()
-        pending.pop(tid, None)
-        others = {**pending, **others}
         return Decision(action, others=others) if others else action
 
     def _leave(self, trial: Trial) -> None:

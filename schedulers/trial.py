@@ -8,11 +8,11 @@ trial. What should happen to a trial comes back from the scheduler as a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 
-class TrialStatus(str, Enum):
+class TrialStatus(StrEnum):
     PENDING = "PENDING"
     RUNNING = "RUNNING"
     PAUSED = "PAUSED"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,7 @@ import numpy as np
 from schedulers.trial import Trial, TrialStatus
 
 
-class Action(str, Enum):
+class Action(StrEnum):
     CONTINUE = "CONTINUE"
     PAUSE = "PAUSE"
     STOP = "STOP"
@@ -187,6 +187,17 @@ class TrialScheduler:
 
     def on_trial_remove(self, trial: Trial) -> None:
         pass
+
+    def release_paused(self) -> Decision | None:
+        """Decisions owed to paused trials after a trial left (completed, errored, removed).
+
+        A synchronous scheduler whose cohort waited for the trial that left
+        returns the barrier's decision here (its ``others`` release or stop the
+        paused trials; ``action`` concerns no trial). None: nothing to do.
+        The controller calls it after every ``on_trial_complete``,
+        ``on_trial_error`` and ``on_trial_remove``.
+        """
+        return None
 
     def choose_trial_to_run(self, trials: Sequence[Trial]) -> Trial | None:
         """Pending trials first, in order; then paused ones, least recently trained first."""

@@ -34,13 +34,17 @@ class SegmentEnd(BaseException):
 
 class _Session(threading.local):
     # (on_report, restore checkpoint) of the segment running in this thread
-    active: tuple[Callable[[dict[str, Any], Checkpoint | None], bool], Checkpoint | None] | None = None
+    active: tuple[Callable[[dict[str, Any], Checkpoint | None], bool], Checkpoint | None] | None = (
+        None
+    )
 
 
 _session = _Session()
 
 
-def _require_session() -> tuple[Callable[[dict[str, Any], Checkpoint | None], bool], Checkpoint | None]:
+def _require_session() -> tuple[
+    Callable[[dict[str, Any], Checkpoint | None], bool], Checkpoint | None
+]:
     if _session.active is None:
         raise RuntimeError(
             "report() and get_checkpoint() only work inside a function trainable run by popflow's tune()"

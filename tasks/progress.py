@@ -11,7 +11,15 @@ from typing import Any
 
 #: Fields that change from run to run however the trial is seeded.
 VOLATILE_FIELDS = frozenset(
-    {"time_this_iter_s", "time_total_s", "time_since_restore", "timestamp", "date", "pid", "hostname"}
+    {
+        "time_this_iter_s",
+        "time_total_s",
+        "time_since_restore",
+        "timestamp",
+        "date",
+        "pid",
+        "hostname",
+    }
 )
 
 

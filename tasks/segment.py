@@ -25,10 +25,11 @@ from infra.storage import Storage
 from tasks.checkpoint import DICT_CHECKPOINT_FILE, Checkpoint
 from tasks.function_api import run_in_session
 from tasks.progress import ProgressClock
-from tasks.seeding import seed_globals
+from tasks.seeding import isolate_dask_sampling, seed_globals
 from tasks.trainable import Trainable
 
 logger = logging.getLogger(__name__)
+isolate_dask_sampling()  # runs on every worker that imports this module
 
 StopCondition = Mapping[str, Any] | Callable[[str, dict[str, Any]], bool] | None
 
@@ -117,9 +118,16 @@ class _SegmentRun:
             return "done"
         if should_stop(spec.stop, spec.trial_id, result):
             return "stop"
-        if spec.target is not None and spec.time_attr in result and result[spec.time_attr] >= spec.target:
+        if (
+            spec.target is not None
+            and spec.time_attr in result
+            and result[spec.time_attr] >= spec.target
+        ):
             return "milestone"
-        if spec.max_iterations is not None and self.clock.iteration - self._start_iteration >= spec.max_iterations:
+        if (
+            spec.max_iterations is not None
+            and self.clock.iteration - self._start_iteration >= spec.max_iterations
+        ):
             return "max_iterations"
         return None
 
@@ -136,7 +144,9 @@ class _SegmentRun:
         self._taken.add(name)
         metadata = {**self.clock.metadata(), "result": jsonable(result)}
         publish_checkpoint(self.spec.storage, local_dir, f"{self.spec.trial_dir}/{name}", metadata)
-        self.outcome.checkpoints.append(CheckpointRecord(name, self.clock.iteration, metadata["result"]))
+        self.outcome.checkpoints.append(
+            CheckpointRecord(name, self.clock.iteration, metadata["result"])
+        )
 
 
 def _run_class(run: _SegmentRun, restore_dir: str | None) -> str:
@@ -155,7 +165,9 @@ def _run_class(run: _SegmentRun, restore_dir: str | None) -> str:
         while True:
             metrics = trainable.step()
             if not isinstance(metrics, dict):
-                raise TypeError(f"{type(trainable).__name__}.step() must return a dict, got {metrics!r}")
+                raise TypeError(
+                    f"{type(trainable).__name__}.step() must return a dict, got {metrics!r}"
+                )
             result = run.clock.fill(metrics)
             trainable._iteration = run.clock.iteration
             run.outcome.results.append(result)
@@ -182,7 +194,9 @@ def _run_function(run: _SegmentRun, restore_dir: str | None) -> str:
         run.outcome.results.append(result)
         if checkpoint is not None:
             if not checkpoint.is_local:
-                raise ValueError(f"report(checkpoint=...) needs a local folder, got {checkpoint.path}")
+                raise ValueError(
+                    f"report(checkpoint=...) needs a local folder, got {checkpoint.path}"
+                )
             run.publish(checkpoint.path, result)
         end = run.end_reason(result)
         if end is not None:

@@ -54,9 +54,19 @@ def prefect_server() -> Iterator[str]:
         "PREFECT_UI_ENABLED": "false",
     }
     env.pop("PREFECT_API_URL", None)
-    log = open(os.path.join(home, "server.log"), "wb")
+    log = open(os.path.join(home, "server.log"), "wb")  # noqa: SIM115 (lives as long as the server)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "prefect",
+            "server",
+            "start",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -69,6 +79,9 @@ def prefect_server() -> Iterator[str]:
             os.environ["PREFECT_API_URL"] = url  # for subprocesses the tests start
             yield url
     finally:
+        from prefect.logging.handlers import APILogWorker
+
+        APILogWorker.drain_all(timeout=5)  # ship queued flow logs before the server goes away
         os.environ.pop("PREFECT_API_URL", None)
         proc.terminate()
         try:
@@ -83,7 +96,9 @@ def dask_cluster():
     """One LocalCluster of 2 process workers shared by the integration tests."""
     from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    cluster = LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    )
     client = Client(cluster)
     try:
         yield client

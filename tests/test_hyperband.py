@@ -194,6 +194,7 @@ def test_missing_time_attr_continues_and_unknown_trials_raise():
 
 def test_error_of_last_unreported_trial_releases_the_cohort():
     s, trials = small_bracket()
+    assert s.release_paused() is None
     for i, t in enumerate(trials[:-1]):
         assert s.on_trial_result(t, res(1, float(i))) == Action.PAUSE
         t.status = TrialStatus.PAUSED
@@ -202,10 +203,13 @@ def test_error_of_last_unreported_trial_releases_the_cohort():
     assert s.choose_trial_to_run(trials) is None
     s.on_trial_error(trials[8])
     trials[8].status = TrialStatus.ERROR
-    pending = s.pop_pending_decisions()
-    assert {k for k, a in pending.items() if a == Action.CONTINUE} == {"t5", "t6", "t7"}
-    assert {k for k, a in pending.items() if a == Action.STOP} == {f"t{i}" for i in range(5)}
-    assert s.pop_pending_decisions() == {}
+    released = s.release_paused()
+    assert released is not None and released.action == Action.CONTINUE
+    assert {k for k, a in released.others.items() if a == Action.CONTINUE} == {"t5", "t6", "t7"}
+    assert {k for k, a in released.others.items() if a == Action.STOP} == {
+        f"t{i}" for i in range(5)
+    }
+    assert s.release_paused() is None  # delivered once
     for i in range(5):
         trials[i].status = TrialStatus.TERMINATED
     trials[6].last_train_time = 1.0
@@ -213,19 +217,21 @@ def test_error_of_last_unreported_trial_releases_the_cohort():
     assert chosen is not None and chosen.trial_id in {"t5", "t7"}
 
 
-def test_pending_decisions_ride_on_the_next_result():
+def test_completion_releases_the_cohort_and_results_carry_no_stale_actions():
     s, trials = small_bracket()
     for i, t in enumerate(trials[:-1]):
         s.on_trial_result(t, res(1, float(i)))
     s.on_trial_complete(trials[8], res(1, 100.0))  # finished early: leaves the cohort
-    out = s.on_trial_result(trials[7], res(3, 1.0))
-    assert out.action == Action.PAUSE  # t7 reached r_1; t5, t6 have not yet
-    assert dict(out.others) == {
+    released = s.release_paused()
+    assert dict(released.others) == {
         **{f"t{i}": Action.STOP for i in range(5)},
         "t5": Action.CONTINUE,
         "t6": Action.CONTINUE,
+        "t7": Action.CONTINUE,
     }
-    assert s.on_trial_result(trials[6], res(3, 0.0)) == Action.PAUSE  # delivered once
+    assert s.on_trial_result(trials[7], res(3, 1.0)) == Action.PAUSE
+    assert s.on_trial_result(trials[6], res(3, 0.0)) == Action.PAUSE
+    assert s.release_paused() is None
 
 
 def test_choose_prefers_pending_then_promoted_paused():
@@ -276,11 +282,22 @@ def objective(config: dict, t: float) -> float:
 
 
 class FakeBackend:
-    """Runs one trial at a time from its checkpoint, as the controller would."""
+    """Plays the controller (flows/controller.py) in memory, one segment at a time.
 
-    def __init__(self, scheduler: HyperBandScheduler, n_trials: int, seed: int = 0):
+    Trials resume from their checkpoints, so a segment costs ``target - time``.
+    ``errors`` maps a trial id to the milestone at which its segment fails.
+    """
+
+    def __init__(
+        self,
+        scheduler: HyperBandScheduler,
+        n_trials: int,
+        seed: int = 0,
+        errors: dict[str, float] | None = None,
+    ):
         rng = np.random.default_rng(seed)
         self.s = scheduler
+        self.errors = errors or {}
         self.trials = [
             Trial(
                 f"t{i:03d}",
@@ -296,19 +313,31 @@ class FakeBackend:
         for t in self.trials:
             scheduler.on_trial_add(t)
 
-    def apply(self, trial: Trial, action: Action) -> None:
-        if action == Action.STOP:
-            trial.status = TrialStatus.TERMINATED
-        elif action == Action.PAUSE:
-            trial.status = TrialStatus.PAUSED
-        # CONTINUE: a running trial keeps running, a paused one may be chosen again
+    def apply_others(self, decision: Decision) -> None:
+        removed = False
+        for tid, action in decision.others.items():
+            other = self.by_id[tid]
+            assert other.status == TrialStatus.PAUSED, (tid, other.status)
+            if action == Action.CONTINUE:
+                other.status = TrialStatus.PENDING
+            elif action == Action.STOP:
+                other.status = TrialStatus.TERMINATED
+                self.s.on_trial_remove(other)
+                removed = True
+        if removed:
+            self.release()
 
-    def step(self, trial: Trial | None) -> Trial | None:
-        """Run one segment of ``trial`` (or of the scheduler's choice); the trial to run next."""
+    def release(self) -> None:
+        decision = self.s.release_paused()
+        if decision is not None:
+            self.apply_others(decision)
+
+    def step(self) -> bool:
+        """Run one segment of the scheduler's choice; False when nothing is runnable."""
+        runnable = [t for t in self.trials if t.status in (TrialStatus.PENDING, TrialStatus.PAUSED)]
+        trial = self.s.choose_trial_to_run(runnable)
         if trial is None:
-            trial = self.s.choose_trial_to_run(self.trials)
-            if trial is None:
-                return None
+            return False
         target = self.s.next_milestone(trial)
         assert target is not None and target > self.time[trial.trial_id]
         bracket = self.s.bracket_of(trial)
@@ -317,20 +346,30 @@ class FakeBackend:
         self.clock += 1
         trial.status = TrialStatus.RUNNING
         trial.last_train_time = self.clock
+        if self.errors.get(trial.trial_id) == target:
+            trial.status = TrialStatus.ERROR
+            self.s.on_trial_error(trial)
+            self.log.append((trial.trial_id, target, "ERROR", []))
+            self.release()
+            return True
         result = res(target, objective(trial.config, target))
         trial.last_result = result
         decision = Decision.of(self.s.on_trial_result(trial, result))
         self.log.append((trial.trial_id, target, decision.action, sorted(decision.others.items())))
-        self.apply(trial, decision.action)
-        for tid, action in decision.others.items():
-            self.apply(self.by_id[tid], action)
-        return trial if decision.action == Action.CONTINUE else None
+        self.apply_others(decision)
+        if decision.action == Action.STOP:
+            trial.status = TrialStatus.TERMINATED
+            self.s.on_trial_complete(trial, result)
+            self.release()
+        elif decision.action == Action.PAUSE:
+            trial.status = TrialStatus.PAUSED
+        else:
+            trial.status = TrialStatus.PENDING
+        return True
 
     def run(self, max_steps: int = 100_000) -> None:
-        current = None
         for _ in range(max_steps):
-            current = self.step(current)
-            if current is None and self.s.choose_trial_to_run(self.trials) is None:
+            if not self.step():
                 return
         raise AssertionError("did not finish")
 
@@ -392,22 +431,41 @@ def test_fake_backend_partial_second_band():
 def test_state_round_trip_gives_identical_decisions():
     reference = FakeBackend(make(), 143 + 10, seed=2)
     reference.run()
-    for split in (1, 60, 200, 300):
+    for split in (1, 60, 150, 220):
         backend = FakeBackend(make(), 143 + 10, seed=2)
-        current = None
         for _ in range(split):
-            current = backend.step(current)
+            assert backend.step()
         text = json.dumps(backend.s.get_state())
         restored = make()
         restored.set_state(json.loads(text))
         assert json.dumps(restored.get_state()) == text
         backend.s = restored
-        for _ in range(100_000):
-            current = backend.step(current)
-            if current is None and restored.choose_trial_to_run(backend.trials) is None:
-                break
+        backend.run()
+        assert len(reference.log) > split
         assert backend.log == reference.log
         assert backend.spent == reference.spent
+
+
+def test_errors_and_early_completion_never_hang_a_cohort():
+    plan = hyperband_plan(81, 3)
+    sched = make()
+    # t000..t080 form bracket s=4; the best few error at various rungs
+    probe = FakeBackend(make(), 143)
+    probe.run()
+    finalists = [tid for tid, t, a, _ in probe.log if t == 27 and tid < "t081"]
+    errors = {finalists[0]: 27.0, "t000": 1.0, "t001": 1.0}
+    backend = FakeBackend(sched, 143, errors=errors)
+    backend.run()
+    assert all(t.status in (TrialStatus.TERMINATED, TrialStatus.ERROR) for t in backend.trials)
+    assert {t.trial_id for t in backend.trials if t.status == TrialStatus.ERROR} == set(errors)
+    for b, bracket in enumerate(plan):
+        planned = sum(n * (r - (bracket[i - 1].r if i else 0)) for i, (n, r) in enumerate(bracket))
+        assert backend.spent[b] <= planned
+    reached_r = [
+        {tid for tid, t, a, _ in backend.log if t == r and tid < "t081" and a != "ERROR"}
+        for _, r in plan[0]
+    ]
+    assert [len(x) for x in reached_r] == [79, 27, 9, 2, 1]  # the errored finalist is missing
 
 
 def test_set_state_rejects_another_plan():

@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from trainables import FlakyTrainable, ParityTrainable, parity_function
+from trainables import EndsEarlyTrainable, FlakyTrainable, ParityTrainable, parity_function
 
 from flows import CheckpointConfig, tune
 from schedulers import PopulationBasedTraining, sample_from
@@ -71,7 +71,7 @@ def test_async_pbt_exploits_and_finishes(tune_env):
     # the worst trial (a=10) is always in the bottom quantile when it reports: it must have cloned
     assert results[0].metrics["a"] != 10
     exp = results.experiment_path
-    lines = [json.loads(x) for x in open(os.path.join(exp, "pbt_global.txt"))]
+    lines = read_lines(os.path.join(exp, "pbt_global.txt"))
     assert lines and all(len(line) == 6 for line in lines)
 
 
@@ -193,3 +193,38 @@ def test_existing_experiment_is_not_overwritten(tune_env):
     tune(ParityTrainable, {"a": 1}, **kwargs)
     with pytest.raises(ValueError, match="already exists"):
         tune(ParityTrainable, {"a": 1}, **kwargs)
+
+
+def test_synch_barrier_releases_when_a_trial_finishes_mid_round(tune_env):
+    """Ray's synch PBT hangs when the trial everyone waits for ends; popflow must not."""
+    values = iter([(10, None), (20, 3), (40, None)])
+
+    def pick(_):
+        return next(values)
+
+    space = {
+        "pair": sample_from(pick),
+        "a": sample_from(lambda spec: spec["pair"][0]),
+        "done_at": sample_from(lambda spec: spec["pair"][1]),
+    }
+    results = tune(
+        EndsEarlyTrainable,
+        space,
+        scheduler=PopulationBasedTraining(
+            time_attr="training_iteration",
+            perturbation_interval=2,
+            hyperparam_mutations={"c": lambda: 1},
+            synch=True,
+        ),
+        metric="mean_accuracy",
+        mode="max",
+        num_samples=3,
+        stop={"training_iteration": 6},
+        name="barrier",
+        seed=0,
+        **tune_env,
+    )
+    assert [r.status for r in results] == ["TERMINATED"] * 3
+    # trial 1 (a=20) ends at 3, inside the round whose barrier is at 4; trial 0 cloned
+    # trial 2 at 2 (so lost its own done_at); without the release both would wait forever
+    assert [r.metrics["training_iteration"] for r in results] == [6, 3, 6]

@@ -38,7 +38,9 @@ def parity_function(config: dict[str, Any]) -> None:
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "state.json"), "w") as f:
                 json.dump([iteration, a], f)
-            report({"mean_accuracy": iteration + a, "a": a}, checkpoint=Checkpoint.from_directory(d))
+            report(
+                {"mean_accuracy": iteration + a, "a": a}, checkpoint=Checkpoint.from_directory(d)
+            )
 
 
 class FlakyTrainable(Trainable):
@@ -52,7 +54,7 @@ class FlakyTrainable(Trainable):
     def step(self) -> dict[str, Any]:
         if self.iteration + 1 == self.fail_at:
             if self.marker is None:
-                raise RuntimeError("boom at iteration %d" % self.fail_at)
+                raise RuntimeError(f"boom at iteration {self.fail_at}")
             if not os.path.exists(self.marker):
                 open(self.marker, "w").close()
                 raise RuntimeError("transient boom")
@@ -69,3 +71,12 @@ class FlakyTrainable(Trainable):
 class NoCheckpointTrainable(Trainable):
     def step(self) -> dict[str, Any]:
         return {"score": float(self.iteration)}
+
+
+class EndsEarlyTrainable(ParityTrainable):
+    """ParityTrainable that reports ``done`` at iteration ``config["done_at"]`` (if set)."""
+
+    def step(self) -> dict[str, Any]:
+        result = super().step()
+        result["done"] = self.iteration + 1 == self.config.get("done_at")
+        return result
