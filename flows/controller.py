@@ -32,6 +32,7 @@ from infra.experiment_log import ExperimentLog
 from infra.jsonutil import dumps, jsonable
 from infra.storage import Storage
 from schedulers import Action, Decision, Exploit, Trial, TrialScheduler, TrialStatus
+from tasks.live import discard_parked_soon
 from tasks.progress import VOLATILE_FIELDS
 from tasks.seeding import DRIVER, isolate_dask_sampling, seed_globals, segment_seed
 from tasks.segment import CheckpointRecord, SegmentOutcome, SegmentSpec, StopCondition, run_segments
@@ -56,10 +57,20 @@ class TrialRecord:
     error: str | None = None
     lineage: list[list[Any]] = field(default_factory=list)  # PBT policy entries
     csv_header: list[str] | None = None
+    #: (token, worker address) of the trainable parked on a worker; memory only,
+    #: never committed: a lost live trainable just means a restore from storage
+    live: tuple[str, str] | None = None
 
     @property
     def trial_id(self) -> str:
         return self.trial.trial_id
+
+    @property
+    def start_iteration(self) -> int:
+        """The iteration the trial's next segment starts after."""
+        if self.live is not None:
+            return int(self.trial.last_result.get("training_iteration", self.restore_iteration))
+        return self.restore_iteration
 
     def checkpoint_path(self, name: str) -> str:
         return f"{self.dirname}/{name}"
@@ -124,6 +135,7 @@ class Controller:
         self._policy_lines: list[list[Any]] = []
         self._lineage_changed: set[str] = set()
         self._events: list[str] = []
+        self._discards: dict[str, list[str]] = {}  # worker address -> parked tokens to drop
         self._derived: dict[str, int] = {}
         self.rounds = 0
         self.decisions = 0  # scheduler calls so far: seeds the driver's globals before each
@@ -171,7 +183,7 @@ class Controller:
             trial_dir=rec.dirname,
             config=rec.trial.config,
             storage=self.storage,
-            seed=segment_seed(self.seed, rec.index, rec.restore_iteration),
+            seed=segment_seed(self.seed, rec.index, rec.start_iteration),
             restore=rec.restore,
             time_attr=self.scheduler.time_attr,
             target=target,
@@ -181,17 +193,25 @@ class Controller:
             checkpoint_frequency=freq,
             checkpoint_at_end=self.checkpoint_at_end,
             taken=frozenset(c.name for c in rec.checkpoints),
+            live_token=rec.live[0] if rec.live else None,
         )
 
     def _submit(self, recs: list[TrialRecord]) -> None:
-        """One Dask task running ``recs``' segments one after the other."""
+        """One Dask task running ``recs``' segments one after the other.
+
+        A single trial with a live trainable goes to the worker that parked it
+        (loosely: if that worker is gone, any worker restores from storage).
+        """
         first = recs[0].trial.last_train_time
+        pinned = recs[0].live[1] if len(recs) == 1 and recs[0].live else None
         future = self.client.submit(
             run_segments,
             [self._spec(r) for r in recs],
             key=f"segments-{recs[0].trial_id}-{first:.0f}",
             priority=-int(first),  # least recently trained first
             pure=False,
+            workers=[pinned] if pinned else None,
+            allow_other_workers=bool(pinned),
         )
         self.in_flight[future] = recs
         if not self.synchronous:
@@ -225,7 +245,11 @@ class Controller:
         self.rounds += 1
         if self.synchronous:
             planned = self._plan(limit=None)
-            for chunk in (planned[i::slots] for i in range(slots)):
+            for rec in planned:
+                if rec.live:
+                    self._submit([rec])
+            cold = [r for r in planned if not r.live]
+            for chunk in (cold[i::slots] for i in range(slots)):
                 if chunk:
                     self._submit(chunk)
             if not self.in_flight:
@@ -244,6 +268,7 @@ class Controller:
                 self._reduce_all([o for f in batch for o in self._outcomes(f)])
                 if time.monotonic() >= deadline:
                     break
+        self._flush_discards()
         self.commit()
         return bool(self.in_flight) or bool(self._runnable())
 
@@ -256,6 +281,9 @@ class Controller:
 
     def _reduce(self, outcome: SegmentOutcome) -> None:
         rec = self.by_id[outcome.trial_id]
+        rec.live = (
+            (outcome.live_token, outcome.worker) if outcome.live_token and outcome.worker else None
+        )
         if outcome.reason == "error":
             self._on_error(rec, outcome)
             return
@@ -288,6 +316,8 @@ class Controller:
             rec.trial.status = TrialStatus.PAUSED
         else:
             rec.trial.status = TrialStatus.PENDING
+        if rec.trial.status != TrialStatus.PENDING:
+            self._discard_live(rec)  # paused or ended: free the worker's memory
 
     def _apply_effects(self, rec: TrialRecord | None, decision: Decision) -> None:
         """Apply exploits, then actions on other trials (``rec``: the reporting trial, if any)."""
@@ -304,6 +334,7 @@ class Controller:
                 other.status = TrialStatus.PAUSED
             elif action == Action.STOP and other.is_live:
                 other.status = TrialStatus.TERMINATED
+                self._discard_live(self.by_id[trial_id])
                 self.scheduler.on_trial_remove(other)
                 removed = True
         if removed:
@@ -318,6 +349,17 @@ class Controller:
         """
         self.decisions += 1
         seed_globals(segment_seed(self.seed, DRIVER, self.decisions))
+
+    def _discard_live(self, rec: TrialRecord) -> None:
+        if rec.live is not None:
+            token, worker = rec.live
+            self._discards.setdefault(worker, []).append(token)
+            rec.live = None
+
+    def _flush_discards(self) -> None:
+        for worker, tokens in self._discards.items():
+            self.client.run(discard_parked_soon, tokens, workers=[worker], wait=False)
+        self._discards = {}
 
     def _release_paused(self) -> None:
         self._seed_user_code()
@@ -337,6 +379,7 @@ class Controller:
             return
         if source is not target:
             target.restore, target.restore_iteration = source.restore, source.restore_iteration
+            self._discard_live(target)  # its state is replaced by the clone
         target.trial.config = exploit.new_config
         target.trial.experiment_tag = exploit.new_tag
         entry = jsonable(exploit.policy_entry())
@@ -452,9 +495,13 @@ class Controller:
 
     # -- end -------------------------------------------------------------------
     def cancel(self) -> None:
+        """Stop what is in flight and release every parked trainable."""
         for future in list(self.in_flight):
             future.cancel()
         self.in_flight.clear()
+        for rec in self.records:
+            self._discard_live(rec)
+        self._flush_discards()
 
 
 def _score(result: dict[str, Any], attr: str, sign: float) -> float:

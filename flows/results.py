@@ -38,11 +38,17 @@ class Result:
         return pd.DataFrame(self.history)
 
 
-def _finite(x: Any) -> bool:
+def _number(x: Any) -> float | None:
+    """``x`` as a float, or None if it is not a number."""
     try:
-        return math.isfinite(float(x))
+        return float(x)
     except (TypeError, ValueError):
-        return False
+        return None
+
+
+def _finite(x: Any) -> bool:
+    v = _number(x)
+    return v is not None and math.isfinite(v)
 
 
 class ResultGrid(Sequence[Result]):
@@ -84,17 +90,27 @@ class ResultGrid(Sequence[Result]):
     def num_terminated(self) -> int:
         return sum(1 for r in self._results if r.status == "TERMINATED")
 
-    def _value(self, result: Result, metric: str, mode: str, scope: str) -> float | None:
-        values = [h[metric] for h in result.history if metric in h and _finite(h[metric])]
+    @staticmethod
+    def _value(
+        result: Result, metric: str, mode: str, scope: str, finite_only: bool
+    ) -> float | None:
+        """The trial's score for ``scope``; None if it has no (finite, if ``finite_only``) value."""
+        if scope == "last":  # the final result, as in Ray
+            reported = [result.metrics[metric]] if metric in result.metrics else []
+        else:  # a Result built without its history still has its final metrics
+            reported = [h[metric] for h in (result.history or [result.metrics]) if metric in h]
+        values = [v for v in map(_number, reported) if v is not None]
+        if finite_only:
+            values = [v for v in values if math.isfinite(v)]
         if not values:
             return None
         if scope == "last":
-            return float(values[-1]) if _finite(result.metrics.get(metric)) else None
+            return values[-1]
         if scope == "all":
-            return float(max(values) if mode == "max" else min(values))
+            return max(values) if mode == "max" else min(values)
         n = {"avg": len(values), "last-5-avg": 5, "last-10-avg": 10}[scope]
         tail = values[-n:]
-        return float(sum(tail) / len(tail))
+        return sum(tail) / len(tail)
 
     def get_best_result(
         self,
@@ -107,7 +123,10 @@ class ResultGrid(Sequence[Result]):
 
         ``scope``: "last" compares final results; "avg", "last-5-avg",
         "last-10-avg" average over all / the last 5 / the last 10; "all" takes
-        each trial's best result.
+        each trial's best result. ``filter_nan_and_inf``: ignore NaN and
+        infinite values (a trial whose final value is one is never best for
+        "last"); if False they count as reported, and a NaN score ranks last.
+        Trials that never reported ``metric`` are skipped.
         """
         metric = metric or self._metric
         mode = mode or self._mode
@@ -120,16 +139,16 @@ class ResultGrid(Sequence[Result]):
             raise ValueError(f"`mode` is {mode!r}, but must be 'min' or 'max'")
         if scope not in SCOPES:
             raise ValueError(f"`scope` is {scope!r}, but must be one of {SCOPES}")
+        sign = 1.0 if mode == "max" else -1.0
         scored = []
         for r in self._results:
-            v = self._value(r, metric, mode, scope)
-            if v is None and filter_nan_and_inf:
-                continue
-            scored.append((v if v is not None else -math.inf, r))
+            v = self._value(r, metric, mode, scope, finite_only=filter_nan_and_inf)
+            if v is not None:  # NaN sorts below every number, in either mode
+                scored.append(((not math.isnan(v), sign * v if not math.isnan(v) else 0.0), r))
         if not scored:
-            raise RuntimeError(f"no trial reported a finite {metric!r}; cannot pick a best result")
-        sign = 1.0 if mode == "max" else -1.0
-        return max(scored, key=lambda vr: sign * vr[0])[1]
+            finite = "finite " if filter_nan_and_inf else ""
+            raise RuntimeError(f"no trial reported a {finite}{metric!r}; cannot pick a best result")
+        return max(scored, key=lambda kr: kr[0])[1]
 
     def get_dataframe(
         self, filter_metric: str | None = None, filter_mode: str | None = None
@@ -137,13 +156,19 @@ class ResultGrid(Sequence[Result]):
         """One row per trial: its last result (or its best by ``filter_metric``), config as ``config/...``."""
         import pandas as pd
 
+        mode = filter_mode or self._mode
+        if filter_metric and mode not in ("min", "max"):
+            raise ValueError(
+                f"`filter_mode` is {mode!r}, but must be 'min' or 'max' when `filter_metric` "
+                "is given (or pass tune(mode=...))"
+            )
         rows = []
         for r in self._results:
             row = dict(r.metrics)
             if filter_metric:
                 hist = [h for h in r.history if _finite(h.get(filter_metric))]
                 if hist:
-                    pick = max if (filter_mode or self._mode) == "max" else min
+                    pick = max if mode == "max" else min
                     row = dict(pick(hist, key=lambda h: float(h[filter_metric])))
             row.update({f"config/{k}": v for k, v in _flatten(r.config).items()})
             row["trial_id"] = r.trial_id

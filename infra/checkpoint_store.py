@@ -54,12 +54,20 @@ def publish_checkpoint(
     Re-publishing the same path (a retried segment) replaces what was there;
     only uncommitted checkpoints are ever re-published, so no reader holds them.
     """
+    if not os.path.isdir(local_dir):  # os.walk would see an empty checkpoint and publish it
+        raise CheckpointError(
+            f"cannot publish checkpoint {storage.full_url(rel_path)}: {local_dir!r} is not a folder"
+        )
     manifest = {"files": _local_files(local_dir), "metadata": metadata}
     manifest_bytes = json.dumps(manifest, sort_keys=True).encode()
     if storage.is_local:
         tmp = f"{rel_path}.tmp-{uuid.uuid4().hex[:8]}"
-        storage.put_dir(local_dir, tmp)
-        storage.write_bytes(manifest_bytes, tmp, MANIFEST)
+        try:
+            storage.put_dir(local_dir, tmp)
+            storage.write_bytes(manifest_bytes, tmp, MANIFEST)
+        except BaseException:  # leave no half-copied folder behind
+            storage.remove(tmp)
+            raise
         if storage.exists(rel_path):
             trash = f"{rel_path}.old-{uuid.uuid4().hex[:8]}"
             storage.rename((rel_path,), (trash,))
@@ -74,7 +82,7 @@ def publish_checkpoint(
 
 def read_manifest(storage: Storage, rel_path: str) -> dict[str, Any]:
     try:
-        return json.loads(storage.read_bytes(rel_path, MANIFEST))
+        manifest = json.loads(storage.read_bytes(rel_path, MANIFEST))
     except FileNotFoundError:
         raise CheckpointError(
             f"checkpoint {storage.full_url(rel_path)} has no manifest: it was never "
@@ -84,6 +92,16 @@ def read_manifest(storage: Storage, rel_path: str) -> dict[str, Any]:
         raise CheckpointError(
             f"checkpoint manifest at {storage.full_url(rel_path)} is corrupt: {e}"
         ) from None
+    if not (
+        isinstance(manifest, dict)
+        and isinstance(manifest.get("files"), dict)
+        and isinstance(manifest.get("metadata"), dict)
+    ):
+        raise CheckpointError(
+            f"checkpoint manifest at {storage.full_url(rel_path)} is corrupt: "
+            "it lacks the 'files' or 'metadata' mapping"
+        )
+    return manifest
 
 
 def fetch_checkpoint(storage: Storage, rel_path: str, local_dir: str) -> dict[str, Any]:
@@ -100,9 +118,14 @@ def fetch_checkpoint(storage: Storage, rel_path: str, local_dir: str) -> dict[st
                 f"checkpoint {storage.full_url(rel_path)} is missing file {rel!r}"
             ) from None
         size = os.path.getsize(dst)
-        if size != expected["size"] or _digest(dst) != expected["sha256"]:
+        if size != expected["size"]:
             raise CheckpointError(
-                f"checkpoint {storage.full_url(rel_path)} file {rel!r} fails its check "
-                f"(size {size}, expected {expected['size']}; or checksum differs)"
+                f"checkpoint {storage.full_url(rel_path)} file {rel!r} fails its check: "
+                f"size {size}, expected {expected['size']}"
+            )
+        if _digest(dst) != expected["sha256"]:
+            raise CheckpointError(
+                f"checkpoint {storage.full_url(rel_path)} file {rel!r} fails its check: "
+                "SHA-256 differs from the manifest"
             )
     return manifest["metadata"]

@@ -60,3 +60,13 @@ def worker_slots(client: Client) -> int:
     """How many segments can run at once: the cluster's total worker threads."""
     workers = client.scheduler_info(n_workers=-1)["workers"]
     return max(1, sum(w.get("nthreads", 1) for w in workers.values()))
+
+
+def current_worker_address() -> str | None:
+    """The address of the Dask worker running this code (None outside a worker)."""
+    from distributed import get_worker
+
+    try:
+        return get_worker().address
+    except ValueError:
+        return None

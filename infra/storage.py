@@ -121,12 +121,17 @@ class Storage:
         if self.is_local:
             os.makedirs(os.path.dirname(target), exist_ok=True)
             tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
-            with open(tmp, "wb") as f:
-                f.write(data)
-                if durable:
-                    f.flush()
-                    os.fsync(f.fileno())
-            os.replace(tmp, target)
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    if durable:
+                        f.flush()
+                        os.fsync(f.fileno())
+                os.replace(tmp, target)
+            except BaseException:  # a failed write leaves no temporary file behind
+                with contextlib.suppress(OSError):
+                    os.remove(tmp)
+                raise
         else:
             self.fs.pipe_file(target, data)
 
@@ -157,8 +162,9 @@ class Storage:
         if not self.fs.exists(target):
             return
         if self.is_local:
-            with open(target, "r+b") as f:
-                f.truncate(length)
+            if os.path.getsize(target) > length:  # never extend (as on object stores)
+                with open(target, "r+b") as f:
+                    f.truncate(length)
         else:
             data = self.fs.cat_file(target)
             if len(data) > length:

@@ -27,7 +27,9 @@ class Checkpoint:
     """
 
     def __init__(self, path: str, storage_options: dict[str, Any] | None = None) -> None:
-        self.path = os.fspath(path)
+        path = os.fspath(path)
+        # like Ray (pyarrow's from_uri): a file:// URL is kept as the plain local path
+        self.path = path[len("file://") :] if path.startswith("file://") else path
         self.storage_options = dict(storage_options or {})
 
     @classmethod
@@ -36,7 +38,7 @@ class Checkpoint:
 
     @property
     def is_local(self) -> bool:
-        return "://" not in self.path or self.path.startswith("file://")
+        return "://" not in self.path
 
     def to_directory(self, path: str | None = None) -> str:
         """Copy the checkpoint into ``path`` (a new temporary folder if None); return it."""
@@ -67,8 +69,15 @@ class Checkpoint:
 
     def to_dict(self) -> dict[str, Any]:
         """The dict a class trainable's ``save_checkpoint`` returned."""
-        with self.as_directory() as d, open(os.path.join(d, DICT_CHECKPOINT_FILE), "rb") as f:
-            return pickle.load(f)
+        with self.as_directory() as d:
+            dict_file = os.path.join(d, DICT_CHECKPOINT_FILE)
+            if not os.path.exists(dict_file):
+                raise ValueError(
+                    f"checkpoint {self.path} holds no dict (save_checkpoint wrote files "
+                    "instead of returning a dict); read its files with as_directory()"
+                )
+            with open(dict_file, "rb") as f:
+                return pickle.load(f)
 
     def __repr__(self) -> str:
         return f"Checkpoint({self.path!r})"

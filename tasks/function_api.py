@@ -32,6 +32,16 @@ class SegmentEnd(BaseException):
     """Raised inside ``report`` to unwind the user's function at a segment boundary."""
 
 
+class _ReportFailed(BaseException):
+    """Carries an error popflow raised inside ``report`` (a stop condition naming a missing
+    key, a checkpoint upload failing) past ``except Exception`` in user code; the segment
+    then fails with the original error."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
+
+
 class _Session(threading.local):
     # (on_report, restore checkpoint) of the segment running in this thread
     active: tuple[Callable[[dict[str, Any], Checkpoint | None], bool], Checkpoint | None] | None = (
@@ -57,7 +67,11 @@ def report(metrics: dict[str, Any], *, checkpoint: Checkpoint | None = None) -> 
     if not isinstance(metrics, dict):
         raise TypeError(f"report() takes a dict of metrics, got {type(metrics).__name__}")
     on_report, _ = _require_session()
-    if on_report(metrics, checkpoint):
+    try:
+        end = on_report(metrics, checkpoint)
+    except Exception as e:
+        raise _ReportFailed(e) from e
+    if end:
         raise SegmentEnd()
 
 
@@ -83,5 +97,7 @@ def run_in_session(
         return True
     except SegmentEnd:
         return False
+    except _ReportFailed as failed:
+        raise failed.error from None
     finally:
         _session.active = None

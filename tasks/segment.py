@@ -1,10 +1,11 @@
 """What a Dask worker runs: one trial's segment, from a checkpoint up to a decision point.
 
-A segment builds the trainable, restores it from storage, trains until the
-scheduler's milestone (or a stop condition), saves checkpoints to storage and
-returns the results. It never talks to the Prefect API and keeps no state
-between segments, so any worker can run any segment and a lost worker costs
-only the segment it was running.
+A segment continues the trial's live trainable if this worker parked it
+(:mod:`tasks.live`), else builds it and restores it from storage; it trains
+until the scheduler's milestone (or a stop condition), saves checkpoints to
+storage and returns the results. It never talks to the Prefect API. Storage
+holds everything a trial needs to go on, so any worker can run any segment and
+a lost worker costs only the segment it was running.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-import pickle
+import shutil
 import tempfile
 import traceback
 from collections.abc import Callable, Mapping
@@ -20,10 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.checkpoint_store import fetch_checkpoint, publish_checkpoint
+from infra.cluster import current_worker_address
 from infra.jsonutil import jsonable
 from infra.storage import Storage
-from tasks.checkpoint import DICT_CHECKPOINT_FILE, Checkpoint
-from tasks.function_api import run_in_session
+from tasks.live import Live, LiveClass, LiveFunction, UserCodeError, park, take
 from tasks.progress import ProgressClock
 from tasks.seeding import isolate_dask_sampling, seed_globals
 from tasks.trainable import Trainable
@@ -52,6 +53,7 @@ class SegmentSpec:
     checkpoint_frequency: int = 0
     checkpoint_at_end: bool = True
     taken: frozenset[str] = frozenset()  # checkpoint names this trial already has
+    live_token: str | None = None  # continue the trainable this worker parked under it
 
 
 @dataclass
@@ -69,6 +71,8 @@ class SegmentOutcome:
     #: why it ended: "milestone", "max_iterations", "done", "stop", "finished" or "error"
     reason: str = "error"
     error: str | None = None
+    live_token: str | None = None  # the trainable is parked on ``worker`` under this token
+    worker: str | None = None
 
 
 def is_function_trainable(trainable: object) -> bool:
@@ -102,17 +106,27 @@ def checkpoint_name(iteration: int, taken: frozenset[str] | set[str]) -> str:
     return name
 
 
-class _SegmentRun:
-    """State of one running segment; shared by the class and function APIs."""
+class SegmentRun:
+    """Book-keeping of one running segment, shared by the class and function APIs."""
 
     def __init__(self, spec: SegmentSpec, clock: ProgressClock):
         self.spec = spec
         self.clock = clock
         self.outcome = SegmentOutcome(trial_id=spec.trial_id)
+        self.reason: str | None = None
         self._taken = set(spec.taken)
         self._start_iteration = clock.iteration
 
-    def end_reason(self, result: dict[str, Any]) -> str | None:
+    def record(self, metrics: dict[str, Any]) -> str | None:
+        """Record one iteration's metrics; return why the segment ends here, if it does."""
+        if not isinstance(metrics, dict):
+            raise TypeError(f"reported metrics must be a dict, got {metrics!r}")
+        result = self.clock.fill(metrics)
+        self.outcome.results.append(result)
+        self.reason = self._end_reason(result)
+        return self.reason
+
+    def _end_reason(self, result: dict[str, Any]) -> str | None:
         spec = self.spec
         if result.get("done"):
             return "done"
@@ -139,7 +153,9 @@ class _SegmentRun:
             return True  # the trial continues later from here
         return reason in ("done", "stop") and self.spec.checkpoint_at_end
 
-    def publish(self, local_dir: str, result: dict[str, Any]) -> None:
+    def publish(self, local_dir: str) -> None:
+        """Publish ``local_dir`` as the checkpoint of the latest result."""
+        result = self.outcome.results[-1]
         name = checkpoint_name(self.clock.iteration, self._taken)
         self._taken.add(name)
         metadata = {**self.clock.metadata(), "result": jsonable(result)}
@@ -149,85 +165,60 @@ class _SegmentRun:
         )
 
 
-def _run_class(run: _SegmentRun, restore_dir: str | None) -> str:
-    spec = run.spec
-    trainable = spec.trainable(spec.config, trial_id=spec.trial_id)
+def _start(spec: SegmentSpec) -> Live:
+    """Build the trainable, restored from ``spec.restore`` if given."""
+    tmp = tempfile.mkdtemp(prefix="popflow-restore-")
+    restore_dir, metadata = None, None
     try:
-        if restore_dir is not None:
-            dict_file = os.path.join(restore_dir, DICT_CHECKPOINT_FILE)
-            if os.path.exists(dict_file):
-                with open(dict_file, "rb") as f:
-                    trainable.load_checkpoint(pickle.load(f))
-            else:
-                trainable.load_checkpoint(restore_dir)
-        trainable._iteration = run.clock.iteration
-        run.clock.start()
-        while True:
-            metrics = trainable.step()
-            if not isinstance(metrics, dict):
-                raise TypeError(
-                    f"{type(trainable).__name__}.step() must return a dict, got {metrics!r}"
-                )
-            result = run.clock.fill(metrics)
-            trainable._iteration = run.clock.iteration
-            run.outcome.results.append(result)
-            reason = run.end_reason(result)
-            if run.wants_checkpoint(reason):
-                with tempfile.TemporaryDirectory(prefix="popflow-save-") as d:
-                    saved = trainable.save_checkpoint(d)
-                    if isinstance(saved, dict):
-                        with open(os.path.join(d, DICT_CHECKPOINT_FILE), "wb") as f:
-                            pickle.dump(saved, f)
-                    run.publish(d, result)
-            if reason is not None:
-                return reason
+        if spec.restore is not None:
+            restore_dir = os.path.join(tmp, "checkpoint")
+            metadata = fetch_checkpoint(spec.storage, spec.restore, restore_dir)
+        clock = ProgressClock.restored(spec.trial_id, metadata)
+        if is_function_trainable(spec.trainable):
+            return LiveFunction(spec.trainable, spec.config, spec.trial_id, restore_dir, clock)
+        return LiveClass(spec.trainable, spec.config, spec.trial_id, restore_dir, clock)
     finally:
-        trainable.cleanup()
+        if restore_dir is None or not is_function_trainable(spec.trainable):
+            shutil.rmtree(tmp, ignore_errors=True)  # a live function owns its restore folder
 
 
-def _run_function(run: _SegmentRun, restore_dir: str | None) -> str:
-    spec = run.spec
-    reason: list[str] = []
-
-    def on_report(metrics: dict[str, Any], checkpoint: Checkpoint | None) -> bool:
-        result = run.clock.fill(metrics)
-        run.outcome.results.append(result)
-        if checkpoint is not None:
-            if not checkpoint.is_local:
-                raise ValueError(
-                    f"report(checkpoint=...) needs a local folder, got {checkpoint.path}"
-                )
-            run.publish(checkpoint.path, result)
-        end = run.end_reason(result)
-        if end is not None:
-            reason.append(end)
-        return end is not None
-
-    restore = Checkpoint(restore_dir) if restore_dir is not None else None
-    run.clock.start()
-    finished = run_in_session(spec.trainable, spec.config, on_report, restore)
-    return "finished" if finished and not reason else reason[0]
+def _resume_or_start(spec: SegmentSpec) -> Live:
+    live = take(spec.live_token) if spec.live_token else None
+    if live is not None and not live.accepts(spec.config):
+        live.discard()
+        live = None
+    if live is None and spec.live_token:
+        logger.info(
+            "trial %s: no live trainable here, restoring from %s", spec.trial_id, spec.restore
+        )
+    return live if live is not None else _start(spec)
 
 
 def run_segment(spec: SegmentSpec) -> SegmentOutcome:
     """The Dask task: run one segment and return its outcome (errors included, never raised)."""
     seed_globals(spec.seed)
-    run: _SegmentRun | None = None
+    run: SegmentRun | None = None
+    live: Live | None = None
     try:
-        with tempfile.TemporaryDirectory(prefix="popflow-restore-") as tmp:
-            restore_dir, metadata = None, None
-            if spec.restore is not None:
-                restore_dir = os.path.join(tmp, "checkpoint")
-                metadata = fetch_checkpoint(spec.storage, spec.restore, restore_dir)
-            run = _SegmentRun(spec, ProgressClock.restored(spec.trial_id, metadata))
-            runner = _run_function if is_function_trainable(spec.trainable) else _run_class
-            run.outcome.reason = runner(run, restore_dir)
-            return run.outcome
-    except Exception:
+        live = _resume_or_start(spec)
+        run = SegmentRun(spec, live.clock)
+        run.outcome.reason = live.run(run)
+        if run.outcome.reason in ("milestone", "max_iterations"):
+            run.outcome.live_token = park(live)
+            run.outcome.worker = current_worker_address()
+        else:
+            live.discard()
+        return run.outcome
+    except Exception as exc:
         outcome = run.outcome if run is not None else SegmentOutcome(trial_id=spec.trial_id)
         outcome.reason = "error"
-        outcome.error = traceback.format_exc()
+        outcome.error = exc.args[0] if isinstance(exc, UserCodeError) else traceback.format_exc()
         logger.warning("trial %s failed:\n%s", spec.trial_id, outcome.error)
+        if live is not None:
+            try:
+                live.discard()
+            except Exception:
+                logger.exception("cleanup after a failed segment failed")
         return outcome
 
 

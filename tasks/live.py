@@ -1,0 +1,223 @@
+"""Trainables kept alive in a worker process between segments.
+
+A segment ends at every scheduler decision point (a rung, a perturbation
+interval). When the decision is "continue", rebuilding the trainable and
+reloading its checkpoint would cost a setup per segment, and a function
+trainable that never checkpoints (Ray's ``async_hyperband_example``) could not
+continue at all. So a segment that ends at a milestone *parks* its trainable
+here under a token; the controller sends the trial's next segment to the same
+worker with that token and training goes on where it stopped, as with Ray's
+long-lived trial actors. Anything else (a pause, a clone, a stop, a lost
+worker) discards the live trainable and the trial restarts from its
+checkpoint.
+
+- class API: the :class:`~tasks.trainable.Trainable` object is kept;
+  ``reset_config`` applies a changed config in place (else it is rebuilt).
+- function API: the function runs in its own thread and waits inside
+  ``report()`` between segments.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import queue
+import shutil
+import tempfile
+import threading
+import time
+import traceback
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from tasks.checkpoint import DICT_CHECKPOINT_FILE, Checkpoint
+from tasks.function_api import run_in_session
+from tasks.progress import ProgressClock
+from tasks.trainable import Trainable
+
+if TYPE_CHECKING:
+    from tasks.segment import SegmentRun
+
+logger = logging.getLogger(__name__)
+
+#: A parked trainable nobody continued for this long is discarded (driver gone).
+PARK_TTL_S = 900.0
+
+
+class UserCodeError(Exception):
+    """The trainable raised; ``args[0]`` is its formatted traceback."""
+
+
+class LiveClass:
+    """A class trainable object that outlives its segment."""
+
+    def __init__(
+        self,
+        trainable_cls: type[Trainable],
+        config: dict[str, Any],
+        trial_id: str,
+        restore_dir: str | None,
+        clock: ProgressClock,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.trainable = trainable_cls(config, trial_id=trial_id)
+        if restore_dir is not None:
+            dict_file = os.path.join(restore_dir, DICT_CHECKPOINT_FILE)
+            if os.path.exists(dict_file):
+                with open(dict_file, "rb") as f:
+                    self.trainable.load_checkpoint(pickle.load(f))
+            else:
+                self.trainable.load_checkpoint(restore_dir)
+        self.trainable._iteration = clock.iteration
+
+    def accepts(self, config: dict[str, Any]) -> bool:
+        if config == self.config:
+            return True
+        if self.trainable.reset_config(dict(config)):
+            self.config = self.trainable.config = config
+            return True
+        return False
+
+    def run(self, run: SegmentRun) -> str:
+        self.clock.start()
+        while True:
+            metrics = self.trainable.step()
+            if not isinstance(metrics, dict):
+                raise TypeError(
+                    f"{type(self.trainable).__name__}.step() must return a dict, got {metrics!r}"
+                )
+            reason = run.record(metrics)
+            self.trainable._iteration = self.clock.iteration
+            if run.wants_checkpoint(reason):
+                with tempfile.TemporaryDirectory(prefix="popflow-save-") as d:
+                    saved = self.trainable.save_checkpoint(d)
+                    if isinstance(saved, dict):
+                        with open(os.path.join(d, DICT_CHECKPOINT_FILE), "wb") as f:
+                            pickle.dump(saved, f)
+                    run.publish(d)
+            if reason is not None:
+                return reason
+
+    def discard(self) -> None:
+        self.trainable.cleanup()
+
+
+class LiveFunction:
+    """A function trainable in its own thread, waiting in ``report()`` between segments."""
+
+    def __init__(
+        self,
+        fn: Any,
+        config: dict[str, Any],
+        trial_id: str,
+        restore_dir: str | None,
+        clock: ProgressClock,
+    ) -> None:
+        self.fn = fn
+        self.config = config
+        self.clock = clock
+        self._restore_dir = restore_dir  # owned: the function may read it lazily
+        self._commands: queue.Queue[SegmentRun | None] = queue.Queue()
+        self._events: queue.Queue[tuple[str, str | None]] = queue.Queue()
+        self._segment: SegmentRun | None = None
+        self._thread = threading.Thread(target=self._main, name=f"trial-{trial_id}", daemon=True)
+
+    def accepts(self, config: dict[str, Any]) -> bool:
+        return config == self.config  # a running function cannot take a new config
+
+    def _main(self) -> None:
+        restore = Checkpoint(self._restore_dir) if self._restore_dir else None
+        try:
+            finished = run_in_session(self.fn, self.config, self._on_report, restore)
+            self._events.put(("finished" if finished else "discarded", None))
+        except BaseException:  # the thread must always answer the segment waiting on it
+            self._events.put(("error", traceback.format_exc()))
+
+    def _on_report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None) -> bool:
+        assert self._segment is not None
+        if checkpoint is not None and not checkpoint.is_local:
+            raise ValueError(f"report(checkpoint=...) needs a local folder, got {checkpoint.path}")
+        reason = self._segment.record(metrics)
+        if checkpoint is not None:
+            self._segment.publish(checkpoint.path)
+        if reason is None:
+            return False
+        self._events.put(("segment_end", None))
+        following = self._commands.get()  # park here until continued or discarded
+        if following is None:
+            return True  # report() raises SegmentEnd and the thread unwinds
+        self._segment = following
+        self.clock.start()
+        return False
+
+    def run(self, run: SegmentRun) -> str:
+        self._segment = run
+        if not self._thread.is_alive() and self._thread.ident is None:
+            self.clock.start()
+            self._thread.start()
+        else:
+            self._commands.put(run)
+        kind, payload = self._events.get()
+        if kind == "error":
+            raise UserCodeError(payload)
+        if kind == "segment_end":
+            assert run.reason is not None
+            return run.reason
+        return run.reason or "finished"
+
+    def discard(self) -> None:
+        if self._thread.is_alive():
+            self._commands.put(None)
+            self._thread.join(timeout=10)
+        if self._restore_dir:
+            shutil.rmtree(os.path.dirname(self._restore_dir), ignore_errors=True)
+
+
+Live = LiveClass | LiveFunction
+
+_parked: dict[str, tuple[Live, float]] = {}
+_lock = threading.Lock()
+
+
+def park(live: Live) -> str:
+    """Keep ``live`` in this process; return the token that continues it."""
+    token = uuid.uuid4().hex
+    now = time.monotonic()
+    with _lock:
+        expired = [t for t, (_, at) in _parked.items() if now - at > PARK_TTL_S]
+        stale = [_parked.pop(t)[0] for t in expired]
+        _parked[token] = (live, now)
+    for old in stale:
+        logger.warning("discarding a trainable parked for over %.0f s", PARK_TTL_S)
+        old.discard()
+    return token
+
+
+def take(token: str) -> Live | None:
+    with _lock:
+        entry = _parked.pop(token, None)
+    return entry[0] if entry else None
+
+
+def discard_parked(tokens: list[str]) -> int:
+    """Discard parked trainables (run on a worker via ``Client.run``); returns how many."""
+    found = [live for live in (take(t) for t in tokens) if live is not None]
+    for live in found:
+        try:
+            live.discard()
+        except Exception:
+            logger.exception("cleanup of a parked trainable failed")
+    return len(found)
+
+
+async def discard_parked_soon(tokens: list[str]) -> None:
+    """``Client.run(..., wait=False)`` entry point (it needs a coroutine): discard in a
+    background thread, so a slow ``cleanup()`` never blocks the worker's event loop."""
+    threading.Thread(target=discard_parked, args=(tokens,), name="discard-parked", daemon=True).start()
+
+
+def parked_count() -> int:
+    with _lock:
+        return len(_parked)
