@@ -114,6 +114,7 @@ class Controller:
         checkpoint_at_end: bool = True,
         max_failures: int = 0,
         commit_interval: float = 1.0,
+        resources: dict[str, float] | None = None,
     ) -> None:
         self.trainable = trainable
         self.records = records
@@ -128,6 +129,7 @@ class Controller:
         self.checkpoint_at_end = checkpoint_at_end
         self.max_failures = max_failures
         self.commit_interval = commit_interval
+        self.resources = resources  # Dask resources each segment task holds
         self.in_flight: dict[Future, list[TrialRecord]] = {}
         self._completed = as_completed()
         self._clock = max((r.trial.last_train_time for r in records), default=0.0)
@@ -212,6 +214,7 @@ class Controller:
             pure=False,
             workers=[pinned] if pinned else None,
             allow_other_workers=bool(pinned),
+            resources=self.resources,
         )
         self.in_flight[future] = recs
         if not self.synchronous:

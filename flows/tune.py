@@ -26,7 +26,7 @@ from prefect.cache_policies import NO_CACHE
 from flows.config import CheckpointConfig
 from flows.controller import Controller, TrialRecord
 from flows.results import Result, ResultGrid
-from infra.cluster import dask_client, worker_slots
+from infra.cluster import dask_client, dask_resources, worker_slots
 from infra.experiment_log import ExperimentLog
 from infra.jsonutil import dumps
 from infra.storage import Storage
@@ -145,6 +145,7 @@ def tune(
     name: str | None = None,
     seed: int | None = None,
     max_failures: int = 0,
+    resources_per_trial: dict[str, float] | None = None,
     dask_address: str | Client | None = None,
     n_workers: int | None = None,
     commit_interval: float = 1.0,
@@ -161,6 +162,8 @@ def tune(
       or any fsspec URL such as ``s3://bucket/prefix``).
     - ``seed``: drives trial sampling, the scheduler's generator and every
       segment's ``random``/``numpy`` seeds; synchronous runs repeat bit for bit.
+    - ``resources_per_trial``: e.g. ``{"cpu": 2, "gpu": 1}``, held as Dask
+      worker resources by every segment; fails fast if no worker can hold one.
     - ``dask_address``: an existing Dask scheduler (address or Client); otherwise a LocalCluster
       with ``n_workers`` process workers (default: one per core).
     """
@@ -172,6 +175,7 @@ def tune(
             "set them in one place only"
         )
     metric, mode = scheduler.metric, scheduler.mode
+    resources = dask_resources(resources_per_trial)
     checkpoint_config = checkpoint_config or CheckpointConfig()
     name = name or f"{_trainable_name(trainable)}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     if seed is None:
@@ -230,6 +234,7 @@ def tune(
         seed,
     )
     with dask_client(dask_address, n_workers) as client:
+        slots = worker_slots(client, resources)
         controller = Controller(
             trainable=trainable,
             records=records,
@@ -242,8 +247,8 @@ def tune(
             checkpoint_at_end=checkpoint_at_end,
             max_failures=max_failures,
             commit_interval=commit_interval,
+            resources=resources,
         )
-        slots = worker_slots(client)
         try:
             round_no = 1
             while _round.with_options(task_run_name=f"round-{round_no}")(controller, slots):

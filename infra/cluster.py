@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
-from collections.abc import Iterator
+import shutil
+import subprocess
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from distributed import Client, LocalCluster
@@ -18,16 +21,36 @@ def default_workers() -> int:
     )
 
 
+def detect_gpus() -> int:
+    """GPUs on this machine, as ``nvidia-smi -L`` lists them (0 without it)."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def embedded_resources(n_workers: int) -> dict[str, float]:
+    """What each embedded worker offers: its share of the cores and of the GPUs."""
+    resources = {"CPU": max(1.0, default_workers() / n_workers)}
+    gpus = detect_gpus()
+    if gpus:
+        resources["GPU"] = gpus / n_workers
+    return resources
+
+
 @contextmanager
 def dask_client(
     address: str | Client | None = None,
     n_workers: int | None = None,
-    resources: dict[str, float] | None = None,
 ) -> Iterator[Client]:
     """Yield a client: to ``address`` if given, else to a new LocalCluster torn down on exit.
 
     The embedded cluster uses process workers with one thread each (one trial
-    segment per process at a time), one worker per core by default.
+    segment per process at a time), one worker per core by default; each
+    declares its share of the machine as Dask resources ``CPU`` and ``GPU``.
     """
     if isinstance(address, Client):
         yield address
@@ -46,7 +69,7 @@ def dask_client(
         threads_per_worker=1,
         processes=True,
         dashboard_address=None,
-        resources=resources,
+        resources=embedded_resources(n),
         silence_logs=logging.WARNING,
     )
     try:
@@ -56,10 +79,42 @@ def dask_client(
         cluster.close()
 
 
-def worker_slots(client: Client) -> int:
-    """How many segments can run at once: the cluster's total worker threads."""
+def dask_resources(per_trial: Mapping[str, float] | None) -> dict[str, float] | None:
+    """``resources_per_trial`` (Ray's names: cpu, gpu, or any custom resource) as Dask's."""
+    if not per_trial:
+        return None
+    out = {}
+    for name, amount in per_trial.items():
+        if not isinstance(amount, (int, float)) or amount < 0:
+            raise ValueError(f"`resources_per_trial[{name!r}]` is {amount!r}, but must be a number >= 0")
+        if amount:
+            out[{"cpu": "CPU", "gpu": "GPU"}.get(name.lower(), name)] = float(amount)
+    return out or None
+
+
+def worker_slots(client: Client, resources: Mapping[str, float] | None = None) -> int:
+    """How many segments can run at once.
+
+    Without ``resources``: the cluster's worker threads. With them: how many
+    trials fit, worker by worker. Raises ValueError when no worker can hold
+    one trial, instead of letting its tasks wait forever.
+    """
     workers = client.scheduler_info(n_workers=-1)["workers"]
-    return max(1, sum(w.get("nthreads", 1) for w in workers.values()))
+    if not resources:
+        return max(1, sum(w.get("nthreads", 1) for w in workers.values()))
+    slots = 0
+    for w in workers.values():
+        offered = w.get("resources", {})
+        fits = min(math.floor(offered.get(k, 0) / v) for k, v in resources.items())
+        slots += min(fits, w.get("nthreads", 1))
+    if slots == 0:
+        offers = sorted({str(w.get("resources", {})) for w in workers.values()})
+        raise ValueError(
+            f"no Dask worker can run a trial needing {resources}; workers offer {', '.join(offers)}. "
+            "Ask for less, use fewer embedded workers (n_workers), or point dask_address at "
+            "workers started with matching --resources"
+        )
+    return slots
 
 
 def current_worker_address() -> str | None:
