@@ -107,6 +107,7 @@ class Controller:
         records: list[TrialRecord],
         scheduler: TrialScheduler,
         storage: Storage,
+        log: ExperimentLog,
         client: Client,
         seed: int,
         stop: StopCondition = None,
@@ -121,7 +122,7 @@ class Controller:
         self.by_id = {r.trial_id: r for r in records}
         self.scheduler = scheduler
         self.storage = storage
-        self.log = ExperimentLog(storage)
+        self.log = log
         self.client = client
         self.seed = seed
         self.stop = stop
@@ -142,6 +143,12 @@ class Controller:
         self.rounds = 0
         self.decisions = 0  # scheduler calls so far: seeds the driver's globals before each
         isolate_dask_sampling()
+
+    def resume_from(self, commit: dict[str, Any]) -> None:
+        """Continue the counters of a committed run (the records come from the same commit)."""
+        self.rounds = commit["round"]
+        self.decisions = commit["decisions"]
+        self._derived = dict(commit["derived"])
 
     # -- plan ------------------------------------------------------------------
     @property

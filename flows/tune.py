@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 import logging
 import os
 import random
@@ -26,9 +27,11 @@ from prefect.cache_policies import NO_CACHE
 from flows.config import CheckpointConfig
 from flows.controller import Controller, TrialRecord
 from flows.results import Result, ResultGrid
+from flows.resume import is_finished, restore_records
 from infra.cluster import dask_client, dask_resources, worker_slots
-from infra.experiment_log import ExperimentLog
+from infra.experiment_log import EXPERIMENT_FILE, ExperimentLog
 from infra.jsonutil import dumps
+from infra.lease import Lease
 from infra.storage import Storage
 from schedulers import FIFOScheduler, Trial, TrialScheduler
 from schedulers.variants import resolve_variants
@@ -104,6 +107,46 @@ def _new_records(
     return records
 
 
+def _is_flow_retry() -> bool:
+    """True inside a Prefect flow run that is being retried (run_count > 1)."""
+    from prefect.context import FlowRunContext
+
+    ctx = FlowRunContext.get()
+    return bool(ctx and ctx.flow_run and ctx.flow_run.run_count > 1)
+
+
+def _start(
+    trainable: Any,
+    param_space: dict[str, Any] | None,
+    num_samples: int,
+    scheduler: TrialScheduler,
+    name: str,
+    seed: int,
+    exp_storage: Storage,
+    log: ExperimentLog,
+) -> list[TrialRecord]:
+    """Sample the population and write its params; the scheduler gets the experiment's generator."""
+    variant_seq, scheduler_seq = np.random.SeedSequence(seed).spawn(2)
+    scheduler.set_rng(np.random.default_rng(scheduler_seq))
+    # user callables in hyperparam_mutations / sample_from use the global RNGs
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    records = _new_records(
+        trainable,
+        dict(param_space or {}),
+        num_samples,
+        scheduler,
+        name,
+        np.random.default_rng(variant_seq),
+    )
+    for rec in records:
+        scheduler.on_trial_add(rec.trial)
+        exp_storage.write_text(
+            dumps(rec.trial.config, indent=2, sort_keys=True), rec.dirname, "params.json"
+        )
+    return records
+
+
 def _results(
     records: list[TrialRecord], storage: Storage, metric: str | None, mode: str | None
 ) -> ResultGrid:
@@ -149,6 +192,8 @@ def tune(
     dask_address: str | Client | None = None,
     n_workers: int | None = None,
     commit_interval: float = 1.0,
+    resume: bool | str = False,
+    lease_ttl: float = 60.0,
 ) -> ResultGrid:
     """Tune ``trainable`` over ``param_space`` with ``scheduler``; Ray Tune's ``Tuner.fit``.
 
@@ -166,9 +211,17 @@ def tune(
       worker resources by every segment; fails fast if no worker can hold one.
     - ``dask_address``: an existing Dask scheduler (address or Client); otherwise a LocalCluster
       with ``n_workers`` process workers (default: one per core).
+    - ``resume``: True continues the experiment ``<storage>/<name>`` from its
+      last committed round (pass the same trainable and a scheduler built with
+      the same arguments); "auto" resumes if there is one, else starts. A
+      Prefect retry of this flow run resumes by itself. A finished experiment
+      is not run again: its results are returned.
+    - ``lease_ttl``: seconds a crashed driver's lease blocks another driver.
     """
     scheduler = scheduler if scheduler is not None else FIFOScheduler()
     _check_arguments(trainable, num_samples, stop, max_failures, commit_interval, scheduler)
+    if resume not in (False, True, "auto"):
+        raise ValueError(f"`resume` is {resume!r}, but must be False, True or 'auto'")
     if not scheduler.set_search_properties(metric, mode):
         raise ValueError(
             "`metric`/`mode` were passed to tune() but the scheduler already has its own; "
@@ -178,84 +231,95 @@ def tune(
     resources = dask_resources(resources_per_trial)
     checkpoint_config = checkpoint_config or CheckpointConfig()
     name = name or f"{_trainable_name(trainable)}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
-    if seed is None:
-        seed = secrets.randbits(32)
-    storage_root = Storage(storage, storage_options)
-    exp_storage = storage_root.child(name)
+    exp_storage = Storage(storage, storage_options).child(name)
     log = ExperimentLog(exp_storage)
-    if log.commit_numbers():
+    latest = log.latest()
+    resume = resume or ("auto" if _is_flow_retry() else False)
+    if latest is not None and not resume:
+        state = "a finished" if is_finished(latest) else "an unfinished"
         raise ValueError(
-            f"an experiment named {name!r} already exists at {exp_storage.url}; "
-            "choose another `name` (or resume it)"
+            f"{state} experiment named {name!r} already exists at {exp_storage.url}; "
+            "resume it (tune(..., resume=True) or `popflow resume`) or choose another `name`"
         )
+    if latest is None and resume is True:
+        raise ValueError(f"nothing to resume: no committed experiment at {exp_storage.url}")
+    if latest is not None and is_finished(latest):
+        logger.info("%s already finished; returning its results", name)
+        return _results(restore_records(exp_storage, latest), exp_storage, metric, mode)
 
-    root = np.random.SeedSequence(seed)
-    variant_seq, scheduler_seq = root.spawn(2)
-    scheduler.set_rng(np.random.default_rng(scheduler_seq))
-    # user callables in hyperparam_mutations / sample_from use the global RNGs
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    records = _new_records(
-        trainable,
-        dict(param_space or {}),
-        num_samples,
-        scheduler,
-        name,
-        np.random.default_rng(variant_seq),
-    )
-    for rec in records:
-        scheduler.on_trial_add(rec.trial)
-        exp_storage.write_text(
-            dumps(rec.trial.config, indent=2, sort_keys=True), rec.dirname, "params.json"
+    with Lease(exp_storage, lease_ttl):
+        if latest is not None:
+            seed = int(json.loads(exp_storage.read_text(EXPERIMENT_FILE))["seed"])
+            scheduler.set_rng(np.random.default_rng(np.random.SeedSequence(seed).spawn(2)[1]))
+            scheduler.set_state(latest["scheduler"])
+            records = restore_records(exp_storage, latest)
+            logger.info(
+                "%s: resuming after round %d from %s", name, latest["round"], exp_storage.url
+            )
+        else:
+            if seed is None:
+                seed = secrets.randbits(32)
+            records = _start(
+                trainable, param_space, num_samples, scheduler, name, seed, exp_storage, log
+            )
+            log.write_experiment(
+                {
+                    "name": name,
+                    "seed": seed,
+                    "trainable": _trainable_name(trainable),
+                    "scheduler": type(scheduler).__name__,
+                    "metric": metric,
+                    "mode": mode,
+                    "num_trials": len(records),
+                    "created": time.time(),
+                }
+            )
+            logger.info(
+                "%s: %d trials, %s, results in %s (seed %d)",
+                name,
+                len(records),
+                scheduler.debug_string(),
+                exp_storage.url,
+                seed,
+            )
+        checkpoint_at_end = (
+            checkpoint_config.checkpoint_at_end
+            if checkpoint_config.checkpoint_at_end is not None
+            else not is_function_trainable(trainable)
         )
-    log.write_experiment(
-        {
-            "name": name,
-            "seed": seed,
-            "trainable": _trainable_name(trainable),
-            "scheduler": type(scheduler).__name__,
-            "metric": metric,
-            "mode": mode,
-            "num_trials": len(records),
-            "created": time.time(),
-        }
-    )
-    checkpoint_at_end = (
-        checkpoint_config.checkpoint_at_end
-        if checkpoint_config.checkpoint_at_end is not None
-        else not is_function_trainable(trainable)
-    )
-    logger.info(
-        "%s: %d trials, %s, results in %s (seed %d)",
-        name,
-        len(records),
-        scheduler.debug_string(),
-        exp_storage.url,
-        seed,
-    )
-    with dask_client(dask_address, n_workers) as client:
-        slots = worker_slots(client, resources)
-        controller = Controller(
-            trainable=trainable,
-            records=records,
-            scheduler=scheduler,
-            storage=exp_storage,
-            client=client,
-            seed=seed,
-            stop=stop,
-            checkpoint_config=checkpoint_config,
-            checkpoint_at_end=checkpoint_at_end,
-            max_failures=max_failures,
-            commit_interval=commit_interval,
-            resources=resources,
-        )
-        try:
-            round_no = 1
-            while _round.with_options(task_run_name=f"round-{round_no}")(controller, slots):
-                round_no += 1
-        finally:
-            controller.cancel()
+        with dask_client(dask_address, n_workers) as client:
+            slots = worker_slots(client, resources)
+            controller = Controller(
+                trainable=trainable,
+                records=records,
+                scheduler=scheduler,
+                storage=exp_storage,
+                log=log,
+                client=client,
+                seed=seed,
+                stop=stop,
+                checkpoint_config=checkpoint_config,
+                checkpoint_at_end=checkpoint_at_end,
+                max_failures=max_failures,
+                commit_interval=commit_interval,
+                resources=resources,
+            )
+            if latest is not None:
+                controller.resume_from(latest)
+            else:
+                controller.commit()  # round 0: the sampled population, before any training
+            try:
+                round_no = controller.rounds + 1
+                while _round.with_options(task_run_name=f"round-{round_no}")(controller, slots):
+                    round_no += 1
+            finally:
+                controller.cancel()
     grid = _results(records, exp_storage, metric, mode)
+    stuck = [r.trial_id for r in records if r.trial.is_live]
+    if stuck:
+        logger.warning(
+            "%d trials never finished (the scheduler chose none to run): %s", len(stuck), stuck
+        )
     logger.info(
         "%s finished: %d trials, %d errors; %s",
         name,

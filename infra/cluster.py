@@ -86,7 +86,9 @@ def dask_resources(per_trial: Mapping[str, float] | None) -> dict[str, float] | 
     out = {}
     for name, amount in per_trial.items():
         if not isinstance(amount, (int, float)) or amount < 0:
-            raise ValueError(f"`resources_per_trial[{name!r}]` is {amount!r}, but must be a number >= 0")
+            raise ValueError(
+                f"`resources_per_trial[{name!r}]` is {amount!r}, but must be a number >= 0"
+            )
         if amount:
             out[{"cpu": "CPU", "gpu": "GPU"}.get(name.lower(), name)] = float(amount)
     return out or None

@@ -71,6 +71,11 @@ class Storage:
 
     def path(self, *parts: str) -> str:
         """Absolute filesystem path of ``parts`` under the root."""
+        for part in parts:
+            if part.startswith("/"):  # posixpath.join would drop the root and escape it
+                raise ValueError(
+                    f"storage path part {part!r} is absolute; give paths relative to {self.url}"
+                )
         return posixpath.join(self.root, *parts) if parts else self.root
 
     def full_url(self, *parts: str) -> str:

@@ -90,15 +90,24 @@ class LiveClass:
                 )
             reason = run.record(metrics)
             self.trainable._iteration = self.clock.iteration
-            if run.wants_checkpoint(reason):
-                with tempfile.TemporaryDirectory(prefix="popflow-save-") as d:
-                    saved = self.trainable.save_checkpoint(d)
-                    if isinstance(saved, dict):
-                        with open(os.path.join(d, DICT_CHECKPOINT_FILE), "wb") as f:
-                            pickle.dump(saved, f)
-                    run.publish(d)
+            need = run.wants_checkpoint(reason)
+            if need:
+                self._save(run, required=need == "required")
             if reason is not None:
                 return reason
+
+    def _save(self, run: SegmentRun, required: bool) -> None:
+        with tempfile.TemporaryDirectory(prefix="popflow-save-") as d:
+            try:
+                saved = self.trainable.save_checkpoint(d)
+            except NotImplementedError:
+                if required:
+                    raise
+                return  # no checkpoint: the trial can only continue live
+            if isinstance(saved, dict):
+                with open(os.path.join(d, DICT_CHECKPOINT_FILE), "wb") as f:
+                    pickle.dump(saved, f)
+            run.publish(d)
 
     def discard(self) -> None:
         self.trainable.cleanup()
@@ -215,7 +224,9 @@ def discard_parked(tokens: list[str]) -> int:
 async def discard_parked_soon(tokens: list[str]) -> None:
     """``Client.run(..., wait=False)`` entry point (it needs a coroutine): discard in a
     background thread, so a slow ``cleanup()`` never blocks the worker's event loop."""
-    threading.Thread(target=discard_parked, args=(tokens,), name="discard-parked", daemon=True).start()
+    threading.Thread(
+        target=discard_parked, args=(tokens,), name="discard-parked", daemon=True
+    ).start()
 
 
 def parked_count() -> int:

@@ -9,12 +9,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Fields that change from run to run however the trial is seeded.
+#: Fields that describe the run's timing and process history (wall times,
+#: host, restarts), not the training: they differ between identical seeded runs.
 VOLATILE_FIELDS = frozenset(
     {
         "time_this_iter_s",
         "time_total_s",
         "time_since_restore",
+        "iterations_since_restore",
         "timestamp",
         "date",
         "pid",

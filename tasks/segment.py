@@ -132,12 +132,14 @@ class SegmentRun:
             return "done"
         if should_stop(spec.stop, spec.trial_id, result):
             return "stop"
-        if (
-            spec.target is not None
-            and spec.time_attr in result
-            and result[spec.time_attr] >= spec.target
-        ):
-            return "milestone"
+        if spec.target is not None:
+            if spec.time_attr not in result:
+                raise ValueError(
+                    f"the scheduler measures time in {spec.time_attr!r}, but the trial's result "
+                    f"has no such key; result keys are {sorted(result)}"
+                )
+            if result[spec.time_attr] >= spec.target:
+                return "milestone"
         if (
             spec.max_iterations is not None
             and self.clock.iteration - self._start_iteration >= spec.max_iterations
@@ -145,13 +147,20 @@ class SegmentRun:
             return "max_iterations"
         return None
 
-    def wants_checkpoint(self, reason: str | None) -> bool:
+    def wants_checkpoint(self, reason: str | None) -> str | None:
+        """ "required" (asked for by the user), "optional" (at a decision point), or None.
+
+        A checkpoint at a decision point lets the trial pause, be cloned or
+        resume after a crash; a trainable that cannot save still continues live.
+        """
         freq = self.spec.checkpoint_frequency
         if freq and self.clock.iteration % freq == 0:
-            return True
+            return "required"
+        if reason in ("done", "stop") and self.spec.checkpoint_at_end:
+            return "required"
         if reason in ("milestone", "max_iterations"):
-            return True  # the trial continues later from here
-        return reason in ("done", "stop") and self.spec.checkpoint_at_end
+            return "optional"
+        return None
 
     def publish(self, local_dir: str) -> None:
         """Publish ``local_dir`` as the checkpoint of the latest result."""
@@ -168,18 +177,22 @@ class SegmentRun:
 def _start(spec: SegmentSpec) -> Live:
     """Build the trainable, restored from ``spec.restore`` if given."""
     tmp = tempfile.mkdtemp(prefix="popflow-restore-")
-    restore_dir, metadata = None, None
+    restore_dir, metadata, owned = None, None, False
     try:
         if spec.restore is not None:
             restore_dir = os.path.join(tmp, "checkpoint")
             metadata = fetch_checkpoint(spec.storage, spec.restore, restore_dir)
         clock = ProgressClock.restored(spec.trial_id, metadata)
         if is_function_trainable(spec.trainable):
-            return LiveFunction(spec.trainable, spec.config, spec.trial_id, restore_dir, clock)
+            live: Live = LiveFunction(
+                spec.trainable, spec.config, spec.trial_id, restore_dir, clock
+            )
+            owned = restore_dir is not None  # a live function owns its restore folder
+            return live
         return LiveClass(spec.trainable, spec.config, spec.trial_id, restore_dir, clock)
     finally:
-        if restore_dir is None or not is_function_trainable(spec.trainable):
-            shutil.rmtree(tmp, ignore_errors=True)  # a live function owns its restore folder
+        if not owned:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _resume_or_start(spec: SegmentSpec) -> Live:

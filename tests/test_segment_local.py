@@ -227,11 +227,6 @@ def test_done_beats_a_milestone_reached_at_the_same_iteration(storage, run):
     assert out.reason == "done"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="segment.py: a target whose time_attr never appears in the result is ignored "
-    "(the segment would train forever without max_iterations)",
-)
 def test_milestone_on_a_time_attr_missing_from_the_result_is_an_error(storage, run):
     out = run(spec(storage, time_attr="epoch", target=2, max_iterations=5))
     assert out.reason == "error"

@@ -42,6 +42,17 @@ def test_local_root_is_absolute_and_paths_join_under_it(tmp_path, monkeypatch):
     assert s.full_url("x") == f"{s.root}/x"
 
 
+def test_absolute_parts_cannot_escape_the_root(storage):
+    with pytest.raises(
+        ValueError, match=r"storage path part '/etc' is absolute; give paths relative to /"
+    ):
+        storage.path("/etc", "passwd")
+    with pytest.raises(ValueError, match="is absolute"):
+        storage.child("/elsewhere")
+    with pytest.raises(ValueError, match="is absolute"):
+        storage.remove("a", "/b")
+
+
 def test_file_url_is_a_local_folder(tmp_path):
     s = Storage(f"file://{tmp_path}/root")
     assert s.is_local

@@ -80,3 +80,24 @@ class EndsEarlyTrainable(ParityTrainable):
         result = super().step()
         result["done"] = self.iteration + 1 == self.config.get("done_at")
         return result
+
+
+class ConfigEcho(Trainable):
+    """Reports its config's ``c`` and scores ``c`` per iteration (state: the running score)."""
+
+    def setup(self, config: dict[str, Any]) -> None:
+        self.total = 0.0
+
+    def step(self) -> dict[str, Any]:
+        self.total += self.config["c"]
+        return {"score": self.total, "c": self.config["c"]}
+
+    def save_checkpoint(self, checkpoint_dir: str) -> dict[str, Any]:
+        return {"total": self.total}
+
+    def load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.total = checkpoint["total"]
+
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        self.resets = getattr(self, "resets", 0) + 1
+        return True

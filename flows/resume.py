@@ -1,0 +1,95 @@
+"""Reading an experiment back from storage: the trial table of its last commit.
+
+Whatever was written after the last commit did not happen: derived logs are
+cut back to their committed sizes, checkpoints no commit knows are deleted,
+and lineage files are rewritten from the committed lineage.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from flows.controller import TrialRecord
+from infra.jsonutil import dumps
+from infra.storage import Storage
+from schedulers import Trial, TrialStatus
+from tasks.segment import CheckpointRecord
+
+logger = logging.getLogger(__name__)
+
+#: Suffixes of half-published checkpoint folders (see infra.checkpoint_store).
+_SCRATCH = (".tmp-", ".old-")
+
+
+def is_finished(commit: dict[str, Any]) -> bool:
+    live = (TrialStatus.PENDING, TrialStatus.RUNNING, TrialStatus.PAUSED)
+    return not any(TrialStatus(t["status"]) in live for t in commit["trials"])
+
+
+def _read_results(storage: Storage, dirname: str, count: int) -> list[dict[str, Any]]:
+    if count == 0:
+        return []
+    lines = storage.read_text(dirname, "result.json").splitlines()
+    if len(lines) < count:
+        raise RuntimeError(
+            f"{storage.full_url(dirname, 'result.json')} has {len(lines)} results but the "
+            f"committed state counts {count}: the experiment folder was changed by hand"
+        )
+    return [json.loads(line) for line in lines[:count]]
+
+
+def restore_records(storage: Storage, commit: dict[str, Any]) -> list[TrialRecord]:
+    """Trial records as of ``commit``, with storage cleaned of anything uncommitted."""
+    for path, size in commit["derived"].items():
+        storage.truncate(size, path)
+    records = []
+    for t in commit["trials"]:
+        status = TrialStatus(t["status"])
+        if status == TrialStatus.RUNNING:  # its segment's result was never committed
+            status = TrialStatus.PENDING
+        trial = Trial(
+            trial_id=t["trial_id"],
+            config=t["config"],
+            status=status,
+            last_train_time=t["last_train_time"],
+            experiment_tag=t["experiment_tag"],
+        )
+        rec = TrialRecord(
+            trial=trial,
+            index=t["index"],
+            dirname=t["dirname"],
+            restore=t["restore"],
+            restore_iteration=t["restore_iteration"],
+            checkpoints=[CheckpointRecord(**c) for c in t["checkpoints"]],
+            num_failures=t["num_failures"],
+            error=t["error"],
+            lineage=t["lineage"],
+            csv_header=t["csv_header"],
+        )
+        rec.results = _read_results(storage, rec.dirname, t["num_results"])
+        trial.last_result = rec.results[-1] if rec.results else {}
+        records.append(rec)
+    _clean(storage, records)
+    return records
+
+
+def _clean(storage: Storage, records: list[TrialRecord]) -> None:
+    referenced = {r.restore for r in records if r.restore}
+    for rec in records:
+        kept = {c.name for c in rec.checkpoints}
+        for name in storage.listdir(rec.dirname):
+            orphan = name.startswith("checkpoint_") and name not in kept
+            if (orphan and f"{rec.dirname}/{name}" not in referenced) or any(
+                s in name for s in _SCRATCH
+            ):
+                logger.info("removing uncommitted %s/%s", rec.dirname, name)
+                storage.remove(rec.dirname, name)
+        if rec.trial.status != TrialStatus.ERROR:
+            storage.remove(rec.dirname, "error.txt")
+        policy = f"pbt_policy_{rec.trial_id}.txt"
+        if rec.lineage:
+            storage.write_text("".join(dumps(p) + "\n" for p in rec.lineage), policy)
+        else:
+            storage.remove(policy)

@@ -1,0 +1,144 @@
+"""A tune driver the resume tests run as a subprocess and kill at chosen points.
+
+    python tests/crash_driver.py STORAGE NAME SCHEDULER [--kill-at KIND:N]
+
+``--kill-at append:3`` SIGKILLs the driver's process group (driver and its
+embedded Dask workers) inside the 3rd append to a derived log,
+``commit-before:N`` / ``commit-after:N`` around the N-th commit's publication,
+``remove:N`` inside the N-th deletion. The faults are injected here, by
+wrapping storage calls, not by hooks in the library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from trainables import ParityTrainable
+
+from flows import CheckpointConfig, tune
+from infra.experiment_log import ExperimentLog
+from infra.storage import Storage
+from schedulers import (
+    ASHAScheduler,
+    FIFOScheduler,
+    HyperBandScheduler,
+    MedianStoppingRule,
+    PopulationBasedTraining,
+    sample_from,
+)
+
+ITERATIONS = 24
+
+
+def scheduler(kind: str):
+    return {
+        "pbt_synch": lambda: PopulationBasedTraining(
+            time_attr="training_iteration",
+            perturbation_interval=1,
+            hyperparam_mutations={"c": [1, 2, 3]},
+            synch=True,
+        ),
+        "pbt_async": lambda: PopulationBasedTraining(
+            time_attr="training_iteration",
+            perturbation_interval=2,
+            hyperparam_mutations={"c": [1, 2, 3]},
+        ),
+        "asha": lambda: ASHAScheduler(grace_period=1, max_t=ITERATIONS, reduction_factor=2),
+        "hyperband": lambda: HyperBandScheduler(max_t=ITERATIONS, reduction_factor=2),
+        "median": lambda: MedianStoppingRule(
+            time_attr="training_iteration", grace_period=2, min_samples_required=2
+        ),
+        "fifo": FIFOScheduler,
+    }[kind]()
+
+
+def inject(kill_at: str | None) -> None:
+    """Kill the process group at a point of the experiment's progress.
+
+    ``N`` counts the experiment's commits (across resumes): ``commit-before:N``
+    dies just before commit N is published, ``commit-after:N`` just after;
+    ``append:N`` / ``remove:N`` die in the first derived-log append / checkpoint
+    deletion after commit N (in the middle of writing round N + 1).
+    """
+    if not kill_at:
+        return
+    kind, n = kill_at.split(":")
+    target = int(n)
+
+    def die() -> None:
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    original_commit = ExperimentLog.commit
+
+    def commit(self, payload):
+        if kind == "commit-before" and self.seq + 1 == target:
+            die()
+        seq = original_commit(self, payload)
+        if kind == "commit-after" and seq == target:
+            die()
+        return seq
+
+    ExperimentLog.commit = commit
+    committed = {"seq": 0}
+    original_latest = ExperimentLog.latest
+
+    def latest(self):
+        out = original_latest(self)
+        committed["log"] = self
+        return out
+
+    ExperimentLog.latest = latest
+
+    def after_target(original):
+        def wrapper(self, *args, **kwargs):
+            log = committed.get("log")
+            if log is not None and log.seq >= target:
+                die()
+            return original(self, *args, **kwargs)
+
+        return wrapper
+
+    if kind == "append":
+        Storage.append_text = after_target(Storage.append_text)
+    elif kind == "remove":
+        Storage.remove = after_target(Storage.remove)
+    elif kind not in ("commit-before", "commit-after"):
+        raise SystemExit(f"unknown kill point {kill_at}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("storage")
+    parser.add_argument("name")
+    parser.add_argument("scheduler")
+    parser.add_argument("--kill-at")
+    args = parser.parse_args()
+    inject(args.kill_at)
+    values = iter([10, 20, 40, 30])
+    tune(
+        ParityTrainable,
+        {"a": sample_from(lambda _: next(values)), "c": 1},
+        scheduler=scheduler(args.scheduler),
+        metric="mean_accuracy",
+        mode="max",
+        num_samples=4,
+        stop={"training_iteration": ITERATIONS},
+        checkpoint_config=CheckpointConfig(
+            checkpoint_frequency=1, num_to_keep=2, checkpoint_score_attribute="mean_accuracy"
+        ),
+        storage=args.storage,
+        name=args.name,
+        seed=0,
+        n_workers=2,
+        commit_interval=0.05,
+        resume="auto",
+    )
+
+
+if __name__ == "__main__":
+    main()
