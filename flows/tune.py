@@ -24,6 +24,7 @@ from distributed import Client
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
+from flows.cli import save_tune_args
 from flows.config import CheckpointConfig
 from flows.controller import Controller, TrialRecord
 from flows.results import Result, ResultGrid
@@ -259,6 +260,22 @@ def tune(
         else:
             if seed is None:
                 seed = secrets.randbits(32)
+            save_tune_args(
+                exp_storage,
+                {  # the scheduler already carries metric and mode
+                    "trainable": trainable,
+                    "param_space": param_space,
+                    "scheduler": scheduler,
+                    "num_samples": num_samples,
+                    "stop": stop,
+                    "checkpoint_config": checkpoint_config,
+                    "seed": seed,
+                    "max_failures": max_failures,
+                    "resources_per_trial": resources_per_trial,
+                    "commit_interval": commit_interval,
+                    "lease_ttl": lease_ttl,
+                },
+            )
             records = _start(
                 trainable, param_space, num_samples, scheduler, name, seed, exp_storage, log
             )

@@ -150,3 +150,34 @@ def test_lease_of_a_dead_driver_is_taken_over(tmp_path):
     lease = Lease(storage, ttl_s=30)
     lease.acquire()  # same host, owner process gone: no need to wait for the expiry
     lease.release()
+
+
+def test_popflow_command_resumes_and_shows(prefect_server, tmp_path):
+    storage = str(tmp_path)
+    assert drive(storage, "exp", "pbt_synch", kill_at="commit-after:4") != 0
+    path = os.path.join(storage, "exp")
+    show = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "show", path],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "exp: unfinished, round 3" in show.stdout
+    resumed = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "resume", path, "--n-workers", "2"],
+        capture_output=True,
+        text=True,
+        cwd=HERE,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "exp: 4 trials, 0 errors" in resumed.stdout
+    show = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "show", path],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "exp: finished" in show.stdout
+    drive(str(tmp_path / "ref"), "exp", "pbt_synch")
+    assert read_experiment(path) == read_experiment(str(tmp_path / "ref" / "exp"))

@@ -1,0 +1,117 @@
+"""The ``popflow`` command: resume or inspect an experiment in storage.
+
+popflow resume ./results/pbt_benchmark
+popflow resume s3://bucket/experiments/pbt --storage-options '{"endpoint_url": "..."}'
+popflow show ./results/pbt_benchmark
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import posixpath
+import sys
+from typing import Any
+
+import cloudpickle
+
+from flows.resume import is_finished
+from infra.experiment_log import EXPERIMENT_FILE, ExperimentLog
+from infra.storage import Storage
+
+logger = logging.getLogger(__name__)
+
+#: The arguments of the original ``tune`` call (without storage options: no secrets).
+TUNE_ARGS_FILE = ".popflow/tune_args.pkl"
+
+
+def save_tune_args(storage: Storage, args: dict[str, Any]) -> None:
+    """Keep what ``popflow resume`` needs to call ``tune`` again (trainable, scheduler, ...).
+
+    Best effort: arguments that cannot be pickled (a generator in a closure,
+    say) only cost the command line; ``tune(..., resume=True)`` still works.
+    """
+    try:
+        data = cloudpickle.dumps(args)
+    except Exception as e:
+        logger.warning("`popflow resume` will not work for this experiment: %s", e)
+        return
+    storage.write_bytes(data, TUNE_ARGS_FILE)
+
+
+def _split(path: str) -> tuple[str, str]:
+    path = path.rstrip("/")
+    parent, name = posixpath.split(path)
+    if not name:
+        raise SystemExit(f"popflow: {path!r} does not name an experiment folder")
+    return parent or ".", name
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from flows.tune import tune
+
+    parent, name = _split(args.path)
+    options = json.loads(args.storage_options) if args.storage_options else None
+    storage = Storage(parent, options).child(name)
+    try:
+        tune_args = cloudpickle.loads(storage.read_bytes(TUNE_ARGS_FILE))
+    except FileNotFoundError:
+        raise SystemExit(f"popflow: no experiment to resume at {storage.url}") from None
+    results = tune(
+        **tune_args,
+        storage=parent,
+        storage_options=options,
+        name=name,
+        resume=True,
+        dask_address=args.dask_address,
+        n_workers=args.n_workers,
+    )
+    print(
+        f"{name}: {len(results)} trials, {results.num_errors} errors, in {results.experiment_path}"
+    )
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    parent, name = _split(args.path)
+    options = json.loads(args.storage_options) if args.storage_options else None
+    storage = Storage(parent, options).child(name)
+    commit = ExperimentLog(storage).latest()
+    if commit is None:
+        raise SystemExit(f"popflow: no committed experiment at {storage.url}")
+    info = json.loads(storage.read_text(EXPERIMENT_FILE))
+    metric = info.get("metric")
+    state = "finished" if is_finished(commit) else "unfinished"
+    print(f"{name}: {state}, round {commit['round']}, seed {info['seed']}, {info['scheduler']}")
+    for t in commit["trials"]:
+        print(
+            f"  {t['trial_id']}  {t['status']:<10}  results {t['num_results']:>5}  config {t['config']}"
+        )
+    if metric:
+        print(f"metric: {metric} ({info.get('mode')})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="popflow", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command, help_text in (
+        ("resume", "continue an experiment from its last committed round"),
+        ("show", "print an experiment's trials"),
+    ):
+        p = sub.add_parser(command, help=help_text)
+        p.add_argument("path", help="<storage>/<name>: a local folder or an fsspec URL")
+        p.add_argument("--storage-options", help="JSON dict passed to fsspec (e.g. endpoint_url)")
+        if command == "resume":
+            p.add_argument("--dask-address", help="an existing Dask scheduler (default: embedded)")
+            p.add_argument("--n-workers", type=int, help="workers of the embedded cluster")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    return {"resume": _resume, "show": _show}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
