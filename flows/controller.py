@@ -404,6 +404,11 @@ class Controller:
     def _on_error(self, rec: TrialRecord, outcome: SegmentOutcome) -> None:
         for ckpt in outcome.checkpoints:  # never committed: nobody can refer to them
             self.storage.remove(rec.checkpoint_path(ckpt.name))
+        if outcome.bad_checkpoint and self._drop_bad_checkpoint(
+            outcome.bad_checkpoint, outcome.error
+        ):
+            rec.trial.status = TrialStatus.PENDING  # storage's fault, not the trial's: retry
+            return
         rec.num_failures += 1
         if self.max_failures < 0 or rec.num_failures <= self.max_failures:
             logger.warning(
@@ -424,6 +429,44 @@ class Controller:
         self.storage.write_text(outcome.error or "", rec.dirname, "error.txt")
         self._events.append(f"[error] {rec.trial_id}")
         logger.error("trial %s errored:\n%s", rec.trial_id, outcome.error)
+
+    def _drop_bad_checkpoint(self, path: str, error: str | None) -> bool:
+        """Stop using a checkpoint that failed its check; fall back to the previous good one.
+
+        Every trial that would restore from it moves to the checkpoint its owner
+        took before it (for a clone: an older state of the same source). False
+        when the owner has no earlier checkpoint: the trial cannot go on.
+        """
+        owner = next((r for r in self.records if path.startswith(f"{r.dirname}/")), None)
+        if owner is None:
+            return False
+        bad = next((c for c in owner.checkpoints if owner.checkpoint_path(c.name) == path), None)
+        earlier = [
+            c
+            for c in owner.checkpoints
+            if c is not bad and (bad is None or c.iteration < bad.iteration)
+        ]
+        if bad is not None:
+            owner.checkpoints.remove(bad)
+        last_line = (error or "").strip().splitlines()[-1:] or ["?"]
+        if not earlier:
+            logger.error(
+                "checkpoint %s is corrupt and no earlier one exists: %s", path, last_line[0]
+            )
+            return False
+        fallback = max(earlier, key=lambda c: c.iteration)
+        for rec in self.records:
+            if rec.restore == path:
+                rec.restore = owner.checkpoint_path(fallback.name)
+                rec.restore_iteration = fallback.iteration
+        self._events.append(f"[corrupt checkpoint] {path}; using {fallback.name}")
+        logger.error(
+            "checkpoint %s failed its check (%s); falling back to %s",
+            path,
+            last_line[0],
+            fallback.name,
+        )
+        return True
 
     # -- commit ----------------------------------------------------------------
     def _append(self, text: str, *parts: str) -> None:

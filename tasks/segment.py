@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from infra.checkpoint_store import fetch_checkpoint, publish_checkpoint
+from infra.checkpoint_store import CheckpointError, fetch_checkpoint, publish_checkpoint
 from infra.cluster import current_worker_address
 from infra.jsonutil import jsonable
 from infra.storage import Storage
@@ -73,6 +73,7 @@ class SegmentOutcome:
     error: str | None = None
     live_token: str | None = None  # the trainable is parked on ``worker`` under this token
     worker: str | None = None
+    bad_checkpoint: str | None = None  # the restore checkpoint failed its check on load
 
 
 def is_function_trainable(trainable: object) -> bool:
@@ -226,6 +227,8 @@ def run_segment(spec: SegmentSpec) -> SegmentOutcome:
         outcome = run.outcome if run is not None else SegmentOutcome(trial_id=spec.trial_id)
         outcome.reason = "error"
         outcome.error = exc.args[0] if isinstance(exc, UserCodeError) else traceback.format_exc()
+        if isinstance(exc, CheckpointError) and run is None:
+            outcome.bad_checkpoint = spec.restore
         logger.warning("trial %s failed:\n%s", spec.trial_id, outcome.error)
         if live is not None:
             try:

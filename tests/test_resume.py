@@ -181,3 +181,26 @@ def test_popflow_command_resumes_and_shows(prefect_server, tmp_path):
     assert "exp: finished" in show.stdout
     drive(str(tmp_path / "ref"), "exp", "pbt_synch")
     assert read_experiment(path) == read_experiment(str(tmp_path / "ref" / "exp"))
+
+
+def test_truncated_checkpoint_is_detected_and_not_used(prefect_server, tmp_path):
+    storage = str(tmp_path)
+    assert drive(storage, "exp", "fifo", kill_at="commit-after:6") != 0
+    path = os.path.join(storage, "exp")
+    state = ExperimentLog(Storage(path)).latest()
+    victim = state["trials"][0]
+    assert len(victim["checkpoints"]) >= 2  # an earlier good one to fall back to
+    data = os.path.join(path, victim["restore"], "_dict_checkpoint.pkl")
+    with open(data, "r+b") as f:
+        f.truncate(3)
+    drive(storage, "exp", "fifo")
+    events = []
+    for name in sorted(os.listdir(os.path.join(path, ".popflow", "commits"))):
+        with open(os.path.join(path, ".popflow", "commits", name)) as f:
+            events += json.load(f)["events"]
+    assert any(e.startswith(f"[corrupt checkpoint] {victim['restore']}") for e in events), events
+    final = read_experiment(path)
+    assert set(final["status"]) == {"TERMINATED"} and final["checkpoints_ok"]
+    # the trial went back to its previous checkpoint and trained on to the end
+    iters = [r["training_iteration"] for r in final["trials"][victim["dirname"]]]
+    assert iters[-1] == 24
