@@ -101,3 +101,18 @@ class ConfigEcho(Trainable):
     def reset_config(self, new_config: dict[str, Any]) -> bool:
         self.resets = getattr(self, "resets", 0) + 1
         return True
+
+
+class WorkerKiller(ParityTrainable):
+    """ParityTrainable that SIGKILLs its own worker process once, mid-segment, at ``kill_at``."""
+
+    def step(self) -> dict[str, Any]:
+        marker = self.config.get("marker")
+        if (
+            self.iteration + 1 == self.config.get("kill_at")
+            and marker
+            and not os.path.exists(marker)
+        ):
+            open(marker, "w").close()
+            os.kill(os.getpid(), 9)
+        return super().step()

@@ -1,0 +1,47 @@
+"""A Dask worker SIGKILLed mid-segment: Dask reruns the segment elsewhere, nothing changes."""
+
+from __future__ import annotations
+
+from trainables import WorkerKiller
+
+from flows import tune
+from flows.controller import comparable
+from schedulers import PopulationBasedTraining, sample_from
+
+
+def run(tmp_path, name: str, marker: str | None):
+    values = iter([10, 20, 40])
+    results = tune(
+        WorkerKiller,
+        {"a": sample_from(lambda _: next(values)), "c": 1, "kill_at": 4, "marker": marker},
+        scheduler=PopulationBasedTraining(
+            time_attr="training_iteration",
+            perturbation_interval=2,
+            hyperparam_mutations={"c": [1, 2]},
+            synch=True,
+        ),
+        metric="mean_accuracy",
+        mode="max",
+        num_samples=3,
+        stop={"training_iteration": 8},
+        storage=str(tmp_path / name),
+        name="exp",
+        seed=1,
+        n_workers=2,
+    )
+    return [
+        (
+            {k: v for k, v in r.config.items() if k != "marker"},
+            [{k: v for k, v in comparable(h).items() if k != "config"} for h in r.history],
+        )
+        for r in results
+    ]
+
+
+def test_killed_worker_changes_nothing(prefect_server, tmp_path):
+    marker = tmp_path / "killed"
+    crashed = run(tmp_path, "crashed", str(marker))
+    assert marker.exists()  # a worker really died mid-segment
+    reference = run(tmp_path, "reference", None)
+    assert crashed == reference
+    assert all(len(history) == 8 for _, history in crashed)
