@@ -16,8 +16,9 @@ import random
 from typing import Any
 
 import numpy as np
+from prefect import flow
 
-from flows import CheckpointConfig, tune
+from flows import CheckpointConfig, ResultGrid, tune
 from schedulers import PopulationBasedTraining
 from tasks import Trainable
 
@@ -67,25 +68,17 @@ class PBTBenchmarkExample(Trainable):
         return True
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--smoke-test", action="store_true", help="finish quickly (2 workers, 10 iterations)"
-    )
-    parser.add_argument("--storage", default="./results", help="local folder or fsspec URL")
-    parser.add_argument("--name", default="pbt_benchmark")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--workers", type=int, default=None, help="Dask workers (default: one per core)"
-    )
-    parser.add_argument(
-        "--synch", action="store_true", help="synchronous PBT (reproducible bit for bit)"
-    )
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-
+def run_benchmark(
+    *,
+    storage: str = "./results",
+    name: str = "pbt_benchmark",
+    seed: int = 0,
+    smoke_test: bool = False,
+    synch: bool = False,
+    workers: int | None = None,
+    resume: bool | str = False,
+) -> ResultGrid:
+    """The benchmark with the issue's settings (Ray's pbt_example.py)."""
     perturbation_interval = 5
     pbt = PopulationBasedTraining(
         time_attr="training_iteration",
@@ -96,9 +89,9 @@ def main(argv: list[str] | None = None) -> None:
             # allow perturbations within this set of categorical values
             "some_other_factor": [1, 2],
         },
-        synch=args.synch,
+        synch=synch,
     )
-    results = tune(
+    return tune(
         PBTBenchmarkExample,
         param_space={"lr": 0.0001, "some_other_factor": 1},
         scheduler=pbt,
@@ -106,16 +99,59 @@ def main(argv: list[str] | None = None) -> None:
         mode="max",
         num_samples=8,
         # stop when done=True or at some number of iterations, whichever comes first
-        stop={"done": True, "training_iteration": 10 if args.smoke_test else 1000},
+        stop={"done": True, "training_iteration": 10 if smoke_test else 1000},
         checkpoint_config=CheckpointConfig(
             checkpoint_frequency=perturbation_interval,
             checkpoint_score_attribute="mean_accuracy",
             num_to_keep=4,
         ),
-        name=args.name,
+        name=name,
+        storage=storage,
+        seed=seed,
+        n_workers=2 if smoke_test else workers,
+        resume=resume,
+    )
+
+
+@flow(name="pbt-benchmark", log_prints=True)
+def pbt_benchmark_flow(
+    storage: str = "./results",
+    name: str = "pbt_benchmark",
+    seed: int = 0,
+    smoke_test: bool = False,
+    synch: bool = False,
+    resume: str = "auto",
+) -> dict:
+    """What prefect.yaml deploys: the benchmark as a flow run; a re-run resumes ("auto")."""
+    results = run_benchmark(
+        storage=storage, name=name, seed=seed, smoke_test=smoke_test, synch=synch, resume=resume
+    )
+    best = results.get_best_result()
+    print(f"best config {best.config}, mean_accuracy {best.metrics['mean_accuracy']:.1f}")
+    return {"config": best.config, "metrics": {"mean_accuracy": best.metrics["mean_accuracy"]}}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--smoke-test", action="store_true", help="2 workers, 10 iterations")
+    parser.add_argument("--storage", default="./results", help="local folder or fsspec URL")
+    parser.add_argument("--name", default="pbt_benchmark")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=None, help="Dask workers (default: cores)")
+    parser.add_argument("--synch", action="store_true", help="synchronous PBT (bit-for-bit)")
+    parser.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    results = run_benchmark(
         storage=args.storage,
+        name=args.name,
         seed=args.seed,
-        n_workers=2 if args.smoke_test else args.workers,
+        smoke_test=args.smoke_test,
+        synch=args.synch,
+        workers=args.workers,
+        resume=args.resume,
     )
     best = results.get_best_result()
     print("Best hyperparameters found were:", best.config)

@@ -9,16 +9,19 @@ next starts.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import inspect
 import json
 import logging
 import os
 import random
 import secrets
+import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import cloudpickle
 import numpy as np
 from distributed import Client
 from prefect import flow, task
@@ -106,6 +109,24 @@ def _new_records(
             )
         )
     return records
+
+
+def _ship_by_value(trainable: Any) -> None:
+    """Let workers unpickle a trainable whose module they cannot import by name.
+
+    A module loaded from a file path (a Prefect deployment's entrypoint, a
+    notebook cell) has no importable name, so cloudpickle must send its code.
+    """
+    name = getattr(trainable, "__module__", None) or ""
+    module = sys.modules.get(name)
+    if module is None or name == "__main__":
+        return  # __main__ already travels by value
+    try:
+        importable = importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        importable = False
+    if not importable:
+        cloudpickle.register_pickle_by_value(module)
 
 
 def _is_flow_retry() -> bool:
@@ -221,6 +242,7 @@ def tune(
     """
     scheduler = scheduler if scheduler is not None else FIFOScheduler()
     _check_arguments(trainable, num_samples, stop, max_failures, commit_interval, scheduler)
+    _ship_by_value(trainable)
     if resume not in (False, True, "auto"):
         raise ValueError(f"`resume` is {resume!r}, but must be False, True or 'auto'")
     if not scheduler.set_search_properties(metric, mode):
