@@ -40,15 +40,11 @@ import numpy as np
 
 from schedulers.trial import Trial
 from schedulers.trial_scheduler import Action, TrialScheduler, score
+from schedulers.validation import check_positive
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ASHAScheduler", "AsyncHyperBandScheduler"]
-
-
-def _check_positive(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, Real) or not value > 0:
-        raise ValueError(f"`{name}` is {value!r}, but must be > 0")
 
 
 def rung_milestones(min_t: float, max_t: float, reduction_factor: float, s: int) -> list[float]:
@@ -142,8 +138,8 @@ class AsyncHyperBandScheduler(TrialScheduler):
         *,
         rng: np.random.Generator | None = None,
     ) -> None:
-        _check_positive("max_t", max_t)
-        _check_positive("grace_period", grace_period)
+        check_positive("max_t", max_t)
+        check_positive("grace_period", grace_period)
         if grace_period > max_t:
             raise ValueError(
                 f"`grace_period` is {grace_period!r}, but must be <= `max_t` ({max_t!r})"

@@ -36,6 +36,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from schedulers.validation import check_positive
+
 GRID_SEARCH_KEY = "grid_search"
 
 # Relative slack for "is this bound a multiple of q" under float rounding.
@@ -79,11 +81,6 @@ def _integer(name: str, value: Any) -> int:
 def _check_less(lower: Any, upper: Any) -> None:
     if not lower < upper:
         raise ValueError(f"`lower` is {lower}, but must be < `upper` ({upper})")
-
-
-def _check_positive(name: str, value: Any) -> None:
-    if not value > 0:
-        raise ValueError(f"`{name}` is {value}, but must be > 0")
 
 
 def _check_base(base: Any) -> float:
@@ -161,7 +158,7 @@ class QUniform(Domain):
     def __post_init__(self) -> None:
         lower, upper, q = _real("lower", self.lower), _real("upper", self.upper), _real("q", self.q)
         _check_less(self.lower, self.upper)
-        _check_positive("q", self.q)
+        check_positive("q", self.q)
         object.__setattr__(self, "lower", lower)
         object.__setattr__(self, "upper", upper)
         object.__setattr__(self, "q", q)
@@ -182,7 +179,7 @@ class LogUniform(Domain):
 
     def __post_init__(self) -> None:
         lower, upper = _real("lower", self.lower), _real("upper", self.upper)
-        _check_positive("lower", self.lower)
+        check_positive("lower", self.lower)
         _check_less(self.lower, self.upper)
         object.__setattr__(self, "lower", lower)
         object.__setattr__(self, "upper", upper)
@@ -204,9 +201,9 @@ class QLogUniform(Domain):
 
     def __post_init__(self) -> None:
         lower, upper, q = _real("lower", self.lower), _real("upper", self.upper), _real("q", self.q)
-        _check_positive("lower", self.lower)
+        check_positive("lower", self.lower)
         _check_less(self.lower, self.upper)
-        _check_positive("q", self.q)
+        check_positive("q", self.q)
         object.__setattr__(self, "lower", lower)
         object.__setattr__(self, "upper", upper)
         object.__setattr__(self, "q", q)
@@ -228,7 +225,7 @@ class Normal(Domain):
 
     def __post_init__(self) -> None:
         mean, sd = _real("mean", self.mean), _real("sd", self.sd)
-        _check_positive("sd", self.sd)
+        check_positive("sd", self.sd)
         object.__setattr__(self, "mean", mean)
         object.__setattr__(self, "sd", sd)
 
@@ -272,7 +269,7 @@ class QRandInt(Domain):
         q = _integer("q", self.q)
         if not lower <= upper:
             raise ValueError(f"`lower` is {self.lower}, but must be <= `upper` ({self.upper})")
-        _check_positive("q", self.q)
+        check_positive("q", self.q)
         object.__setattr__(self, "lower", lower)
         object.__setattr__(self, "upper", upper)
         object.__setattr__(self, "q", q)
@@ -295,7 +292,7 @@ class LogRandInt(Domain):
 
     def __post_init__(self) -> None:
         lower, upper = _integer("lower", self.lower), _integer("upper", self.upper)
-        _check_positive("lower", self.lower)
+        check_positive("lower", self.lower)
         _check_less(self.lower, self.upper)
         object.__setattr__(self, "lower", lower)
         object.__setattr__(self, "upper", upper)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from schedulers.trial import Trial, TrialStatus
+from schedulers.validation import check_mode
 
 
 class Action(StrEnum):
@@ -100,11 +101,6 @@ class Decision:
     @classmethod
     def of(cls, value: Action | Decision) -> Decision:
         return value if isinstance(value, Decision) else cls(Action(value))
-
-
-def check_mode(mode: str | None) -> None:
-    if mode is not None and mode not in ("min", "max"):
-        raise ValueError(f"`mode` is {mode!r}, but must be 'min' or 'max'")
 
 
 def score(result: Mapping[str, Any], metric: str, mode: str) -> float:

@@ -1,22 +1,26 @@
 """Ray Tune's function API: ``report(metrics, checkpoint=...)`` and ``get_checkpoint()``.
 
->>> def train_fn(config):                      # doctest: +SKIP
-...     start = 0
-...     if (ckpt := get_checkpoint()) is not None:
-...         with ckpt.as_directory() as d:
-...             start = int(open(f"{d}/step").read())
-...     for step in range(start, 100):
-...         with tempfile.TemporaryDirectory() as d:
-...             open(f"{d}/step", "w").write(str(step + 1))
-...             report({"loss": 1 / (step + 1)}, checkpoint=Checkpoint.from_directory(d))
+A function trainable::
 
-popflow runs the function in segments: when a segment reaches its scheduler's
-milestone (a PBT perturbation point, an ASHA rung) or a stop condition,
-``report`` ends the segment by raising :class:`SegmentEnd` (a BaseException,
-so ``except Exception`` in user code does not swallow it). The next segment
-calls the function again; ``get_checkpoint()`` hands it the checkpoint to
-resume from. Report a checkpoint at least at every milestone, or the next
-segment restarts from an older one.
+    def train_fn(config):
+        start = 0
+        if (ckpt := get_checkpoint()) is not None:
+            with ckpt.as_directory() as d:
+                start = int(open(f"{d}/step").read())
+        for step in range(start, 100):
+            with tempfile.TemporaryDirectory() as d:
+                open(f"{d}/step", "w").write(str(step + 1))
+                report({"loss": 1 / (step + 1)}, checkpoint=Checkpoint.from_directory(d))
+
+popflow runs the function in segments that end at the scheduler's decision
+points (a PBT perturbation point, an ASHA rung) or a stop condition. Between
+segments the function waits inside ``report()`` on its worker and goes on
+when the trial continues (:mod:`tasks.live`). When it cannot (the trial was
+paused, cloned, or its worker was lost), ``report`` unwinds the function by
+raising :class:`SegmentEnd` (a BaseException, so ``except Exception`` in user
+code does not swallow it) and the next segment calls it again, with
+``get_checkpoint()`` returning the checkpoint to resume from: report
+checkpoints if the scheduler pauses or clones trials.
 """
 
 from __future__ import annotations
