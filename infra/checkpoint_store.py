@@ -74,7 +74,12 @@ def publish_checkpoint(
             storage.remove(trash)
         storage.rename((tmp,), (rel_path,))
     else:
-        storage.remove(rel_path, MANIFEST)  # hide any previous version first
+        # object stores: hide any previous version by deleting its manifest (one
+        # DELETE, no listing), upload every data object, publish the manifest last.
+        # A checkpoint exists once its manifest does, and only the files its manifest
+        # lists belong to it: objects of an earlier version that the new one does
+        # not overwrite are ignored, and go when the checkpoint folder is removed.
+        storage.remove_file(rel_path, MANIFEST)
         storage.put_dir(local_dir, rel_path)
         storage.write_bytes(manifest_bytes, rel_path, MANIFEST)
     return manifest
@@ -112,7 +117,7 @@ def fetch_checkpoint(storage: Storage, rel_path: str, local_dir: str) -> dict[st
         dst = os.path.join(local_dir, *rel.split("/"))
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         try:
-            storage.fs.get_file(storage.path(rel_path, rel), dst)
+            storage.get_file(dst, rel_path, rel)
         except FileNotFoundError:
             raise CheckpointError(
                 f"checkpoint {storage.full_url(rel_path)} is missing file {rel!r}"

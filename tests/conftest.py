@@ -1,4 +1,4 @@
-"""Real services for the integration tests: a Prefect server and a Dask LocalCluster."""
+"""Real services for the integration tests: a Prefect server, a Dask LocalCluster, moto S3."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -111,3 +113,89 @@ def dask_cluster():
 def tune_env(prefect_server, dask_cluster, tmp_path):
     """Keyword arguments that point ``tune`` at the test services and a fresh folder."""
     return {"dask_address": dask_cluster, "storage": str(tmp_path / "results")}
+
+
+#: The bucket the ``s3_server`` fixture creates.
+S3_BUCKET = "popflow-bucket"
+
+
+def wait_until_listening(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    """Poll ``url`` until the server answers any HTTP status (readiness, not a fixed sleep)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server for {url} exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except urllib.error.HTTPError:
+            return  # it answered
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"server at {url} not answering after {timeout}s")
+
+
+@pytest.fixture(scope="session")
+def s3_bucket() -> str:
+    """Name of the bucket on the moto S3 server (see ``s3_server``)."""
+    return S3_BUCKET
+
+
+@pytest.fixture(scope="session")
+def s3_server(s3_bucket: str) -> Iterator[tuple[str, dict]]:
+    """moto's S3 server as a real process on 127.0.0.1 (as in s3fs's own tests), with a bucket.
+
+    Yields ``(endpoint_url, storage_options)`` for s3fs. The credentials are
+    fake (moto accepts any); AWS variables are set for the server process
+    only. Dask worker processes reach the server like the driver does.
+    """
+    import boto3
+
+    home = tempfile.mkdtemp(prefix="popflow-moto-")
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    log = open(os.path.join(home, "moto.log"), "wb")  # noqa: SIM115 (lives as long as the server)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        wait_until_listening(f"{endpoint}/moto-api/", proc)
+        options = {
+            "endpoint_url": endpoint,
+            "key": "testing",
+            "secret": "testing",
+            "client_kwargs": {"region_name": "us-east-1"},
+        }
+        boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id=options["key"],
+            aws_secret_access_key=options["secret"],
+            region_name="us-east-1",
+        ).create_bucket(Bucket=s3_bucket)
+        yield endpoint, options
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+        log.close()
+
+
+@pytest.fixture
+def s3_url(s3_server, s3_bucket: str) -> str:
+    """A fresh ``s3://bucket/prefix`` for one test on the shared moto server."""
+    return f"s3://{s3_bucket}/test-{uuid.uuid4().hex[:12]}"
