@@ -21,6 +21,7 @@ import csv
 import io
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -469,29 +470,40 @@ class Controller:
         return True
 
     # -- commit ----------------------------------------------------------------
-    def _append(self, text: str, *parts: str) -> None:
-        self._derived["/".join(parts)] = self.storage.append_text(text, *parts)
-
     def _write_trial_logs(self) -> None:
+        """Append this round's lines to the derived logs (one write per file).
+
+        Writes to different files are independent; on object stores, where each
+        is a network round trip, they go out in parallel.
+        """
+        appends: dict[tuple[str, ...], str] = {}
         for trial_id, results in self._new_results.items():
             rec = self.by_id[trial_id]
-            lines = "".join(dumps(r) + "\n" for r in results)
-            self._append(lines, rec.dirname, "result.json")
+            appends[(rec.dirname, "result.json")] = "".join(dumps(r) + "\n" for r in results)
+            header = ""
             if rec.csv_header is None:
                 rec.csv_header = list(results[0])
-                self._append(_csv_row(rec.csv_header), rec.dirname, "progress.csv")
-            self._append(
-                "".join(_csv_row([r.get(k, "") for k in rec.csv_header]) for r in results),
-                rec.dirname,
-                "progress.csv",
-            )
+                header = _csv_row(rec.csv_header)
+            rows = "".join(_csv_row([r.get(k, "") for k in rec.csv_header]) for r in results)
+            appends[(rec.dirname, "progress.csv")] = header + rows
         if self._policy_lines:
-            self._append("".join(dumps(p) + "\n" for p in self._policy_lines), "pbt_global.txt")
+            appends[("pbt_global.txt",)] = "".join(dumps(p) + "\n" for p in self._policy_lines)
+        writes: list[tuple[Any, tuple[Any, ...]]] = [
+            (self._append, (text, *parts)) for parts, text in appends.items()
+        ]
         for trial_id in sorted(self._lineage_changed):
-            rec = self.by_id[trial_id]
-            self.storage.write_text(
-                "".join(dumps(p) + "\n" for p in rec.lineage), f"pbt_policy_{trial_id}.txt"
-            )
+            lineage = "".join(dumps(p) + "\n" for p in self.by_id[trial_id].lineage)
+            writes.append((self.storage.write_text, (lineage, f"pbt_policy_{trial_id}.txt")))
+        if self.storage.is_local or len(writes) < 2:
+            for fn, args in writes:
+                fn(*args)
+            return
+        with ThreadPoolExecutor(max_workers=min(16, len(writes))) as pool:
+            for future in [pool.submit(fn, *args) for fn, args in writes]:
+                future.result()  # re-raise a storage error here, before the commit
+
+    def _append(self, text: str, *parts: str) -> None:
+        self._derived["/".join(parts)] = self.storage.append_text(text, *parts)
 
     def _retention(self) -> list[str]:
         """Checkpoints to delete after this commit (never one any trial will restore from)."""

@@ -194,7 +194,6 @@ def _results(
     return ResultGrid(out, metric, mode, storage.url)
 
 
-@flow(name="tune", validate_parameters=False)
 def tune(
     trainable: type[Trainable] | Callable[[dict[str, Any]], Any],
     param_space: dict[str, Any] | None = None,
@@ -240,6 +239,53 @@ def tune(
       is not run again: its results are returned.
     - ``lease_ttl``: seconds a crashed driver's lease blocks another driver.
     """
+    root = Storage(storage, storage_options)
+    options = {k: v for k, v in locals().items() if k not in _NOT_OPTIONS}
+    return tune_flow(trainable, param_space, root, name, options)
+
+
+_NOT_OPTIONS = ("trainable", "param_space", "storage", "storage_options", "root", "name")
+
+
+@flow(name="tune", validate_parameters=False)
+def tune_flow(
+    trainable: type[Trainable] | Callable[[dict[str, Any]], Any],
+    param_space: dict[str, Any] | None,
+    storage: Storage,
+    name: str | None,
+    options: dict[str, Any],
+) -> ResultGrid:
+    """The Prefect flow behind :func:`tune`.
+
+    It takes a :class:`~infra.storage.Storage` rather than the storage
+    options, so credentials never become flow-run parameters in Prefect's
+    database; ``options`` are :func:`tune`'s other keyword arguments.
+    """
+    return _run(trainable, param_space, storage=storage, name=name, **options)
+
+
+def _run(
+    trainable: type[Trainable] | Callable[[dict[str, Any]], Any],
+    param_space: dict[str, Any] | None = None,
+    *,
+    scheduler: TrialScheduler | None = None,
+    num_samples: int = 1,
+    metric: str | None = None,
+    mode: str | None = None,
+    stop: Mapping[str, Any] | Callable[[str, dict[str, Any]], bool] | None = None,
+    checkpoint_config: CheckpointConfig | None = None,
+    storage: Storage,
+    name: str | None = None,
+    seed: int | None = None,
+    max_failures: int = 0,
+    resources_per_trial: dict[str, float] | None = None,
+    dask_address: str | Client | None = None,
+    n_workers: int | None = None,
+    commit_interval: float = 1.0,
+    resume: bool | str = False,
+    lease_ttl: float = 60.0,
+) -> ResultGrid:
+    """Run (or resume) the experiment ``<storage>/<name>``; see :func:`tune`."""
     scheduler = scheduler if scheduler is not None else FIFOScheduler()
     _check_arguments(trainable, num_samples, stop, max_failures, commit_interval, scheduler)
     _ship_by_value(trainable)
@@ -254,7 +300,7 @@ def tune(
     resources = dask_resources(resources_per_trial)
     checkpoint_config = checkpoint_config or CheckpointConfig()
     name = name or f"{_trainable_name(trainable)}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
-    exp_storage = Storage(storage, storage_options).child(name)
+    exp_storage = storage.child(name)
     log = ExperimentLog(exp_storage)
     latest = log.latest()
     resume = resume or ("auto" if _is_flow_retry() else False)

@@ -57,7 +57,8 @@ class ExperimentLog:
         for seq in reversed(self.commit_numbers()):
             try:
                 commit = self.read(seq)
-            except (ValueError, OSError) as e:  # a torn write never publishes, but be safe
+            except ValueError as e:  # a torn write never publishes, but be safe; a storage
+                # error must propagate: skipping a commit would resume from an older one
                 logger.warning("skipping unreadable commit %s: %s", seq, e)
                 continue
             self.seq = seq

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import pickle
+import posixpath
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import fsspec
+from infra.checkpoint_store import MANIFEST, fetch_checkpoint
+from infra.storage import Storage
 
 #: Where a dict returned by ``Trainable.save_checkpoint`` is kept inside the folder.
 DICT_CHECKPOINT_FILE = "_dict_checkpoint.pkl"
@@ -47,12 +49,13 @@ class Checkpoint:
         if self.is_local:
             shutil.copytree(self.path, target, dirs_exist_ok=True)
         else:
-            fs, root = fsspec.core.url_to_fs(self.path, **self.storage_options)
-            for f in fs.find(root):
-                rel = os.path.relpath(f, root)
-                dst = os.path.join(target, rel)
-                os.makedirs(os.path.dirname(dst), exist_ok=True)
-                fs.get_file(f, dst)
+            # through popflow's storage: retried, and verified against the manifest
+            parent, name = posixpath.split(self.path.rstrip("/"))
+            storage = Storage(parent, self.storage_options)
+            if storage.exists(name, MANIFEST):
+                fetch_checkpoint(storage, name, target)
+            else:
+                storage.get_dir(target, name)
         return target
 
     @contextmanager

@@ -12,6 +12,7 @@ wrapping storage calls, not by hooks in the library.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
@@ -103,11 +104,23 @@ def inject(kill_at: str | None) -> None:
 
         return wrapper
 
-    if kind == "append":
+    if kind == "enospc":  # the disk fills up: a permanent storage error, no SIGKILL
+        import infra.storage
+
+        original_append = infra.storage._append_file
+
+        def full_disk(path, data):
+            log = committed.get("log")
+            if log is not None and log.seq >= target:
+                raise OSError(errno.ENOSPC, "No space left on device", path)
+            return original_append(path, data)
+
+        infra.storage._append_file = full_disk
+    elif kind == "append":
         Storage.append_text = after_target(Storage.append_text)
     elif kind == "remove":
         Storage.remove = after_target(Storage.remove)
-    elif kind not in ("commit-before", "commit-after"):
+    elif kind not in ("commit-before", "commit-after", "enospc"):
         raise SystemExit(f"unknown kill point {kill_at}")
 
 

@@ -204,3 +204,23 @@ def test_truncated_checkpoint_is_detected_and_not_used(prefect_server, tmp_path)
     # the trial went back to its previous checkpoint and trained on to the end
     iters = [r["training_iteration"] for r in final["trials"][victim["dirname"]]]
     assert iters[-1] == 24
+
+
+def test_full_disk_stops_the_run_cleanly_and_resume_finishes_it(prefect_server, tmp_path):
+    storage = str(tmp_path / "crash")
+    proc = subprocess.run(
+        [sys.executable, DRIVER, storage, "exp", "pbt_synch", "--kill-at", "enospc:5"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+    )
+    assert proc.returncode != 0
+    assert "No space left on device" in proc.stderr and "result.json" in proc.stderr
+    state = ExperimentLog(Storage(os.path.join(storage, "exp"))).latest()
+    assert state["seq"] == 5  # everything committed before the failure is intact
+    drive(storage, "exp", "pbt_synch")
+    drive(str(tmp_path / "ref"), "exp", "pbt_synch")
+    assert read_experiment(os.path.join(storage, "exp")) == read_experiment(
+        str(tmp_path / "ref" / "exp")
+    )

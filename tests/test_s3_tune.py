@@ -106,11 +106,6 @@ def test_synch_pbt_on_s3_then_resume_returns_the_same(
     assert {p: fs.cat_file(p) for p in fs.find(exp)} == snapshot
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="flows/tune.py: `tune` is the Prefect flow itself, so Prefect stores its "
-    "`storage_options` argument (credentials included) as a flow-run parameter",
-)
 def test_credentials_are_not_stored_as_prefect_flow_parameters(
     prefect_server, dask_cluster, s3_bucket, credentials
 ):

@@ -1,0 +1,186 @@
+"""Driver bookkeeping at scale (issue 3): 1,000 one-iteration trials on 8 worker slots.
+
+Each trial is a function that sleeps 0.5 s and reports once; ``FIFOScheduler``;
+a LocalCluster of 8 single-thread process workers (started before ``tune()``;
+its start-up is reported separately). The theoretical minimum is
+1000 x 0.5 s / 8 = 62.5 s; overhead % = (wall - minimum) / minimum (target <= 10 %).
+Also the driver's peak memory: ``ru_maxrss`` of the driver process (it hosts
+the Dask scheduler of the LocalCluster too), before and after ``tune()``, and
+with ``--tracemalloc`` a second run under ``tracemalloc`` for the peak of
+Python allocations during ``tune()`` (that run's wall is not the figure: tracing slows it).
+
+    .venv/bin/python benchmarks/bookkeeping.py                   # 1,000 trials
+    .venv/bin/python benchmarks/bookkeeping.py --tracemalloc     # plus the traced run
+    .venv/bin/python benchmarks/bookkeeping.py --quick           # 100 trials
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+from common import (
+    RESULTS_DIR,
+    PrefectServer,
+    emit,
+    python,
+    run_json,
+    scratch_dir,
+    table,
+    verdict,
+    write_json,
+)
+
+from schedulers import FIFOScheduler, uniform
+from tasks import report
+
+SLEEP_S = 0.5
+SLOTS = 8
+OVERHEAD_TARGET = 0.10
+
+
+def sleep_once(config: dict[str, Any]) -> None:
+    """One iteration of 0.5 s, one report."""
+    time.sleep(SLEEP_S)
+    report({"score": config["x"]})
+
+
+def _maxrss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def runner(args: argparse.Namespace) -> None:
+    from flows import tune
+    from infra.cluster import dask_client
+
+    figures: dict[str, Any] = {"trials": args.trials, "tracemalloc": args.tracemalloc}
+    with scratch_dir("popflow-bench-bookkeeping-") as storage:
+        start = time.perf_counter()
+        with dask_client(None, SLOTS) as client:
+            figures["cluster_start_s"] = time.perf_counter() - start
+            figures["maxrss_before_tune_mib"] = _maxrss_mib()
+            if args.tracemalloc:
+                tracemalloc.start()
+            start = time.perf_counter()
+            results = tune(
+                sleep_once,
+                param_space={"x": uniform(0, 1)},
+                scheduler=FIFOScheduler(),
+                metric="score",
+                mode="max",
+                num_samples=args.trials,
+                storage=storage,
+                name="bookkeeping",
+                seed=0,
+                dask_address=client,
+            )
+            figures["tune_wall_s"] = time.perf_counter() - start
+            if args.tracemalloc:
+                current, peak = tracemalloc.get_traced_memory()
+                tracemalloc.stop()
+                figures["tracemalloc_peak_mib"] = peak / 2**20
+                figures["tracemalloc_after_mib"] = current / 2**20
+            figures["maxrss_after_tune_mib"] = _maxrss_mib()
+    figures["terminated"] = results.num_terminated
+    figures["errored_trials"] = results.num_errors
+    figures["results"] = sum(len(r.history) for r in results)
+    emit(figures)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="100 trials")
+    parser.add_argument("--trials", type=int, default=1000)
+    parser.add_argument("--tracemalloc", action="store_true", help="also a traced run")
+    parser.add_argument("--runner", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.runner:
+        runner(args)
+        return
+
+    trials = 100 if args.quick else args.trials
+    minimum = trials * SLEEP_S / SLOTS
+    me = [python(), str(Path(__file__).resolve()), "--runner", "--trials", str(trials)]
+    logs = RESULTS_DIR / "logs"
+    print(
+        f"{trials} trials x one {SLEEP_S} s iteration on {SLOTS} slots, FIFO; "
+        f"theoretical minimum {minimum:.1f} s",
+        flush=True,
+    )
+    with PrefectServer() as server:
+        print(f"prefect server on {server.url}, started in {server.startup_s:.2f} s", flush=True)
+        run = run_json(me, env=server.client_env(), log_path=logs / "bookkeeping.log")
+        traced = (
+            run_json(
+                [*me, "--tracemalloc"],
+                env=server.client_env(),
+                log_path=logs / "bookkeeping_tracemalloc.log",
+            )
+            if args.tracemalloc
+            else None
+        )
+    overhead = (run["tune_wall_s"] - minimum) / minimum
+    with_cluster = (run["tune_wall_s"] + run["cluster_start_s"] - minimum) / minimum
+    rows = [
+        [
+            "popflow",
+            trials,
+            run["tune_wall_s"],
+            minimum,
+            f"{100 * overhead:.1f} %",
+            f"{100 * with_cluster:.1f} %",
+            run["maxrss_before_tune_mib"],
+            run["maxrss_after_tune_mib"],
+            traced["tracemalloc_peak_mib"] if traced else "-",
+        ]
+    ]
+    print(
+        table(
+            [
+                "system",
+                "trials",
+                "tune wall s",
+                "minimum s",
+                "overhead",
+                "incl. cluster start",
+                "maxrss before MiB",
+                "maxrss after MiB",
+                "tracemalloc peak MiB",
+            ],
+            rows,
+        )
+    )
+    print(
+        f"overhead {100 * overhead:.1f} % (target <= {100 * OVERHEAD_TARGET:.0f} %: "
+        f"{verdict(overhead <= OVERHEAD_TARGET)}); cluster start-up {run['cluster_start_s']:.2f} s; "
+        f"{run['terminated']} trials terminated, {run['errored_trials']} errors, "
+        f"{run['results']} results"
+        + (f"; traced run's wall {traced['tune_wall_s']:.1f} s" if traced else "")
+    )
+    figures = {
+        "quick": args.quick,
+        "trials": trials,
+        "slots": SLOTS,
+        "sleep_s": SLEEP_S,
+        "theoretical_minimum_s": minimum,
+        "prefect_server_startup_s": server.startup_s,
+        "run": run,
+        "tracemalloc_run": traced,
+        "overhead": overhead,
+        "overhead_incl_cluster_start": with_cluster,
+        "target": OVERHEAD_TARGET,
+        "target_met": overhead <= OVERHEAD_TARGET,
+    }
+    path = write_json("bookkeeping", figures)
+    print(f"figures written to {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
