@@ -57,6 +57,7 @@ class TrialRecord:
     num_failures: int = 0
     error: str | None = None
     lineage: list[list[Any]] = field(default_factory=list)  # PBT policy entries
+    generation: int = 0  # how often another trial's state was cloned into this one
     csv_header: list[str] | None = None
     #: (token, worker address) of the trainable parked on a worker; memory only,
     #: never committed: a lost live trainable just means a restore from storage
@@ -96,6 +97,7 @@ class TrialRecord:
             "num_failures": self.num_failures,
             "error": self.error,
             "lineage": self.lineage,
+            "generation": self.generation,
             "csv_header": self.csv_header,
         }
 
@@ -142,6 +144,7 @@ class Controller:
         self._discards: dict[str, list[str]] = {}  # worker address -> parked tokens to drop
         self._derived: dict[str, int] = {}
         self.rounds = 0
+        self.last_commit: dict[str, Any] = {"results": 0, "events": []}
         self.decisions = 0  # scheduler calls so far: seeds the driver's globals before each
         isolate_dask_sampling()
 
@@ -193,7 +196,7 @@ class Controller:
             trial_dir=rec.dirname,
             config=rec.trial.config,
             storage=self.storage,
-            seed=segment_seed(self.seed, rec.index, rec.start_iteration),
+            seed=segment_seed(self.seed, rec.index, rec.start_iteration, rec.generation),
             restore=rec.restore,
             time_attr=self.scheduler.time_attr,
             target=target,
@@ -390,6 +393,7 @@ class Controller:
             return
         if source is not target:
             target.restore, target.restore_iteration = source.restore, source.restore_iteration
+            target.generation += 1
             self._discard_live(target)  # its state is replaced by the clone
         target.trial.config = exploit.new_config
         target.trial.experiment_tag = exploit.new_tag
@@ -555,8 +559,23 @@ class Controller:
         )
         for path in doomed:
             self.storage.remove(path)
+        self.last_commit = {
+            "results": sum(map(len, self._new_results.values())),
+            "events": self._events,
+        }
         self._new_results, self._policy_lines, self._events = {}, [], []
         self._lineage_changed = set()
+
+    def round_summary(self) -> str:
+        """One line on the last committed round, for the Prefect UI."""
+        counts: dict[str, int] = {}
+        for rec in self.records:
+            counts[rec.trial.status.value] = counts.get(rec.trial.status.value, 0) + 1
+        states = ", ".join(f"{n} {status.lower()}" for status, n in sorted(counts.items()))
+        return (
+            f"round {self.rounds} committed: {self.last_commit['results']} results; "
+            f"trials {states}; {self.scheduler.debug_string()}"
+        )
 
     # -- end -------------------------------------------------------------------
     def cancel(self) -> None:

@@ -66,6 +66,7 @@ def restore_records(storage: Storage, commit: dict[str, Any]) -> list[TrialRecor
             num_failures=t["num_failures"],
             error=t["error"],
             lineage=t["lineage"],
+            generation=t["generation"],
             csv_header=t["csv_header"],
         )
         rec.results = _read_results(storage, rec.dirname, t["num_results"])

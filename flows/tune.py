@@ -24,7 +24,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 from distributed import Client
-from prefect import flow, task
+from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.cli import save_tune_args
@@ -48,7 +48,13 @@ logger = logging.getLogger("popflow")
 
 @task(name="round", cache_policy=NO_CACHE)
 def _round(controller: Controller, slots: int) -> bool:
-    return controller.run_round(slots)
+    """One round as a Prefect task: its summary and decisions show in the task's logs."""
+    more = controller.run_round(slots)
+    run_logger = get_run_logger()
+    run_logger.info(controller.round_summary())
+    for event in controller.last_commit["events"]:
+        run_logger.info(event)
+    return more
 
 
 def _trainable_name(trainable: Any) -> str:

@@ -68,7 +68,7 @@ def dask_client(
         n_workers=n,
         threads_per_worker=1,
         processes=True,
-        dashboard_address=None,
+        dashboard_address=":0",  # a free port: never collide with another cluster's 8787
         resources=embedded_resources(n),
         silence_logs=logging.WARNING,
     )

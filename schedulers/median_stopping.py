@@ -1,11 +1,13 @@
 """The median stopping rule (Golovin et al., "Google Vizier", KDD 2017), as Ray Tune's.
 
 A trial is stopped at time ``t`` (``t >= grace_period``) when its best score so far
-is strictly worse than the median, over the other trials that have reached ``t``,
-of their running means: the mean of each one's results with
-``grace_period <= time <= t``. With fewer than ``min_samples_required`` such
-trials there is no verdict; the trial instead yields (PAUSE) if other trials
-are waiting to run and it ran at least ``min_time_slice`` since it last yielded.
+is strictly worse than the median of the finite running means of the other trials
+that have reached ``t`` (last recorded time ``>= t``): a trial's running mean is
+the mean of its scores with ``grace_period <= time <= t``, and is left out when
+that window is empty or the mean is NaN or +-inf. With fewer than
+``min_samples_required`` finite running means there is no verdict; the trial
+instead yields (PAUSE) if other trials are waiting to run and it ran more than
+``min_time_slice`` since it last yielded.
 
 Example:
     >>> from schedulers import MedianStoppingRule, Trial
@@ -18,16 +20,20 @@ Example:
     >>> str(rule.on_trial_result(bad, {"training_iteration": 1, "acc": 0.5}))
     'STOP'
 
-Differences from Ray (only with NaN or results without ``time_attr``/``metric``):
-    - Running means ignore NaN scores and the median ignores trials whose
-      running mean is undefined (no non-NaN result in ``[grace_period, t]``);
-      with no defined mean at all there is no verdict (CONTINUE). A trial whose
-      results are all NaN has best score -inf (+inf for mode=min), so any
-      defined median stops it. Ray's builtin ``max``/``min`` over NaN depend on
-      order, and a single NaN running mean makes its median NaN, which stops
-      every trial evaluated against it.
+Differences from Ray 2.60 (only with NaN scores, results without
+``time_attr``/``metric``, or results of a hard-stopped trial):
+    - Running means ignore NaN scores: a window holding NaN and other scores
+      has the mean of the others, which counts toward the median; Ray's mean
+      of it is NaN, so Ray leaves that trial out. (A window of NaN only is
+      left out by both.) Best scores ignore NaN too, and a trial whose results
+      are all NaN has best score -inf (+inf for mode=min), so any median
+      stops it; Ray's builtin ``max``/``min`` over NaN depend on order, and a
+      NaN best score is always stopped.
     - Results lacking ``time_attr`` or ``metric`` (or with None) are skipped
-      entirely, also in ``on_trial_complete`` (Ray raises there).
+      entirely, also in ``on_trial_complete`` (Ray raises there, or on a later
+      decision).
+    - A result of a trial this rule hard-stopped gets STOP again; Ray fails an
+      assertion.
 """
 
 from __future__ import annotations
@@ -51,11 +57,16 @@ __all__ = ["MedianStoppingRule", "running_mean"]
 def running_mean(history: Sequence[tuple[float, float]], start: float, end: float) -> float:
     """Mean of the non-NaN scores with ``start <= time <= end`` (NaN if there are none).
 
+    May be +-inf, or NaN for +inf and -inf together; the rule leaves such means out.
+
     >>> running_mean([(0, 9.0), (1, 1.0), (2, float("nan")), (3, 3.0), (4, 7.0)], 1, 3)
     2.0
     """
     window = [x for t, x in history if start <= t <= end and not math.isnan(x)]
-    return float(np.mean(window)) if window else math.nan
+    if not window:
+        return math.nan
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, overflow: left out
+        return float(np.mean(window))
 
 
 class MedianStoppingRule(TrialScheduler):
@@ -173,20 +184,23 @@ class MedianStoppingRule(TrialScheduler):
             return Action.CONTINUE
         self._last_decision[tid] = t
 
-        others = [o for o, hist in self._results.items() if o != tid and hist[-1][0] >= t]
-        if len(others) < self._min_samples_required:
+        # Ray's _trials_beyond_time: every other trial whose last result is at or
+        # past t; only finite running means count, toward min_samples_required too.
+        means = [
+            running_mean(hist, self._grace_period, t)
+            for o, hist in self._results.items()
+            if o != tid and hist[-1][0] >= t
+        ]
+        finite = [m for m in means if math.isfinite(m)]
+        if len(finite) < self._min_samples_required:
             since = t - self._last_pause.get(tid, -math.inf)
             if since > self._min_time_slice and self._others_waiting(tid):
                 self._last_pause[tid] = t
-                logger.debug("median rule: %s yields at t=%s (%d samples)", tid, t, len(others))
+                logger.debug("median rule: %s yields at t=%s (%d samples)", tid, t, len(finite))
                 return Action.PAUSE
             return Action.CONTINUE
 
-        means = [running_mean(self._results[o], self._grace_period, t) for o in others]
-        defined = [m for m in means if not math.isnan(m)]
-        if not defined:
-            return Action.CONTINUE
-        median = float(np.median(defined))
+        median = float(np.median(finite))
         scores = [x for _, x in self._results[tid] if not math.isnan(x)]
         best = max(scores) if scores else -math.inf
         if median > best:

@@ -12,10 +12,14 @@ import numpy as np
 DRIVER = -1
 
 
-def segment_seed(experiment_seed: int, trial_index: int, step: int) -> int:
+def segment_seed(experiment_seed: int, trial_index: int, step: int, generation: int = 0) -> int:
     """A 32-bit seed for one trial's segment starting at iteration ``step``
-    (or, with ``trial_index=DRIVER``, for the driver's ``step``-th decision)."""
-    seq = np.random.SeedSequence([experiment_seed, trial_index + 1, step])
+    (or, with ``trial_index=DRIVER``, for the driver's ``step``-th decision).
+
+    ``generation`` counts the trial's clones: a trial sent back by PBT to an
+    iteration it already trained from must not replay the same noise.
+    """
+    seq = np.random.SeedSequence([experiment_seed, trial_index + 1, step, generation])
     return int(seq.generate_state(1, dtype=np.uint32)[0])
 
 

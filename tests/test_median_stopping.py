@@ -229,6 +229,70 @@ def test_next_milestone():
     assert rule.next_milestone(b) is None
 
 
+def feed(rule, events, waiting=False):
+    """Decisions for ``(trial, t, score)`` events, every trial RUNNING (plus a PENDING
+    trial "w" if ``waiting``), as strings."""
+    trials = {}
+    for tid, _, _ in events:
+        trials.setdefault(tid, Trial(tid, {}, status=TrialStatus.RUNNING))
+    if waiting:
+        trials["w"] = Trial("w", {}, status=TrialStatus.PENDING)
+    for trial in trials.values():
+        rule.on_trial_add(trial)
+    return [str(rule.on_trial_result(trials[tid], res(t, x))) for tid, t, x in events]
+
+
+# A's only result in [grace_period=1, 5] is missing (gap) or +inf: at C's decision at
+# t=5, A and B have reached t but only B has a finite running mean, 1 < 2 samples.
+GAP = [("a", 0.5, 0.0), ("a", 10, 0.0), ("b", 2, 10.0), ("b", 10, 10.0), ("c", 5, 1.0)]
+INF = [("a", 2, math.inf), ("a", 10, 0.0), ("b", 2, 10.0), ("b", 10, 10.0), ("c", 5, 1.0)]
+
+
+@pytest.mark.parametrize(
+    ("events", "first"), [(GAP, "CONTINUE"), (INF, "PAUSE")], ids=["gap", "inf"]
+)
+def test_only_finite_running_means_count_toward_min_samples(events, first):
+    # Expected decisions are Ray 2.60's (checked by benchmarks/ray_parity.py, classes
+    # "gaps" and "inf"); popflow used to count A and STOP c against median 10.
+    rule = make(grace_period=1, min_samples_required=2)
+    assert feed(rule, events) == ["CONTINUE"] * 5
+    # too few samples, so c yields to a waiting trial like every decision before it
+    # (GAP's first result is before the grace period: no decision)
+    rule = make(grace_period=1, min_samples_required=2)
+    assert feed(rule, events, waiting=True) == [first] + ["PAUSE"] * 4
+    rule = make(grace_period=1, min_samples_required=1)
+    assert feed(rule, events)[-1] == "STOP"  # the median is B's 10 alone
+
+
+@pytest.mark.parametrize("mode", ["max", "min"])
+def test_minus_inf_running_mean_is_left_out(mode):
+    events = [("a", 2, -math.inf), ("a", 10, 0.0), ("b", 2, 10.0), ("b", 10, 10.0)]
+    rule = make(mode=mode, grace_period=1, min_samples_required=2)
+    assert feed(rule, [*events, ("c", 5, 1.0)])[-1] == "CONTINUE"
+
+
+def test_gap_trial_still_counts_once_its_window_has_a_result():
+    events = [("a", 0.5, 0.0), ("a", 10, 0.0), ("b", 2, 10.0), ("b", 10, 10.0)]
+    events += [("d", 3, 8.0), ("d", 10, 8.0), ("c", 5, 1.0)]
+    # at c's t=5: b (10) and d (8) count, a (empty window) does not -> median 9 > 1
+    assert feed(make(grace_period=1, min_samples_required=2), events)[-1] == "STOP"
+
+
+@pytest.mark.parametrize(
+    ("mode", "value", "expected"),
+    [
+        ("max", -math.inf, "STOP"),
+        ("max", math.inf, "CONTINUE"),
+        ("min", math.inf, "STOP"),
+        ("min", -math.inf, "CONTINUE"),
+    ],
+)
+def test_infinite_best_score(mode, value, expected):
+    events = [("a", 2, 5.0), ("a", 10, 5.0), ("b", 2, 10.0), ("b", 10, 10.0), ("c", 5, value)]
+    rule = make(mode=mode, grace_period=1, min_samples_required=2)
+    assert feed(rule, events)[-1] == expected
+
+
 # -- oracle ------------------------------------------------------------------
 
 
@@ -253,8 +317,16 @@ class ReferenceMedian:
         self.record(tid, t, value)
         if t < self.grace:
             return Action.CONTINUE
-        others = [o for o in self.hist if o != tid and self.hist[o][-1][0] >= t]
-        if len(others) < self.min_samples:
+        # Ray 2.60: the other trials whose last result is at or past t, each with the
+        # mean of its (non-NaN, popflow) scores in [grace, t]; only finite means count.
+        means = []
+        for o in self.hist:
+            if o == tid or self.hist[o][-1][0] < t:
+                continue
+            xs = [x for u, x in self.hist[o] if self.grace <= u <= t and x == x]
+            if xs and math.isfinite(sum(xs) / len(xs)):
+                means.append(sum(xs) / len(xs))
+        if len(means) < self.min_samples:
             waiting = any(
                 st in (TrialStatus.PENDING, TrialStatus.PAUSED)
                 for o, st in status.items()
@@ -263,13 +335,6 @@ class ReferenceMedian:
             if t - self.last_pause.get(tid, -math.inf) > self.slice and waiting:
                 self.last_pause[tid] = t
                 return Action.PAUSE
-            return Action.CONTINUE
-        means = []
-        for o in others:
-            xs = [x for u, x in self.hist[o] if self.grace <= u <= t and x == x]
-            if xs:
-                means.append(sum(xs) / len(xs))
-        if not means:
             return Action.CONTINUE
         means.sort()
         mid = len(means) // 2
@@ -284,12 +349,18 @@ class ReferenceMedian:
 
 def random_stream(seed: int, length: int, n_trials: int) -> list[tuple]:
     """(trial, time increment, score, kind); integer scores keep sums exact, so the
-    reference's Python arithmetic and numpy's agree bit for bit."""
+    reference's Python arithmetic and numpy's agree bit for bit. Some scores are
+    +-inf, NaN or missing."""
     g = np.random.default_rng(seed)
     out = []
     for _ in range(length):
         pick = int(g.integers(10))
-        value = float(g.integers(-20, 21)) if pick < 8 else (NAN if pick == 8 else None)
+        if pick < 7:
+            value = float(g.integers(-20, 21))
+        elif pick == 7:
+            value = math.inf if g.integers(2) else -math.inf
+        else:
+            value = NAN if pick == 8 else None
         kind = ["result"] * 8 + ["complete", "no_time"]
         out.append((int(g.integers(n_trials)), int(g.integers(4)), value, kind[g.integers(10)]))
     return out
