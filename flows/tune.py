@@ -136,7 +136,11 @@ def _ship_by_value(trainable: Any) -> None:
 
 
 def _is_flow_retry() -> bool:
-    """True inside a Prefect flow run that is being retried (run_count > 1)."""
+    """True inside a Prefect flow run that is being retried (run_count > 1).
+
+    Checked both where ``tune`` is called (a retried parent flow: its ``tune``
+    subflow is a new run) and inside the ``tune`` flow (a retry of it).
+    """
     from prefect.context import FlowRunContext
 
     ctx = FlowRunContext.get()
@@ -246,6 +250,8 @@ def tune(
     - ``lease_ttl``: seconds a crashed driver's lease blocks another driver.
     """
     root = Storage(storage, storage_options)
+    if not resume and _is_flow_retry():  # a retried flow run that calls tune: pick up its work
+        resume = "auto"
     options = {k: v for k, v in locals().items() if k not in _NOT_OPTIONS}
     return tune_flow(trainable, param_space, root, name, options)
 

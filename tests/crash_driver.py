@@ -30,6 +30,7 @@ from schedulers import (
     HyperBandScheduler,
     MedianStoppingRule,
     PopulationBasedTraining,
+    PopulationBasedTrainingReplay,
     sample_from,
 )
 
@@ -55,6 +56,8 @@ def scheduler(kind: str):
             time_attr="training_iteration", grace_period=2, min_samples_required=2
         ),
         "fifo": FIFOScheduler,
+        # replays the lineage file named by $POPFLOW_TEST_POLICY (one trial)
+        "replay": lambda: PopulationBasedTrainingReplay(os.environ["POPFLOW_TEST_POLICY"]),
     }[kind]()
 
 
@@ -139,7 +142,7 @@ def main() -> None:
         scheduler=scheduler(args.scheduler),
         metric="mean_accuracy",
         mode="max",
-        num_samples=4,
+        num_samples=1 if args.scheduler == "replay" else 4,
         stop={"training_iteration": ITERATIONS},
         checkpoint_config=CheckpointConfig(
             checkpoint_frequency=1, num_to_keep=2, checkpoint_score_attribute="mean_accuracy"

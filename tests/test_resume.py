@@ -24,11 +24,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DRIVER = os.path.join(HERE, "crash_driver.py")
 
 
-def drive(storage: str, name: str, scheduler: str, kill_at: str | None = None) -> int:
+def drive(
+    storage: str, name: str, scheduler: str, kill_at: str | None = None, env: dict | None = None
+) -> int:
     cmd = [sys.executable, DRIVER, storage, name, scheduler]
     if kill_at:
         cmd += ["--kill-at", kill_at]
-    proc = subprocess.run(cmd, start_new_session=True, capture_output=True, timeout=300)
+    proc = subprocess.run(
+        cmd,
+        start_new_session=True,
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
     if kill_at is None and proc.returncode != 0:
         raise AssertionError(proc.stderr.decode()[-3000:])
     return proc.returncode
@@ -224,3 +232,59 @@ def test_full_disk_stops_the_run_cleanly_and_resume_finishes_it(prefect_server, 
     assert read_experiment(os.path.join(storage, "exp")) == read_experiment(
         str(tmp_path / "ref" / "exp")
     )
+
+
+def test_prefect_flow_retry_resumes_instead_of_starting_over(prefect_server, tmp_path):
+    from prefect import flow
+    from trainables import ParityTrainable
+
+    from flows import CheckpointConfig, tune
+    from schedulers import FIFOScheduler
+
+    marker = tmp_path / "failed-once"
+
+    class FailingOnce(FIFOScheduler):
+        def on_trial_result(self, trial, result):
+            if result["training_iteration"] == 3 and not marker.exists():
+                marker.touch()
+                raise RuntimeError("driver failure in round 3")
+            return super().on_trial_result(trial, result)
+
+    @flow(retries=1)
+    def nightly() -> list:
+        results = tune(
+            ParityTrainable,
+            {"a": 1},
+            scheduler=FailingOnce(),
+            num_samples=2,
+            stop={"training_iteration": 6},
+            checkpoint_config=CheckpointConfig(checkpoint_frequency=1),
+            storage=str(tmp_path),
+            name="retried",
+            n_workers=1,
+        )
+        return [r.metrics["training_iteration"] for r in results]
+
+    assert nightly() == [6, 6]
+    assert marker.exists()  # the first attempt really failed
+    log = ExperimentLog(Storage(str(tmp_path / "retried")))
+    first = log.read(1)  # round 0 of the first attempt is still the experiment's first commit
+    assert first["round"] == 0 and log.latest()["seq"] > 1
+    with open(
+        tmp_path / "retried" / f"ParityTrainable_{first['trials'][0]['trial_id']}" / "result.json"
+    ) as f:
+        assert [json.loads(line)["training_iteration"] for line in f] == [1, 2, 3, 4, 5, 6]
+
+
+def test_pbt_replay_resumes_after_a_crash_identically(prefect_server, tmp_path):
+    drive(str(tmp_path / "pbt"), "exp", "pbt_synch")
+    exp = tmp_path / "pbt" / "exp"
+    policy = max(exp.glob("pbt_policy_*.txt"), key=lambda p: len(p.read_text().splitlines()))
+    env = {"POPFLOW_TEST_POLICY": str(policy)}
+    assert drive(str(tmp_path / "crash"), "exp", "replay", kill_at="commit-after:2", env=env) != 0
+    drive(str(tmp_path / "crash"), "exp", "replay", env=env)
+    drive(str(tmp_path / "ref"), "exp", "replay", env=env)
+    crashed = read_experiment(str(tmp_path / "crash" / "exp"))
+    assert crashed == read_experiment(str(tmp_path / "ref" / "exp"))
+    [history] = crashed["trials"].values()
+    assert [r["training_iteration"] for r in history] == list(range(1, 25))
