@@ -24,7 +24,7 @@ $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
 
 ## Run the PBT benchmark on the embedded default: local Prefect, a local Dask cluster, ./results
 demo: $(VENV)/.installed
-	$(PY) examples/pbt_benchmark.py --storage ./results --name pbt_benchmark_$$(date +%Y%m%d-%H%M%S)
+	PREFECT_SERVER_ANALYTICS_ENABLED=false $(PY) examples/pbt_benchmark.py --storage ./results --name pbt_benchmark_$$(date +%Y%m%d-%H%M%S)
 
 ## Lint, then the whole test suite (the tests start their own Prefect server, Dask cluster, S3 server)
 test: $(VENV)/.installed-dev
