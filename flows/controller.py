@@ -119,6 +119,7 @@ class Controller:
         max_failures: int = 0,
         commit_interval: float = 1.0,
         resources: dict[str, float] | None = None,
+        log_flush_interval: float = 30.0,
     ) -> None:
         self.trainable = trainable
         self.records = records
@@ -134,6 +135,15 @@ class Controller:
         self.max_failures = max_failures
         self.commit_interval = commit_interval
         self.resources = resources  # Dask resources each segment task holds
+        # Object stores have no append: every appended line rewrites the object.
+        # There the derived logs are flushed every ``log_flush_interval`` seconds;
+        # each commit holds its round's results and policy lines, so a resume
+        # rebuilds an unflushed tail (flows.resume). Local files are appended at once.
+        self.log_flush_interval = 0.0 if storage.is_local else log_flush_interval
+        self._deferred: dict[tuple[str, ...], str] = {}
+        self._deferred_policies: dict[str, str] = {}
+        self._last_flush = time.monotonic()
+        self.policy_total = 0  # pbt_global.txt lines committed so far
         self.in_flight: dict[Future, list[TrialRecord]] = {}
         self._completed = as_completed()
         self._clock = max((r.trial.last_train_time for r in records), default=0.0)
@@ -153,6 +163,7 @@ class Controller:
         self.rounds = commit["round"]
         self.decisions = commit["decisions"]
         self._derived = dict(commit["derived"])
+        self.policy_total = commit.get("policy_total", 0)
 
     # -- plan ------------------------------------------------------------------
     @property
@@ -283,8 +294,9 @@ class Controller:
                 if time.monotonic() >= deadline:
                     break
         self._flush_discards()
-        self.commit()
-        return bool(self.in_flight) or bool(self._runnable())
+        more = bool(self.in_flight) or bool(self._runnable())
+        self.commit(final=not more)
+        return more
 
     # -- reduce ----------------------------------------------------------------
     def _record(self, rec: TrialRecord, result: dict[str, Any]) -> None:
@@ -474,30 +486,42 @@ class Controller:
         return True
 
     # -- commit ----------------------------------------------------------------
-    def _write_trial_logs(self) -> None:
-        """Append this round's lines to the derived logs (one write per file).
+    def _write_trial_logs(self, final: bool) -> None:
+        """Queue this round's lines for the derived logs, and write them out when due.
 
         Writes to different files are independent; on object stores, where each
         is a network round trip, they go out in parallel.
         """
-        appends: dict[tuple[str, ...], str] = {}
         for trial_id, results in self._new_results.items():
             rec = self.by_id[trial_id]
-            appends[(rec.dirname, "result.json")] = "".join(dumps(r) + "\n" for r in results)
             header = ""
             if rec.csv_header is None:
                 rec.csv_header = list(results[0])
-                header = _csv_row(rec.csv_header)
-            rows = "".join(_csv_row([r.get(k, "") for k in rec.csv_header]) for r in results)
-            appends[(rec.dirname, "progress.csv")] = header + rows
+                header = csv_row(rec.csv_header)
+            rows = "".join(csv_row([r.get(k, "") for k in rec.csv_header]) for r in results)
+            self._defer((rec.dirname, "result.json"), "".join(dumps(r) + "\n" for r in results))
+            self._defer((rec.dirname, "progress.csv"), header + rows)
         if self._policy_lines:
-            appends[("pbt_global.txt",)] = "".join(dumps(p) + "\n" for p in self._policy_lines)
-        writes: list[tuple[Any, tuple[Any, ...]]] = [
-            (self._append, (text, *parts)) for parts, text in appends.items()
-        ]
+            self._defer(("pbt_global.txt",), "".join(dumps(p) + "\n" for p in self._policy_lines))
         for trial_id in sorted(self._lineage_changed):
             lineage = "".join(dumps(p) + "\n" for p in self.by_id[trial_id].lineage)
-            writes.append((self.storage.write_text, (lineage, f"pbt_policy_{trial_id}.txt")))
+            self._deferred_policies[f"pbt_policy_{trial_id}.txt"] = lineage
+        if final or time.monotonic() - self._last_flush >= self.log_flush_interval:
+            self._flush_logs()
+
+    def _defer(self, parts: tuple[str, ...], text: str) -> None:
+        self._deferred[parts] = self._deferred.get(parts, "") + text
+
+    def _flush_logs(self) -> None:
+        writes: list[tuple[Any, tuple[Any, ...]]] = [
+            (self._append, (text, *parts)) for parts, text in self._deferred.items()
+        ]
+        writes += [
+            (self.storage.write_text, (text, name))
+            for name, text in self._deferred_policies.items()
+        ]
+        self._deferred, self._deferred_policies = {}, {}
+        self._last_flush = time.monotonic()
         if self.storage.is_local or len(writes) < 2:
             for fn, args in writes:
                 fn(*args)
@@ -540,9 +564,10 @@ class Controller:
             rec.checkpoints = kept
         return doomed
 
-    def commit(self) -> None:
+    def commit(self, final: bool = False) -> None:
         """Write this round's logs, then publish the commit, then delete retired checkpoints."""
-        self._write_trial_logs()
+        self._write_trial_logs(final)
+        self.policy_total += len(self._policy_lines)
         doomed = self._retention()
         self.log.commit(
             {
@@ -555,6 +580,8 @@ class Controller:
                 "events": self._events,
                 "deleted": doomed,
                 "results": self._new_results,
+                "policy": self._policy_lines,
+                "policy_total": self.policy_total,
             }
         )
         for path in doomed:
@@ -597,7 +624,8 @@ def _score(result: dict[str, Any], attr: str, sign: float) -> float:
     return float("-inf") if np.isnan(score) else score
 
 
-def _csv_row(values: list[Any]) -> str:
+def csv_row(values: list[Any]) -> str:
+    """One CSV line (progress.csv)."""
     buf = io.StringIO()
     csv.writer(buf).writerow(values)
     return buf.getvalue()

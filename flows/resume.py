@@ -11,7 +11,8 @@ import json
 import logging
 from typing import Any
 
-from flows.controller import TrialRecord
+from flows.controller import TrialRecord, csv_row
+from infra.experiment_log import ExperimentLog
 from infra.jsonutil import dumps
 from infra.storage import Storage
 from schedulers import Trial, TrialStatus
@@ -40,10 +41,18 @@ def _read_results(storage: Storage, dirname: str, count: int) -> list[dict[str, 
     return [json.loads(line) for line in lines[:count]]
 
 
-def restore_records(storage: Storage, commit: dict[str, Any]) -> list[TrialRecord]:
-    """Trial records as of ``commit``, with storage cleaned of anything uncommitted."""
+def restore_records(
+    storage: Storage, commit: dict[str, Any], log: ExperimentLog
+) -> list[TrialRecord]:
+    """Trial records as of ``commit``, with storage cleaned of anything uncommitted.
+
+    Derived logs are cut back to their committed sizes, then any committed
+    lines they lack (object stores flush them only every so often) are
+    appended from the commits; ``commit["derived"]`` is updated to match.
+    """
     for path, size in commit["derived"].items():
         storage.truncate(size, path)
+    _rebuild_tails(storage, commit, log)
     records = []
     for t in commit["trials"]:
         status = TrialStatus(t["status"])
@@ -74,6 +83,53 @@ def restore_records(storage: Storage, commit: dict[str, Any]) -> list[TrialRecor
         records.append(rec)
     _clean(storage, records)
     return records
+
+
+def _count_lines(storage: Storage, *parts: str) -> int:
+    try:
+        return storage.read_text(*parts).count("\n")
+    except FileNotFoundError:
+        return 0
+
+
+def _rebuild_tails(storage: Storage, commit: dict[str, Any], log: ExperimentLog) -> None:
+    """Append committed results and policy lines that the derived logs do not hold yet."""
+    trials = {t["trial_id"]: t for t in commit["trials"]}
+    need = {}
+    for tid, t in trials.items():
+        missing = t["num_results"] - _count_lines(storage, t["dirname"], "result.json")
+        if missing > 0:
+            need[tid] = missing
+    policy_missing = commit.get("policy_total", 0) - _count_lines(storage, "pbt_global.txt")
+    if not need and policy_missing <= 0:
+        return
+    tails: dict[str, list[dict[str, Any]]] = {tid: [] for tid in need}
+    policy: list[Any] = []
+    for seq in reversed([n for n in log.commit_numbers() if n <= commit["seq"]]):
+        older = log.read(seq)
+        for tid, n in need.items():
+            if len(tails[tid]) < n:
+                tails[tid] = older["results"].get(tid, []) + tails[tid]
+        if len(policy) < policy_missing:
+            policy = older.get("policy", []) + policy
+        if all(len(tails[t]) >= n for t, n in need.items()) and len(policy) >= policy_missing:
+            break
+    derived = commit["derived"]
+    for tid, n in need.items():
+        t, rows = trials[tid], tails[tid][-n:]
+        result_path = (t["dirname"], "result.json")
+        derived["/".join(result_path)] = storage.append_text(
+            "".join(dumps(r) + "\n" for r in rows), *result_path
+        )
+        csv_path = (t["dirname"], "progress.csv")
+        header = t["csv_header"]
+        text = "".join(csv_row([r.get(k, "") for k in header]) for r in rows)
+        if _count_lines(storage, *csv_path) == 0:
+            text = csv_row(header) + text
+        derived["/".join(csv_path)] = storage.append_text(text, *csv_path)
+    if policy_missing > 0:
+        lines = "".join(dumps(p) + "\n" for p in policy[-policy_missing:])
+        derived["pbt_global.txt"] = storage.append_text(lines, "pbt_global.txt")
 
 
 def _clean(storage: Storage, records: list[TrialRecord]) -> None:

@@ -223,6 +223,7 @@ def tune(
     dask_address: str | Client | None = None,
     n_workers: int | None = None,
     commit_interval: float = 1.0,
+    log_flush_interval: float = 30.0,
     resume: bool | str = False,
     lease_ttl: float = 60.0,
 ) -> ResultGrid:
@@ -248,6 +249,9 @@ def tune(
       Prefect retry of this flow run resumes by itself. A finished experiment
       is not run again: its results are returned.
     - ``lease_ttl``: seconds a crashed driver's lease blocks another driver.
+    - ``log_flush_interval``: on object stores, seconds between rewrites of
+      result.json / progress.csv / pbt_global.txt (each commit holds its own
+      results, so nothing is lost in between); local files are appended at once.
     """
     root = Storage(storage, storage_options)
     if not resume and _is_flow_retry():  # a retried flow run that calls tune: pick up its work
@@ -294,6 +298,7 @@ def _run(
     dask_address: str | Client | None = None,
     n_workers: int | None = None,
     commit_interval: float = 1.0,
+    log_flush_interval: float = 30.0,
     resume: bool | str = False,
     lease_ttl: float = 60.0,
 ) -> ResultGrid:
@@ -326,14 +331,14 @@ def _run(
         raise ValueError(f"nothing to resume: no committed experiment at {exp_storage.url}")
     if latest is not None and is_finished(latest):
         logger.info("%s already finished; returning its results", name)
-        return _results(restore_records(exp_storage, latest), exp_storage, metric, mode)
+        return _results(restore_records(exp_storage, latest, log), exp_storage, metric, mode)
 
     with Lease(exp_storage, lease_ttl):
         if latest is not None:
             seed = int(json.loads(exp_storage.read_text(EXPERIMENT_FILE))["seed"])
             scheduler.set_rng(np.random.default_rng(np.random.SeedSequence(seed).spawn(2)[1]))
             scheduler.set_state(latest["scheduler"])
-            records = restore_records(exp_storage, latest)
+            records = restore_records(exp_storage, latest, log)
             logger.info(
                 "%s: resuming after round %d from %s", name, latest["round"], exp_storage.url
             )
@@ -353,6 +358,7 @@ def _run(
                     "max_failures": max_failures,
                     "resources_per_trial": resources_per_trial,
                     "commit_interval": commit_interval,
+                    "log_flush_interval": log_flush_interval,
                     "lease_ttl": lease_ttl,
                 },
             )
@@ -400,6 +406,7 @@ def _run(
                 max_failures=max_failures,
                 commit_interval=commit_interval,
                 resources=resources,
+                log_flush_interval=log_flush_interval,
             )
             if latest is not None:
                 controller.resume_from(latest)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import json
 import os
 import signal
 import sys
@@ -148,6 +149,7 @@ def main() -> None:
             checkpoint_frequency=1, num_to_keep=2, checkpoint_score_attribute="mean_accuracy"
         ),
         storage=args.storage,
+        storage_options=json.loads(os.environ.get("POPFLOW_TEST_STORAGE_OPTIONS", "null")),
         name=args.name,
         seed=0,
         n_workers=2,
