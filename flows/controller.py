@@ -20,15 +20,16 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from distributed import Client, Future, as_completed, wait
 
 from flows.config import CheckpointConfig
+from flows.runner_pool import CallFailed, RunnerPool
 from infra.experiment_log import ExperimentLog
 from infra.jsonutil import dumps, jsonable
 from infra.storage import Storage
@@ -36,11 +37,18 @@ from schedulers import Action, Decision, Exploit, Trial, TrialScheduler, TrialSt
 from tasks.live import discard_parked_soon
 from tasks.progress import VOLATILE_FIELDS
 from tasks.seeding import DRIVER, isolate_dask_sampling, seed_globals, segment_seed
-from tasks.segment import CheckpointRecord, SegmentOutcome, SegmentSpec, StopCondition, run_segments
+from tasks.segment import CheckpointRecord, SegmentOutcome, SegmentSpec, StopCondition
 
 logger = logging.getLogger(__name__)
 
 TERMINAL_REASONS = ("done", "stop", "finished")
+
+#: A Dask task costs the driver ~5-10 ms here (submit, scheduling, result
+#: fetch), more than a short segment. Asynchronous dispatch packs segments
+#: measured shorter than this into one task, up to this much work per task.
+PACK_BELOW_SECONDS = 0.05
+#: A trial whose runner calls return nothing this many times in a row errors.
+MAX_CALL_FAILURES = 3
 
 
 @dataclass
@@ -111,14 +119,13 @@ class Controller:
         scheduler: TrialScheduler,
         storage: Storage,
         log: ExperimentLog,
-        client: Client,
+        pool: RunnerPool,
         seed: int,
         stop: StopCondition = None,
         checkpoint_config: CheckpointConfig | None = None,
         checkpoint_at_end: bool = True,
         max_failures: int = 0,
         commit_interval: float = 1.0,
-        resources: dict[str, float] | None = None,
         log_flush_interval: float = 30.0,
     ) -> None:
         self.trainable = trainable
@@ -127,14 +134,14 @@ class Controller:
         self.scheduler = scheduler
         self.storage = storage
         self.log = log
-        self.client = client
+        self.pool = pool
+        self.client = pool.client
         self.seed = seed
         self.stop = stop
         self.checkpoint_config = checkpoint_config or CheckpointConfig()
         self.checkpoint_at_end = checkpoint_at_end
         self.max_failures = max_failures
         self.commit_interval = commit_interval
-        self.resources = resources  # Dask resources each segment task holds
         # Object stores have no append: every appended line rewrites the object.
         # There the derived logs are flushed every ``log_flush_interval`` seconds;
         # each commit holds its round's results and policy lines, so a resume
@@ -144,8 +151,9 @@ class Controller:
         self._deferred_policies: dict[str, str] = {}
         self._last_flush = time.monotonic()
         self.policy_total = 0  # pbt_global.txt lines committed so far
-        self.in_flight: dict[Future, list[TrialRecord]] = {}
-        self._completed = as_completed()
+        self.in_flight: dict[int, list[TrialRecord]] = {}  # runner call -> its trials
+        self._lost: dict[str, int] = {}  # trial -> calls in a row that returned nothing
+        self._segment_seconds: float | None = None  # moving average of worker time per segment
         self._clock = max((r.trial.last_train_time for r in records), default=0.0)
         self._new_results: dict[str, list[dict[str, Any]]] = {}
         self._policy_lines: list[list[Any]] = []
@@ -220,77 +228,122 @@ class Controller:
             live_token=rec.live[0] if rec.live else None,
         )
 
-    def _submit(self, recs: list[TrialRecord]) -> None:
-        """One Dask task running ``recs``' segments one after the other.
+    def _pack_size(self, slots: int) -> int:
+        """How many segments one asynchronous runner call carries.
 
-        A single trial with a live trainable goes to the worker that parked it
-        (loosely: if that worker is gone, any worker restores from storage).
+        1 until segments are measured shorter than ``PACK_BELOW_SECONDS``; then
+        enough to reach it, but never so many that a slot would lack its two
+        queued calls (every unfinished trial in flight at most).
         """
-        first = recs[0].trial.last_train_time
-        pinned = recs[0].live[1] if len(recs) == 1 and recs[0].live else None
-        future = self.client.submit(
-            run_segments,
-            [self._spec(r) for r in recs],
-            key=f"segments-{recs[0].trial_id}-{first:.0f}",
-            priority=-int(first),  # least recently trained first
-            pure=False,
-            workers=[pinned] if pinned else None,
-            allow_other_workers=bool(pinned),
-            resources=self.resources,
-        )
-        self.in_flight[future] = recs
-        if not self.synchronous:
-            self._completed.add(future)
+        if self._segment_seconds is None or self._segment_seconds >= PACK_BELOW_SECONDS:
+            return 1
+        want = math.ceil(PACK_BELOW_SECONDS / max(self._segment_seconds, 1e-4))
+        unfinished = sum(1 for r in self.records if r.trial.is_live)
+        return max(1, min(want, math.ceil(unfinished / (2 * slots))))
+
+    @staticmethod
+    def _packs(recs: list[TrialRecord], size: int) -> list[list[TrialRecord]]:
+        """Split ``recs`` into runner calls of up to ``size``: trials parked on one
+        worker together (the call goes there), trials without a live trainable
+        filling the gaps."""
+        by_worker: dict[str, list[TrialRecord]] = {}
+        cold: list[TrialRecord] = []
+        for rec in recs:
+            if rec.live:
+                by_worker.setdefault(rec.live[1], []).append(rec)
+            else:
+                cold.append(rec)
+        packs = [g[i : i + size] for g in by_worker.values() for i in range(0, len(g), size)]
+        for pack in packs:
+            while cold and len(pack) < size:
+                pack.append(cold.pop(0))
+        packs += [cold[i : i + size] for i in range(0, len(cold), size)]
+        return packs
+
+    def _submit(self, recs: list[TrialRecord]) -> None:
+        """One runner call running ``recs``' segments one after the other.
+
+        Trials with a live trainable go to the worker that parked it (if that
+        worker is gone, another restores them from storage); one call only
+        holds trials parked on the same worker.
+        """
+        pinned = next((r.live[1] for r in recs if r.live), None)
+        call = self.pool.submit([self._spec(r) for r in recs], pinned)
+        self.in_flight[call] = recs
 
     # -- train -----------------------------------------------------------------
-    def _outcomes(self, future: Future) -> list[SegmentOutcome]:
-        recs = self.in_flight.pop(future)
-        if future.status == "finished":
-            return future.result()
-        # the task itself failed (e.g. the trainable cannot be unpickled, or the
-        # worker died more often than Dask's allowed-failures)
-        exc = future.exception()
-        error = f"{type(exc).__name__}: {exc}"
-        return [SegmentOutcome(trial_id=r.trial_id, reason="error", error=error) for r in recs]
+    def _finished(self) -> list[SegmentOutcome]:
+        """Block until some runner calls return; their outcomes."""
+        return [o for call, value in self.pool.finished() for o in self._outcomes(call, value)]
+
+    def _outcomes(
+        self, call: int, value: list[SegmentOutcome] | CallFailed
+    ) -> list[SegmentOutcome]:
+        recs = self.in_flight.pop(call)
+        if not isinstance(value, CallFailed):
+            for outcome in value:
+                self._lost.pop(outcome.trial_id, None)
+                seconds = outcome.seconds
+                avg = self._segment_seconds
+                self._segment_seconds = seconds if avg is None else 0.8 * avg + 0.2 * seconds
+            return value
+        # no outcomes (the worker died, or the call could not run there): run
+        # the segments again from storage; a trial whose calls keep failing errors
+        outcomes = []
+        for rec in recs:
+            self._lost[rec.trial_id] = lost = self._lost.get(rec.trial_id, 0) + 1
+            if lost >= MAX_CALL_FAILURES:
+                error = f"{value.message} ({lost} times in a row)"
+                outcomes.append(SegmentOutcome(trial_id=rec.trial_id, reason="error", error=error))
+            else:
+                logger.warning(
+                    "trial %s: %s; running its segment again", rec.trial_id, value.message
+                )
+                rec.live = None
+                rec.trial.status = TrialStatus.PENDING
+        return outcomes
 
     def _reduce_all(self, outcomes: list[SegmentOutcome]) -> None:
         for outcome in sorted(outcomes, key=lambda o: self.by_id[o.trial_id].index):
             self._reduce(outcome)
 
-    def run_round(self, slots: int) -> bool:
+    def run_round(self) -> bool:
         """Run one round; return True while work remains.
 
-        Synchronous: every runnable trial runs, packed into one Dask task per
-        worker slot (a Dask task costs more than a short segment), then all
-        results are reduced in trial order. Asynchronous: one task per
-        segment, up to ``2 * slots`` queued so no worker idles between a result
-        and the next dispatch; results are reduced as they arrive, for up to
+        Synchronous: every runnable trial runs, packed into one runner call
+        per slot, then all results are reduced in trial order (a segment that
+        must run again, its worker lost, runs again within the round).
+        Asynchronous: up to ``2 * slots`` calls queued so no runner idles
+        between a result and the next dispatch, each call one segment or, for
+        short segments, a few; results are reduced as they arrive, for up to
         ``commit_interval`` seconds.
         """
         self.rounds += 1
+        self.pool.refresh_soon()
+        slots = self.pool.slots
         if self.synchronous:
-            planned = self._plan(limit=None)
-            for rec in planned:
-                if rec.live:
-                    self._submit([rec])
-            cold = [r for r in planned if not r.live]
-            for chunk in (cold[i::slots] for i in range(slots)):
-                if chunk:
-                    self._submit(chunk)
-            if not self.in_flight:
+            outcomes: list[SegmentOutcome] = []
+            while True:
+                planned = self._plan(limit=None)
+                size = math.ceil(len(planned) / slots) if planned else 1
+                for pack in self._packs(planned, size):
+                    self._submit(pack)
+                if not self.in_flight:
+                    break
+                outcomes.extend(self._finished())
+            if not outcomes:
                 return False
-            futures = list(self.in_flight)
-            wait(futures)
-            self._reduce_all([o for f in futures for o in self._outcomes(f)])
+            self._reduce_all(outcomes)
         else:
             deadline = time.monotonic() + self.commit_interval
             while True:
-                for rec in self._plan(limit=2 * slots):
-                    self._submit([rec])
+                slots = self.pool.slots
+                size = self._pack_size(slots)
+                for pack in self._packs(self._plan(limit=2 * slots * size), size):
+                    self._submit(pack)
                 if not self.in_flight:
                     break
-                batch = self._completed.next_batch(block=True)
-                self._reduce_all([o for f in batch for o in self._outcomes(f)])
+                self._reduce_all(self._finished())
                 if time.monotonic() >= deadline:
                     break
         self._flush_discards()
@@ -607,8 +660,7 @@ class Controller:
     # -- end -------------------------------------------------------------------
     def cancel(self) -> None:
         """Stop what is in flight and release every parked trainable."""
-        for future in list(self.in_flight):
-            future.cancel()
+        self.pool.cancel()
         self.in_flight.clear()
         for rec in self.records:
             self._discard_live(rec)

@@ -32,7 +32,8 @@ from flows.config import CheckpointConfig
 from flows.controller import Controller, TrialRecord
 from flows.results import Result, ResultGrid
 from flows.resume import is_finished, restore_records
-from infra.cluster import dask_client, dask_resources, worker_slots
+from flows.runner_pool import RunnerPool
+from infra.cluster import dask_client, dask_resources
 from infra.experiment_log import EXPERIMENT_FILE, ExperimentLog
 from infra.jsonutil import dumps
 from infra.lease import Lease
@@ -47,9 +48,9 @@ logger = logging.getLogger("popflow")
 
 
 @task(name="round", cache_policy=NO_CACHE)
-def _round(controller: Controller, slots: int) -> bool:
+def _round(controller: Controller) -> bool:
     """One round as a Prefect task: its summary and decisions show in the task's logs."""
-    more = controller.run_round(slots)
+    more = controller.run_round()
     run_logger = get_run_logger()
     run_logger.info(controller.round_summary())
     for event in controller.last_commit["events"]:
@@ -391,21 +392,20 @@ def _run(
             else not is_function_trainable(trainable)
         )
         with dask_client(dask_address, n_workers) as client:
-            slots = worker_slots(client, resources)
+            pool = RunnerPool(client, resources)
             controller = Controller(
                 trainable=trainable,
                 records=records,
                 scheduler=scheduler,
                 storage=exp_storage,
                 log=log,
-                client=client,
+                pool=pool,
                 seed=seed,
                 stop=stop,
                 checkpoint_config=checkpoint_config,
                 checkpoint_at_end=checkpoint_at_end,
                 max_failures=max_failures,
                 commit_interval=commit_interval,
-                resources=resources,
                 log_flush_interval=log_flush_interval,
             )
             if latest is not None:
@@ -414,10 +414,11 @@ def _run(
                 controller.commit()  # round 0: the sampled population, before any training
             try:
                 round_no = controller.rounds + 1
-                while _round.with_options(task_run_name=f"round-{round_no}")(controller, slots):
+                while _round.with_options(task_run_name=f"round-{round_no}")(controller):
                     round_no += 1
             finally:
                 controller.cancel()
+                pool.close()
     grid = _results(records, exp_storage, metric, mode)
     stuck = [r.trial_id for r in records if r.trial.is_live]
     if stuck:

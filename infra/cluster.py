@@ -94,22 +94,25 @@ def dask_resources(per_trial: Mapping[str, float] | None) -> dict[str, float] | 
     return out or None
 
 
-def worker_slots(client: Client, resources: Mapping[str, float] | None = None) -> int:
-    """How many segments can run at once.
+def slots_per_worker(
+    client: Client, resources: Mapping[str, float] | None = None
+) -> dict[str, int]:
+    """How many segments each worker can run at once, by worker address.
 
-    Without ``resources``: the cluster's worker threads. With them: how many
-    trials fit, worker by worker. Raises ValueError when no worker can hold
-    one trial, instead of letting its tasks wait forever.
+    Without ``resources``: the worker's threads. With them: how many trials
+    fit in what the worker offers. Raises ValueError when no worker can hold
+    one trial, instead of letting its segments wait forever.
     """
     workers = client.scheduler_info(n_workers=-1)["workers"]
-    if not resources:
-        return max(1, sum(w.get("nthreads", 1) for w in workers.values()))
-    slots = 0
-    for w in workers.values():
-        offered = w.get("resources", {})
-        fits = min(math.floor(offered.get(k, 0) / v) for k, v in resources.items())
-        slots += min(fits, w.get("nthreads", 1))
-    if slots == 0:
+    slots = {}
+    for address, w in workers.items():
+        n = w.get("nthreads", 1)
+        if resources:
+            offered = w.get("resources", {})
+            n = min(n, min(math.floor(offered.get(k, 0) / v) for k, v in resources.items()))
+        if n > 0:
+            slots[address] = n
+    if workers and not slots:
         offers = sorted({str(w.get("resources", {})) for w in workers.values()})
         raise ValueError(
             f"no Dask worker can run a trial needing {resources}; workers offer {', '.join(offers)}. "

@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -74,6 +75,7 @@ class SegmentOutcome:
     live_token: str | None = None  # the trainable is parked on ``worker`` under this token
     worker: str | None = None
     bad_checkpoint: str | None = None  # the restore checkpoint failed its check on load
+    seconds: float = 0.0  # the segment's wall time on the worker, set-up and saves included
 
 
 def is_function_trainable(trainable: object) -> bool:
@@ -208,8 +210,19 @@ def _resume_or_start(spec: SegmentSpec) -> Live:
     return live if live is not None else _start(spec)
 
 
-def run_segment(spec: SegmentSpec) -> SegmentOutcome:
-    """The Dask task: run one segment and return its outcome (errors included, never raised)."""
+def run_segment(spec: SegmentSpec, worker: str | None = None) -> SegmentOutcome:
+    """Run one segment and return its outcome (errors included, never raised).
+
+    ``worker``: the address of this process's Dask worker, where a trainable
+    left alive is parked (looked up when not given).
+    """
+    start = time.perf_counter()
+    outcome = _run_segment(spec, worker)
+    outcome.seconds = time.perf_counter() - start
+    return outcome
+
+
+def _run_segment(spec: SegmentSpec, worker: str | None) -> SegmentOutcome:
     seed_globals(spec.seed)
     run: SegmentRun | None = None
     live: Live | None = None
@@ -219,7 +232,7 @@ def run_segment(spec: SegmentSpec) -> SegmentOutcome:
         run.outcome.reason = live.run(run)
         if run.outcome.reason in ("milestone", "max_iterations"):
             run.outcome.live_token = park(live)
-            run.outcome.worker = current_worker_address()
+            run.outcome.worker = worker or current_worker_address()
         else:
             live.discard()
         return run.outcome
@@ -238,6 +251,6 @@ def run_segment(spec: SegmentSpec) -> SegmentOutcome:
         return outcome
 
 
-def run_segments(specs: list[SegmentSpec]) -> list[SegmentOutcome]:
-    """Several segments in one Dask task, in order (time-multiplexing on one slot)."""
-    return [run_segment(spec) for spec in specs]
+def run_segments(specs: list[SegmentSpec], worker: str | None = None) -> list[SegmentOutcome]:
+    """One or several segments, in order (time-multiplexing on one slot)."""
+    return [run_segment(spec, worker) for spec in specs]

@@ -1,0 +1,170 @@
+"""The driver's side of :mod:`tasks.runner`: one runner actor per trial slot.
+
+``submit`` sends a pack of segments to a runner, preferring the worker where
+the pack's trainables are parked; ``finished`` blocks until calls return.
+Results come back through the client's event loop into a queue, so the
+driver's thread never makes a blocking round trip per call.
+
+A call that fails returns :class:`CallFailed`. If its worker died, that
+worker's runners are dropped and runners are made on workers that joined (a
+restarted worker comes back under a new address).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from distributed import Client, Future
+
+from infra.cluster import slots_per_worker
+from tasks.runner import SegmentRunner
+from tasks.segment import SegmentSpec
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between looks for workers that joined the cluster.
+REFRESH_INTERVAL_S = 5.0
+#: Seconds to wait for a worker when the cluster has none.
+WORKER_WAIT_S = 120.0
+
+
+@dataclass
+class CallFailed:
+    """A call that returned no outcomes: its segments must run again.
+
+    ``worker_lost``: the worker's connection closed under it (the worker died).
+    Otherwise the call itself failed there (e.g. its arguments could not be
+    unpickled on the worker).
+    """
+
+    message: str
+    worker_lost: bool
+
+
+@dataclass
+class Runner:
+    worker: str
+    actor: Any  # distributed.Actor
+    future: Future  # the actor lives as long as this future is held
+    queued: int = 0
+
+
+class RunnerPool:
+    def __init__(self, client: Client, resources: Mapping[str, float] | None = None) -> None:
+        self.client = client
+        self.resources = resources
+        self.runners: list[Runner] = []
+        self._lost: set[str] = set()  # addresses of workers that died under a call
+        self._done: queue.Queue[tuple[int, Any]] = queue.Queue()
+        self._ids = itertools.count()
+        self._calls: dict[int, Runner] = {}
+        self._refreshed = 0.0
+        self.refresh()
+
+    @property
+    def slots(self) -> int:
+        return len(self.runners)
+
+    def refresh(self) -> None:
+        """Drop runners of gone workers; make runners on workers that have none.
+
+        With no runner left, wait up to ``WORKER_WAIT_S`` for a worker (a
+        killed worker's nanny restarts it within seconds).
+        """
+        deadline = time.monotonic() + WORKER_WAIT_S
+        self._make_runners()
+        while not self.runners:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"no Dask worker to run segments on after waiting {WORKER_WAIT_S:.0f} s"
+                )
+            time.sleep(0.2)  # polling the scheduler for a worker that is starting
+            self._make_runners()
+        self._refreshed = time.monotonic()
+
+    def _make_runners(self) -> None:
+        per_worker = slots_per_worker(self.client, self.resources)
+        alive = {w for w in per_worker if w not in self._lost}
+        self.runners = [r for r in self.runners if r.worker in alive]
+        have = {r.worker for r in self.runners}
+        new = [(w, n) for w, n in per_worker.items() if w in alive and w not in have]
+        futures = [
+            (w, self.client.submit(SegmentRunner, w, actor=True, workers=[w], pure=False))
+            for w, n in new
+            for _ in range(n)
+        ]
+        for w, future in futures:
+            self.runners.append(Runner(w, future.result(), future))
+        if futures:
+            logger.debug("runners: %d on %d workers", len(self.runners), len(alive))
+
+    def refresh_soon(self) -> None:
+        """Pick up workers that joined, at most every ``REFRESH_INTERVAL_S``."""
+        if time.monotonic() - self._refreshed >= REFRESH_INTERVAL_S:
+            self.refresh()
+
+    def submit(self, specs: list[SegmentSpec], worker: str | None = None) -> int:
+        """Queue ``specs`` on a runner (on ``worker`` if it has one); return the call's id."""
+        if not self.runners:
+            self.refresh()
+        on_worker = [r for r in self.runners if r.worker == worker]
+        runner = min(on_worker or self.runners, key=lambda r: r.queued)
+        runner.queued += 1
+        call = next(self._ids)
+        self._calls[call] = runner
+        future = runner.actor.run(specs)
+        self.client.loop.add_callback(self._deliver, call, future, runner.worker)
+        return call
+
+    async def _deliver(self, call: int, future: Any, worker: str) -> None:
+        value: Any
+        try:
+            value = await future
+        except OSError as exc:  # the worker's connection closed under the call
+            value = CallFailed(f"worker {worker} was lost ({type(exc).__name__}: {exc})", True)
+        except Exception as exc:
+            value = CallFailed(
+                f"the call failed on worker {worker}: {type(exc).__name__}: {exc}", False
+            )
+        self._done.put((call, value))
+
+    def finished(self) -> list[tuple[int, Any]]:
+        """Block until a call returns; every call returned by now, as (id, outcomes or error)."""
+        done = [self._done.get()]
+        while True:
+            try:
+                done.append(self._done.get_nowait())
+            except queue.Empty:
+                break
+        out = []
+        for call, value in done:
+            runner = self._calls.pop(call, None)
+            if runner is None:
+                continue  # cancelled
+            runner.queued -= 1
+            if isinstance(value, CallFailed) and value.worker_lost:
+                self._lost.add(runner.worker)
+                self.runners = [r for r in self.runners if r.worker != runner.worker]
+            out.append((call, value))
+        if any(isinstance(v, CallFailed) and v.worker_lost for _, v in out):
+            self.refresh()
+        return out
+
+    def cancel(self) -> None:
+        """Forget calls in flight (a runner finishes its current segment regardless)."""
+        for runner in self._calls.values():
+            runner.queued -= 1
+        self._calls.clear()
+
+    def close(self) -> None:
+        self.cancel()
+        futures = [r.future for r in self.runners]
+        self.runners = []
+        if futures and self.client.status == "running":
+            self.client.cancel(futures)
