@@ -180,6 +180,7 @@ def runner_pbt(args: argparse.Namespace) -> None:
     import contextlib
     import random
 
+    import prefect.flows  # noqa: F401  (as ray is imported before fit(); popflow imports it lazily)
     from common import load_example
 
     from flows import CheckpointConfig, tune

@@ -16,7 +16,6 @@ import random
 from typing import Any
 
 import numpy as np
-from prefect import flow
 
 from flows import CheckpointConfig, ResultGrid, tune
 from schedulers import PopulationBasedTraining
@@ -111,24 +110,6 @@ def run_benchmark(
         n_workers=2 if smoke_test else workers,
         resume=resume,
     )
-
-
-@flow(name="pbt-benchmark", log_prints=True)
-def pbt_benchmark_flow(
-    storage: str = "./results",
-    name: str = "pbt_benchmark",
-    seed: int = 0,
-    smoke_test: bool = False,
-    synch: bool = False,
-    resume: str = "auto",
-) -> dict:
-    """What prefect.yaml deploys: the benchmark as a flow run; a re-run resumes ("auto")."""
-    results = run_benchmark(
-        storage=storage, name=name, seed=seed, smoke_test=smoke_test, synch=synch, resume=resume
-    )
-    best = results.get_best_result()
-    print(f"best config {best.config}, mean_accuracy {best.metrics['mean_accuracy']:.1f}")
-    return {"config": best.config, "metrics": {"mean_accuracy": best.metrics["mean_accuracy"]}}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,6 +8,7 @@ next starts.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import inspect
@@ -19,13 +20,11 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import cloudpickle
 import numpy as np
 from distributed import Client
-from prefect import flow, get_run_logger, task
-from prefect.cache_policies import NO_CACHE
 
 from flows.cli import save_tune_args
 from flows.config import CheckpointConfig
@@ -33,7 +32,7 @@ from flows.controller import Controller, TrialRecord
 from flows.results import Result, ResultGrid
 from flows.resume import is_finished, restore_records
 from flows.runner_pool import RunnerPool
-from infra.cluster import dask_client, dask_resources
+from infra.cluster import ClusterStart, dask_client, dask_resources
 from infra.experiment_log import EXPERIMENT_FILE, ExperimentLog
 from infra.jsonutil import dumps
 from infra.lease import Lease
@@ -47,9 +46,10 @@ from tasks.trainable import Trainable
 logger = logging.getLogger("popflow")
 
 
-@task(name="round", cache_policy=NO_CACHE)
 def _round(controller: Controller) -> bool:
     """One round as a Prefect task: its summary and decisions show in the task's logs."""
+    from prefect import get_run_logger
+
     more = controller.run_round()
     run_logger = get_run_logger()
     run_logger.info(controller.round_summary())
@@ -257,14 +257,30 @@ def tune(
     root = Storage(storage, storage_options)
     if not resume and _is_flow_retry():  # a retried flow run that calls tune: pick up its work
         resume = "auto"
+    _check_arguments(
+        trainable,
+        num_samples,
+        stop,
+        max_failures,
+        commit_interval,
+        scheduler if scheduler is not None else FIFOScheduler(),
+    )
     options = {k: v for k, v in locals().items() if k not in _NOT_OPTIONS}
-    return tune_flow(trainable, param_space, root, name, options)
+    if dask_address is not None:
+        return _prefect().tune_flow(trainable, param_space, root, name, options)
+    # the embedded cluster starts while Prefect creates the flow run
+    cluster = ClusterStart(n_workers)
+    try:
+        return _prefect().tune_flow(
+            trainable, param_space, root, name, {**options, "dask_address": cluster}
+        )
+    finally:
+        cluster.close()
 
 
 _NOT_OPTIONS = ("trainable", "param_space", "storage", "storage_options", "root", "name")
 
 
-@flow(name="tune", validate_parameters=False)
 def tune_flow(
     trainable: type[Trainable] | Callable[[dict[str, Any]], Any],
     param_space: dict[str, Any] | None,
@@ -279,6 +295,28 @@ def tune_flow(
     database; ``options`` are :func:`tune`'s other keyword arguments.
     """
     return _run(trainable, param_space, storage=storage, name=name, **options)
+
+
+class _PrefectObjects(NamedTuple):
+    tune_flow: Any  # prefect.Flow
+    round_task: Any  # prefect.Task
+
+
+@functools.cache
+def _prefect() -> _PrefectObjects:
+    """The ``tune`` flow and its ``round`` task, made on first use.
+
+    Every Dask worker imports the user's script, and so popflow; Prefect
+    stays out of that import (it costs a worker ~1 s of CPU and ~45 MB),
+    since workers never use it.
+    """
+    from prefect import flow, task
+    from prefect.cache_policies import NO_CACHE
+
+    return _PrefectObjects(
+        tune_flow=flow(name="tune", validate_parameters=False)(tune_flow),
+        round_task=task(name="round", cache_policy=NO_CACHE)(_round),
+    )
 
 
 def _run(
@@ -296,7 +334,7 @@ def _run(
     seed: int | None = None,
     max_failures: int = 0,
     resources_per_trial: dict[str, float] | None = None,
-    dask_address: str | Client | None = None,
+    dask_address: str | Client | ClusterStart | None = None,
     n_workers: int | None = None,
     commit_interval: float = 1.0,
     log_flush_interval: float = 30.0,
@@ -414,7 +452,8 @@ def _run(
                 controller.commit()  # round 0: the sampled population, before any training
             try:
                 round_no = controller.rounds + 1
-                while _round.with_options(task_run_name=f"round-{round_no}")(controller):
+                round_task = _prefect().round_task
+                while round_task.with_options(task_run_name=f"round-{round_no}")(controller):
                     round_no += 1
             finally:
                 controller.cancel()

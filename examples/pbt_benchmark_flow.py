@@ -1,0 +1,34 @@
+"""The PBT benchmark as a Prefect flow: what ``prefect.yaml`` deploys.
+
+A run of the deployment resumes the experiment of the same name ("auto"),
+so a retried or re-triggered run continues where the last one stopped, and
+a finished one is not trained again. The trainable lives in
+``pbt_benchmark.py``, which does not import Prefect: Dask workers import the
+trainable's module, and have no use for Prefect.
+
+    prefect deploy --name pbt-benchmark-smoke
+    prefect deployment run pbt-benchmark/pbt-benchmark-smoke
+"""
+
+from __future__ import annotations
+
+from pbt_benchmark import run_benchmark
+from prefect import flow
+
+
+@flow(name="pbt-benchmark", log_prints=True)
+def pbt_benchmark_flow(
+    storage: str = "./results",
+    name: str = "pbt_benchmark",
+    seed: int = 0,
+    smoke_test: bool = False,
+    synch: bool = False,
+    resume: str = "auto",
+) -> dict:
+    """The benchmark as a flow run; its ``tune`` flow runs as a subflow."""
+    results = run_benchmark(
+        storage=storage, name=name, seed=seed, smoke_test=smoke_test, synch=synch, resume=resume
+    )
+    best = results.get_best_result()
+    print(f"best config {best.config}, mean_accuracy {best.metrics['mean_accuracy']:.1f}")
+    return {"config": best.config, "metrics": {"mean_accuracy": best.metrics["mean_accuracy"]}}
