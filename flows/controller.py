@@ -22,7 +22,7 @@ import io
 import logging
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,6 +152,10 @@ class Controller:
         self._last_flush = time.monotonic()
         self.policy_total = 0  # pbt_global.txt lines committed so far
         self.in_flight: dict[int, list[TrialRecord]] = {}  # runner call -> its trials
+        # retired checkpoints are deleted after their commit, off the round's path
+        # (an object store takes a request or two per checkpoint)
+        self._janitor = ThreadPoolExecutor(1, thread_name_prefix="popflow-retention")
+        self._deleting: dict[str, Future[None]] = {}  # checkpoint path -> its deletion
         self._lost: dict[str, int] = {}  # trial -> calls in a row that returned nothing
         self._segment_seconds: float | None = None  # moving average of worker time per segment
         self._clock = max((r.trial.last_train_time for r in records), default=0.0)
@@ -224,7 +228,9 @@ class Controller:
             stop=self.stop,
             checkpoint_frequency=freq,
             checkpoint_at_end=self.checkpoint_at_end,
-            taken=frozenset(c.name for c in rec.checkpoints),
+            # a name being deleted is not reused: the deletion would hit the new checkpoint
+            taken=frozenset(c.name for c in rec.checkpoints)
+            | {p.rsplit("/", 1)[1] for p in self._deleting if p.startswith(f"{rec.dirname}/")},
             live_token=rec.live[0] if rec.live else None,
         )
 
@@ -395,8 +401,9 @@ class Controller:
             rec.trial.status = TrialStatus.PAUSED
         else:
             rec.trial.status = TrialStatus.PENDING
-        if rec.trial.status != TrialStatus.PENDING:
-            self._discard_live(rec)  # paused or ended: free the worker's memory
+        held = rec.trial.status == TrialStatus.PAUSED and self.scheduler.pause_is_barrier
+        if rec.trial.status != TrialStatus.PENDING and not held:
+            self._discard_live(rec)  # paused for long or ended: free the worker's memory
 
     def _apply_effects(self, rec: TrialRecord | None, decision: Decision) -> None:
         """Apply exploits, then actions on other trials (``rec``: the reporting trial, if any)."""
@@ -637,14 +644,28 @@ class Controller:
                 "policy_total": self.policy_total,
             }
         )
-        for path in doomed:
-            self.storage.remove(path)
+        self._retire(doomed, wait=final)
         self.last_commit = {
             "results": sum(map(len, self._new_results.values())),
             "events": self._events,
         }
         self._new_results, self._policy_lines, self._events = {}, [], []
         self._lineage_changed = set()
+
+    def _retire(self, paths: list[str], wait: bool) -> None:
+        """Delete committed-away checkpoints in the background (``wait``: and finish all)."""
+        for path in paths:
+            self._deleting[path] = self._janitor.submit(self._delete_retired, path)
+        for path, deletion in list(self._deleting.items()):
+            if wait or deletion.done():
+                deletion.result()
+                del self._deleting[path]
+
+    def _delete_retired(self, path: str) -> None:
+        try:
+            self.storage.remove(path)
+        except Exception as exc:  # garbage, not data: the run goes on, a resume removes it
+            logger.warning("could not delete retired checkpoint %s: %s", path, exc)
 
     def round_summary(self) -> str:
         """One line on the last committed round, for the Prefect UI."""
@@ -662,6 +683,8 @@ class Controller:
         """Stop what is in flight and release every parked trainable."""
         self.pool.cancel()
         self.in_flight.clear()
+        self._retire([], wait=True)
+        self._janitor.shutdown()
         for rec in self.records:
             self._discard_live(rec)
         self._flush_discards()

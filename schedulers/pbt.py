@@ -170,6 +170,7 @@ class PopulationBasedTraining(TrialScheduler):
             )
         self.time_attr = time_attr
         self.synchronous = synch
+        self.pause_is_barrier = synch
         self.log_config = log_config
         self._perturbation_interval = perturbation_interval
         self._burn_in_period = burn_in_period

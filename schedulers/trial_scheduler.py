@@ -123,6 +123,11 @@ class TrialScheduler:
     #: Reduce once per round after every live trial reported (synch PBT,
     #: HyperBand), instead of deciding per result as it arrives.
     synchronous: bool = False
+    #: A PAUSE only holds the trial at the round barrier, and every paused trial
+    #: goes on (or is cloned) next round (synch PBT): its trainable may stay alive
+    #: on its worker. Otherwise (HyperBand's cohorts) a pause can be long and
+    #: most paused trials then stop, so their trainables are freed.
+    pause_is_barrier: bool = False
     #: The result key this scheduler measures time in (None: no milestones).
     time_attr: str | None = None
 

@@ -204,6 +204,11 @@ def park(live: Live) -> str:
     return token
 
 
+def is_parked(token: str) -> bool:
+    with _lock:
+        return token in _parked
+
+
 def take(token: str) -> Live | None:
     with _lock:
         entry = _parked.pop(token, None)

@@ -18,6 +18,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,10 +26,11 @@ from infra.checkpoint_store import CheckpointError, fetch_checkpoint, publish_ch
 from infra.cluster import current_worker_address
 from infra.jsonutil import jsonable
 from infra.storage import Storage
-from tasks.live import Live, LiveClass, LiveFunction, UserCodeError, park, take
+from tasks.live import Live, LiveClass, LiveFunction, UserCodeError, is_parked, park, take
 from tasks.progress import ProgressClock
 from tasks.seeding import isolate_dask_sampling, seed_globals
 from tasks.trainable import Trainable
+from tasks.uploads import Uploads, transfer_threads
 
 logger = logging.getLogger(__name__)
 isolate_dask_sampling()  # runs on every worker that imports this module
@@ -112,9 +114,10 @@ def checkpoint_name(iteration: int, taken: frozenset[str] | set[str]) -> str:
 class SegmentRun:
     """Book-keeping of one running segment, shared by the class and function APIs."""
 
-    def __init__(self, spec: SegmentSpec, clock: ProgressClock):
+    def __init__(self, spec: SegmentSpec, clock: ProgressClock, uploads: Uploads | None = None):
         self.spec = spec
         self.clock = clock
+        self.uploads = uploads  # object-store uploads run beside training (tasks.uploads)
         self.outcome = SegmentOutcome(trial_id=spec.trial_id)
         self.reason: str | None = None
         self._taken = set(spec.taken)
@@ -171,20 +174,50 @@ class SegmentRun:
         name = checkpoint_name(self.clock.iteration, self._taken)
         self._taken.add(name)
         metadata = {**self.clock.metadata(), "result": jsonable(result)}
-        publish_checkpoint(self.spec.storage, local_dir, f"{self.spec.trial_dir}/{name}", metadata)
+        rel_path = f"{self.spec.trial_dir}/{name}"
         self.outcome.checkpoints.append(
             CheckpointRecord(name, self.clock.iteration, metadata["result"])
         )
+        storage = self.spec.storage
+        if self.uploads is not None and not storage.is_local:
+            self.uploads.submit(self.outcome, storage, local_dir, rel_path, metadata)
+        else:  # a local publish is a copy and a rename: no thread to wait for
+            publish_checkpoint(storage, local_dir, rel_path, metadata)
 
 
-def _start(spec: SegmentSpec) -> Live:
-    """Build the trainable, restored from ``spec.restore`` if given."""
+Fetched = tuple[str, dict[str, Any] | None]  # (temporary folder, checkpoint metadata)
+
+
+def _fetch(spec: SegmentSpec) -> Fetched:
+    """Download ``spec.restore`` into a new temporary folder (``<tmp>/checkpoint``)."""
     tmp = tempfile.mkdtemp(prefix="popflow-restore-")
-    restore_dir, metadata, owned = None, None, False
+    if spec.restore is None:
+        return tmp, None
     try:
-        if spec.restore is not None:
-            restore_dir = os.path.join(tmp, "checkpoint")
-            metadata = fetch_checkpoint(spec.storage, spec.restore, restore_dir)
+        return tmp, fetch_checkpoint(spec.storage, spec.restore, os.path.join(tmp, "checkpoint"))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _prefetch(specs: list[SegmentSpec]) -> dict[int, Future[Fetched]]:
+    """Start the downloads of the segments that will restore from an object store."""
+    return {
+        i: transfer_threads().submit(_fetch, spec)
+        for i, spec in enumerate(specs)
+        if spec.restore is not None
+        and not spec.storage.is_local
+        and not (spec.live_token and is_parked(spec.live_token))
+    }
+
+
+def _start(spec: SegmentSpec, fetched: Future[Fetched] | None = None) -> Live:
+    """Build the trainable, restored from ``spec.restore`` if given (``fetched``: already
+    being downloaded)."""
+    tmp, metadata = fetched.result() if fetched is not None else _fetch(spec)
+    restore_dir = os.path.join(tmp, "checkpoint") if spec.restore is not None else None
+    owned = False
+    try:
         clock = ProgressClock.restored(spec.trial_id, metadata)
         if is_function_trainable(spec.trainable):
             live: Live = LiveFunction(
@@ -198,7 +231,7 @@ def _start(spec: SegmentSpec) -> Live:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _resume_or_start(spec: SegmentSpec) -> Live:
+def _resume_or_start(spec: SegmentSpec, fetched: Future[Fetched] | None) -> Live:
     live = take(spec.live_token) if spec.live_token else None
     if live is not None and not live.accepts(spec.config):
         live.discard()
@@ -207,28 +240,40 @@ def _resume_or_start(spec: SegmentSpec) -> Live:
         logger.info(
             "trial %s: no live trainable here, restoring from %s", spec.trial_id, spec.restore
         )
-    return live if live is not None else _start(spec)
+    return live if live is not None else _start(spec, fetched)
 
 
-def run_segment(spec: SegmentSpec, worker: str | None = None) -> SegmentOutcome:
+def run_segment(
+    spec: SegmentSpec,
+    worker: str | None = None,
+    uploads: Uploads | None = None,
+    fetched: Future[Fetched] | None = None,
+) -> SegmentOutcome:
     """Run one segment and return its outcome (errors included, never raised).
 
     ``worker``: the address of this process's Dask worker, where a trainable
-    left alive is parked (looked up when not given).
+    left alive is parked (looked up when not given). ``uploads``: publish
+    object-store checkpoints in the background (the caller waits for them).
+    ``fetched``: the download of ``spec.restore``, started earlier.
     """
     start = time.perf_counter()
-    outcome = _run_segment(spec, worker)
+    outcome = _run_segment(spec, worker, uploads, fetched)
     outcome.seconds = time.perf_counter() - start
     return outcome
 
 
-def _run_segment(spec: SegmentSpec, worker: str | None) -> SegmentOutcome:
+def _run_segment(
+    spec: SegmentSpec,
+    worker: str | None,
+    uploads: Uploads | None,
+    fetched: Future[Fetched] | None,
+) -> SegmentOutcome:
     seed_globals(spec.seed)
     run: SegmentRun | None = None
     live: Live | None = None
     try:
-        live = _resume_or_start(spec)
-        run = SegmentRun(spec, live.clock)
+        live = _resume_or_start(spec, fetched)
+        run = SegmentRun(spec, live.clock, uploads)
         run.outcome.reason = live.run(run)
         if run.outcome.reason in ("milestone", "max_iterations"):
             run.outcome.live_token = park(live)
@@ -252,5 +297,24 @@ def _run_segment(spec: SegmentSpec, worker: str | None) -> SegmentOutcome:
 
 
 def run_segments(specs: list[SegmentSpec], worker: str | None = None) -> list[SegmentOutcome]:
-    """One or several segments, in order (time-multiplexing on one slot)."""
-    return [run_segment(spec, worker) for spec in specs]
+    """One or several segments, in order (time-multiplexing on one slot); a
+    segment's checkpoint uploads overlap the next one's training, and all are
+    published before this returns."""
+    uploads = Uploads()
+    fetches = _prefetch(specs)
+    # trials continuing live first: the others' checkpoints download meanwhile
+    order = sorted(range(len(specs)), key=lambda i: i in fetches)
+    outcomes: dict[int, SegmentOutcome] = {}
+    try:
+        for i in order:
+            outcomes[i] = run_segment(specs[i], worker, uploads, fetches.pop(i, None))
+        return [outcomes[i] for i in range(len(specs))]
+    finally:
+        uploads.finish()
+        for future in fetches.values():  # not used (an earlier segment raised): clean up
+            future.add_done_callback(_drop_fetched)
+
+
+def _drop_fetched(future: Future[Fetched]) -> None:
+    if future.exception() is None:
+        shutil.rmtree(future.result()[0], ignore_errors=True)

@@ -6,7 +6,13 @@ import json
 import os
 
 import pytest
-from trainables import EndsEarlyTrainable, FlakyTrainable, ParityTrainable, parity_function
+from trainables import (
+    EndsEarlyTrainable,
+    FlakyTrainable,
+    ParityTrainable,
+    SetupCountingTrainable,
+    parity_function,
+)
 
 from flows import CheckpointConfig, tune
 from schedulers import PopulationBasedTraining, sample_from
@@ -228,3 +234,27 @@ def test_synch_barrier_releases_when_a_trial_finishes_mid_round(tune_env):
     # trial 1 (a=20) ends at 3, inside the round whose barrier is at 4; trial 0 cloned
     # trial 2 at 2 (so lost its own done_at); without the release both would wait forever
     assert [r.metrics["training_iteration"] for r in results] == [6, 3, 6]
+
+
+def test_synch_pbt_keeps_trainables_alive_across_the_barrier(tune_env, tmp_path):
+    """A synch round pauses every trial at the barrier; only clones are rebuilt from storage."""
+    setups = tmp_path / "setups"
+    setups.mkdir()
+    results = tune(
+        SetupCountingTrainable,
+        param_space={**parity_space([10, 20, 40, 30]), "setups": str(setups)},
+        scheduler=parity_scheduler(synch=True),
+        metric="mean_accuracy",
+        mode="max",
+        num_samples=4,
+        stop={"training_iteration": 6},
+        name="alive",
+        seed=0,
+        **tune_env,
+    )
+    assert not results.errors
+    with open(os.path.join(tune_env["storage"], "alive", "pbt_global.txt")) as f:
+        exploits = sum(1 for line in f if line.strip())
+    assert exploits >= 1
+    # one set-up per trial, plus one per clone; never one per round (6 rounds)
+    assert len(os.listdir(setups)) == 4 + exploits

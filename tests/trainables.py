@@ -116,3 +116,12 @@ class WorkerKiller(ParityTrainable):
             open(marker, "w").close()
             os.kill(os.getpid(), 9)
         return super().step()
+
+
+class SetupCountingTrainable(ParityTrainable):
+    """ParityTrainable that leaves one file in ``config["setups"]`` per ``setup`` call."""
+
+    def setup(self, config: dict[str, Any]) -> None:
+        super().setup(config)
+        fd, _ = tempfile.mkstemp(dir=config["setups"], prefix=f"{self.trial_id}-")
+        os.close(fd)

@@ -1,0 +1,89 @@
+"""Checkpoint transfers beside training, within one runner call.
+
+On an object store a checkpoint upload takes a few requests (tens of ms for
+1 MB). A runner call with several segments does not wait for each: the
+checkpoint is copied to a staging folder (the trainable's own folder is gone
+or rewritten once ``save_checkpoint`` returns) and uploaded by a small pool
+of threads while the call's next segment trains. The call returns only when
+every upload is published, so the driver never commits a checkpoint that is
+not in storage; a segment whose upload failed comes back as an error.
+Downloads for the call's trials that restore from a checkpoint start when
+the call does (:func:`prefetch`), while its first segments train.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from infra.checkpoint_store import publish_checkpoint
+from infra.storage import Storage
+from tasks.live import take
+
+if TYPE_CHECKING:
+    from tasks.segment import SegmentOutcome
+
+TRANSFER_THREADS = 4  # per worker process, shared by its runners
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def transfer_threads() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(TRANSFER_THREADS, thread_name_prefix="popflow-transfer")
+        return _pool
+
+
+def _publish_staged(storage: Storage, staged: str, rel_path: str, metadata: dict[str, Any]) -> None:
+    try:
+        publish_checkpoint(storage, staged, rel_path, metadata)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+
+
+class Uploads:
+    """The uploads one runner call started; ``finish`` waits for them."""
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[SegmentOutcome, Future[None]]] = []
+
+    def submit(
+        self,
+        outcome: SegmentOutcome,
+        storage: Storage,
+        local_dir: str,
+        rel_path: str,
+        metadata: dict[str, Any],
+    ) -> None:
+        staged = tempfile.mkdtemp(prefix="popflow-upload-")
+        try:
+            shutil.copytree(local_dir, staged, dirs_exist_ok=True)
+        except BaseException:
+            shutil.rmtree(staged, ignore_errors=True)
+            raise
+        future = transfer_threads().submit(_publish_staged, storage, staged, rel_path, metadata)
+        self._pending.append((outcome, future))
+
+    def finish(self) -> None:
+        """Wait for every upload; a segment whose upload failed ends in error."""
+        pending, self._pending = self._pending, []
+        for outcome, future in pending:
+            try:
+                future.result()
+            except Exception:
+                if outcome.reason == "error":
+                    continue
+                outcome.reason = "error"
+                outcome.error = traceback.format_exc()
+                if outcome.live_token:  # the trial restarts from its last durable checkpoint
+                    live = take(outcome.live_token)
+                    if live is not None:
+                        live.discard()
+                    outcome.live_token = outcome.worker = None
