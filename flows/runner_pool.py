@@ -23,7 +23,7 @@ from typing import Any
 from distributed import Client, Future
 
 from infra.cluster import slots_per_worker
-from tasks.runner import SegmentRunner
+from tasks.runner import SegmentRunner, pack_specs
 from tasks.segment import SegmentSpec
 
 logger = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ class RunnerPool:
         runner.queued += 1
         call = next(self._ids)
         self._calls[call] = runner
-        future = runner.actor.run(specs)
+        future = runner.actor.run(pack_specs(specs))
         self.client.loop.add_callback(self._deliver, call, future, runner.worker)
         return call
 

@@ -11,6 +11,7 @@ from trainables import (
     FlakyTrainable,
     ParityTrainable,
     SetupCountingTrainable,
+    StopOnlyOnTheDriver,
     parity_function,
 )
 
@@ -258,3 +259,24 @@ def test_synch_pbt_keeps_trainables_alive_across_the_barrier(tune_env, tmp_path)
     assert exploits >= 1
     # one set-up per trial, plus one per clone; never one per round (6 rounds)
     assert len(os.listdir(setups)) == 4 + exploits
+
+
+def test_segments_a_worker_cannot_unpickle_error_their_trials_and_keep_the_workers(tune_env):
+    client = tune_env["dask_address"]
+    workers = set(client.scheduler_info()["workers"])
+    results = tune(
+        ParityTrainable,
+        param_space=parity_space([10, 20, 30]),
+        scheduler=parity_scheduler(synch=False),
+        metric="mean_accuracy",
+        mode="max",
+        num_samples=3,
+        stop=StopOnlyOnTheDriver(),
+        name="unreadable",
+        **tune_env,
+    )
+    assert len(results.errors) == 3
+    for error in results.errors:
+        assert "cannot unpickle the segments" in str(error)
+        assert "only unpickles where it was made" in str(error)
+    assert set(client.scheduler_info()["workers"]) == workers  # no worker was given up

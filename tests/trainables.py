@@ -125,3 +125,24 @@ class SetupCountingTrainable(ParityTrainable):
         super().setup(config)
         fd, _ = tempfile.mkstemp(dir=config["setups"], prefix=f"{self.trial_id}-")
         os.close(fd)
+
+
+class StopOnlyOnTheDriver:
+    """A stop condition that cannot be unpickled in any process but the one that made it."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return result["training_iteration"] >= 3
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_unpickle_in, (self.pid,))
+
+
+def _unpickle_in(pid: int) -> StopOnlyOnTheDriver:
+    if os.getpid() != pid:
+        raise RuntimeError("this stop condition only unpickles where it was made")
+    stop = StopOnlyOnTheDriver.__new__(StopOnlyOnTheDriver)
+    stop.pid = pid
+    return stop
