@@ -288,3 +288,23 @@ def test_pbt_replay_resumes_after_a_crash_identically(prefect_server, tmp_path):
     assert crashed == read_experiment(str(tmp_path / "ref" / "exp"))
     [history] = crashed["trials"].values()
     assert [r["training_iteration"] for r in history] == list(range(1, 25))
+
+
+def test_storage_errors_in_a_fraction_of_operations_change_nothing(prefect_server, tmp_path):
+    """15 % of storage calls (driver and workers) time out once or twice: the retries absorb
+    them, and the run ends as an undisturbed one with the same seed."""
+    clean = str(tmp_path / "clean")
+    drive(clean, "pbt", "pbt_synch")
+    faults = str(tmp_path / "faults.txt")
+    options = {"failure_rate": 0.15, "fault_log": faults}
+    drive(
+        f"flaky://{tmp_path / 'flaky'}",
+        "pbt",
+        "pbt_synch",
+        env={"POPFLOW_TEST_STORAGE_OPTIONS": json.dumps(options)},
+    )
+    with open(faults) as f:
+        injected = [line.split() for line in f]
+    assert len(injected) >= 20
+    assert len({pid for pid, _, _ in injected}) >= 2  # the driver's calls and the workers'
+    assert read_experiment(str(tmp_path / "flaky" / "pbt")) == read_experiment(f"{clean}/pbt")

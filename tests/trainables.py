@@ -7,6 +7,8 @@ import os
 import tempfile
 from typing import Any
 
+import flakyfs  # noqa: F401  (registers flaky:// with fsspec in every process that runs these)
+
 from tasks import Checkpoint, Trainable, get_checkpoint, report
 
 
