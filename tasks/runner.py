@@ -57,12 +57,16 @@ def pack_specs(specs: list[SegmentSpec]) -> bytes:
 
     Plain pickle when it can (30x faster); cloudpickle for a trainable from
     ``__main__`` or from a module registered to travel by value (plain pickle
-    would send it by name, which the worker may not import).
+    would send it by name, which the worker may not import), and for what
+    plain pickle cannot take (a lambda as stop condition).
     """
-    blob = pickle.dumps(specs)
-    by_value = cloudpickle.list_registry_pickle_by_value()
-    if b"__main__" in blob or any(
-        getattr(spec.trainable, "__module__", None) in by_value for spec in specs
-    ):
-        blob = cloudpickle.dumps(specs)
-    return blob
+    by_value = {"__main__", *cloudpickle.list_registry_pickle_by_value()}
+    if not any(getattr(spec.trainable, "__module__", None) in by_value for spec in specs):
+        try:
+            blob = pickle.dumps(specs)
+        except Exception:  # lambdas, closures, objects of __main__
+            pass
+        else:
+            if b"__main__" not in blob:
+                return blob
+    return cloudpickle.dumps(specs)

@@ -280,3 +280,21 @@ def test_segments_a_worker_cannot_unpickle_error_their_trials_and_keep_the_worke
         assert "cannot unpickle the segments" in str(error)
         assert "only unpickles where it was made" in str(error)
     assert set(client.scheduler_info()["workers"]) == workers  # no worker was given up
+
+
+def test_a_lambda_stop_condition_reaches_the_workers(tune_env):
+    """Plain pickle cannot send a lambda; the segments still get to the runners."""
+    limit = 4
+    results = tune(
+        ParityTrainable,
+        param_space=parity_space([10, 20]),
+        scheduler=parity_scheduler(synch=True),
+        metric="mean_accuracy",
+        mode="max",
+        num_samples=2,
+        stop=lambda trial_id, result: result["training_iteration"] >= limit,
+        name="lambda_stop",
+        **tune_env,
+    )
+    assert not results.errors
+    assert [r.metrics["training_iteration"] for r in results] == [limit, limit]
