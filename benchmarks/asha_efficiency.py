@@ -6,7 +6,7 @@ Efficiency = (total iterations x 0.1 s / 2 workers) / wall, where total
 iterations is the sum of each trial's final training_iteration: the share of
 the wall time the two slots spent training. Target >= 0.85.
 
-popflow runs twice: on a pre-started 2-worker cluster (``tune()`` wall, as
+popflow runs twice: on a pre-started 2-worker cluster (``run()`` wall, as
 Ray's ``fit()`` runs after ``ray.init``) and on the embedded cluster that
 ``tune`` starts itself (counted in its wall). Ray Tune runs the same workload
 with ``ray.init(num_cpus=2)`` (``benchmarks/ray_side.py asha``). Every run is a
@@ -52,8 +52,8 @@ def efficiency(iterations: int, wall: float) -> float:
 
 
 def runner(args: argparse.Namespace) -> None:
-    from flows import tune
-    from infra.cluster import dask_client
+    from popflow import run
+    from popflow.infra.cluster import dask_client
 
     example = load_example("async_hyperband")
     figures: dict[str, Any] = {"cluster": "prestarted" if args.prestart else "embedded"}
@@ -65,7 +65,7 @@ def runner(args: argparse.Namespace) -> None:
             cluster = {"dask_address": stack.enter_context(dask_client(None, WORKERS))}
             figures["cluster_start_s"] = time.perf_counter() - start
         start = time.perf_counter()
-        results = tune(
+        results = run(
             example.easy_objective,
             param_space=example.param_space(args.steps),
             scheduler=example.make_scheduler(max_t=args.max_t, grace_period=5),

@@ -1,13 +1,13 @@
 """Driver bookkeeping at scale (issue 3): 1,000 one-iteration trials on 8 worker slots.
 
 Each trial is a function that sleeps 0.5 s and reports once; ``FIFOScheduler``;
-a LocalCluster of 8 single-thread process workers (started before ``tune()``;
+a LocalCluster of 8 single-thread process workers (started before ``run()``;
 its start-up is reported separately). The theoretical minimum is
 1000 x 0.5 s / 8 = 62.5 s; overhead % = (wall - minimum) / minimum (target <= 10 %).
 Also the driver's peak memory: ``ru_maxrss`` of the driver process (it hosts
-the Dask scheduler of the LocalCluster too), before and after ``tune()``, and
+the Dask scheduler of the LocalCluster too), before and after ``run()``, and
 with ``--tracemalloc`` a second run under ``tracemalloc`` for the peak of
-Python allocations during ``tune()`` (that run's wall is not the figure: tracing slows it).
+Python allocations during ``run()`` (that run's wall is not the figure: tracing slows it).
 
     .venv/bin/python benchmarks/bookkeeping.py                   # 1,000 trials
     .venv/bin/python benchmarks/bookkeeping.py --tracemalloc     # plus the traced run
@@ -36,8 +36,8 @@ from common import (
     write_json,
 )
 
-from schedulers import FIFOScheduler, uniform
-from tasks import report
+from popflow.schedulers import FIFOScheduler, uniform
+from popflow.tasks import report
 
 SLEEP_S = 0.5
 SLOTS = 8
@@ -55,8 +55,8 @@ def _maxrss_mib() -> float:
 
 
 def runner(args: argparse.Namespace) -> None:
-    from flows import tune
-    from infra.cluster import dask_client
+    from popflow import run
+    from popflow.infra.cluster import dask_client
 
     figures: dict[str, Any] = {"trials": args.trials, "tracemalloc": args.tracemalloc}
     with scratch_dir("popflow-bench-bookkeeping-") as storage:
@@ -67,7 +67,7 @@ def runner(args: argparse.Namespace) -> None:
             if args.tracemalloc:
                 tracemalloc.start()
             start = time.perf_counter()
-            results = tune(
+            results = run(
                 sleep_once,
                 param_space={"x": uniform(0, 1)},
                 scheduler=FIFOScheduler(),

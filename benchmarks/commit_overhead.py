@@ -36,9 +36,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import PrefectServer, write_json
 
-from infra.checkpoint_store import publish_checkpoint
-from infra.storage import Storage
-from tasks import Trainable
+from popflow.infra.checkpoint_store import publish_checkpoint
+from popflow.infra.storage import Storage
+from popflow.tasks import Trainable
 
 logger = logging.getLogger("overhead")
 MEMBERS = 8
@@ -79,8 +79,8 @@ class OneSecondRound(Trainable):
 
 def tune_rounds(storage: str, options: dict | None, rounds: int, client: object) -> list[float]:
     """Run the 1 s-round PBT experiment; the wall time of each round (from the commit log)."""
-    from flows import CheckpointConfig, tune
-    from schedulers import PopulationBasedTraining
+    from popflow import CheckpointConfig, run
+    from popflow.schedulers import PopulationBasedTraining
 
     pbt = PopulationBasedTraining(
         time_attr="training_iteration",
@@ -88,7 +88,7 @@ def tune_rounds(storage: str, options: dict | None, rounds: int, client: object)
         hyperparam_mutations={"c": [1, 2, 3]},
         synch=True,
     )
-    tune(
+    run(
         OneSecondRound,
         param_space={},
         scheduler=pbt,
@@ -109,7 +109,7 @@ def tune_rounds(storage: str, options: dict | None, rounds: int, client: object)
 
 
 def end_to_end(options: dict, rounds: int, work: str) -> dict:
-    from infra.cluster import dask_client
+    from popflow.infra.cluster import dask_client
 
     places = {
         "tmpfs": (tempfile.mkdtemp(prefix="popflow-overhead-", dir="/dev/shm"), None),

@@ -3,15 +3,15 @@
 a. Per-round overhead: 8 members of a no-op Trainable under
    ``PopulationBasedTraining(perturbation_interval=1, hyperparam_mutations={"c": [1, 2]})``
    on 2 Dask workers. Overhead per round = (wall of N rounds - wall of 1 round) / (N - 1),
-   each the median of ``--repeats`` ``tune()`` calls on a pre-started cluster, so
+   each the median of ``--repeats`` ``run()`` calls on a pre-started cluster, so
    cluster and flow start-up cancel out. Synchronous (target <= 0.15 s) and asynchronous.
    ``--ray`` adds Ray Tune's figure for the same population.
 b. The PBT benchmark end to end (``examples/pbt_benchmark.py``'s ``PBTBenchmarkExample``:
    8 samples, perturbation_interval 5, stop at done or 1000, checkpoint every 5, keep 4)
    with popflow and with Ray Tune (``benchmarks/ray_side.py pbt``), side by side.
    popflow's flows report to a ``prefect server`` this script starts first, so its
-   start-up is reported separately and not counted in ``tune()``. Target: popflow's
-   ``tune()`` wall / Ray's ``fit()`` wall <= 0.25.
+   start-up is reported separately and not counted in ``run()``. Target: popflow's
+   ``run()`` wall / Ray's ``fit()`` wall <= 0.25.
 c. ``--seeds N``: median iterations-to-done over seeds 0..N-1 (the smallest
    training_iteration at which any trial reported mean_accuracy > 200; the
    iteration count carries over on exploits, as in Ray); ``--ray`` for Ray too.
@@ -48,7 +48,7 @@ from common import (  # noqa: E402
     write_json,
 )
 
-from tasks import Trainable  # noqa: E402
+from popflow.tasks import Trainable  # noqa: E402
 
 OVERHEAD_TARGET_S = 0.15
 RATIO_TARGET = 0.25
@@ -77,8 +77,8 @@ class NoopTrainable(Trainable):
 
 # -- runners (run in a subprocess by the parent) --------------------------------------------
 def _noop_tune(rounds: int, synch: bool, storage: str, name: str, **kwargs: Any) -> float:
-    from flows import tune
-    from schedulers import PopulationBasedTraining
+    from popflow import run
+    from popflow.schedulers import PopulationBasedTraining
 
     scheduler = PopulationBasedTraining(
         time_attr="training_iteration",
@@ -87,7 +87,7 @@ def _noop_tune(rounds: int, synch: bool, storage: str, name: str, **kwargs: Any)
         synch=synch,
     )
     start = time.perf_counter()
-    tune(
+    run(
         NoopTrainable,
         param_space={},  # PBT samples each member's c from the mutations, as Ray does
         scheduler=scheduler,
@@ -121,11 +121,11 @@ def _commit_times(experiment: str) -> list[float]:
 
 
 def runner_noop(args: argparse.Namespace) -> None:
-    from infra.cluster import dask_client
+    from popflow.infra.cluster import dask_client
 
     figures: dict[str, Any] = {}
     with scratch_dir("popflow-bench-noop-") as storage:
-        # what a user's first tune() costs: embedded cluster start-up + flow + 1 round
+        # what a user's first run() costs: embedded cluster start-up + flow + 1 round
         figures["embedded_1_round_s"] = _noop_tune(
             1, True, storage, "embedded", n_workers=args.workers
         )
@@ -174,7 +174,7 @@ def runner_pbt(args: argparse.Namespace) -> None:
     """examples/pbt_benchmark.py's settings, timed.
 
     By default ``tune`` starts its embedded cluster (as a user runs it, counted in
-    ``tune()``); with ``--prestart`` the cluster is started first, as Ray's
+    ``run()``); with ``--prestart`` the cluster is started first, as Ray's
     ``ray.init`` is before ``fit()``.
     """
     import contextlib
@@ -183,8 +183,8 @@ def runner_pbt(args: argparse.Namespace) -> None:
     import prefect.flows  # noqa: F401  (as ray is imported before fit(); popflow imports it lazily)
     from common import load_example
 
-    from flows import CheckpointConfig, tune
-    from schedulers import PopulationBasedTraining
+    from popflow import CheckpointConfig, run
+    from popflow.schedulers import PopulationBasedTraining
 
     example = load_example("pbt_benchmark")
     perturbation_interval = 5
@@ -196,7 +196,7 @@ def runner_pbt(args: argparse.Namespace) -> None:
             "some_other_factor": [1, 2],
         },
     )
-    from infra.cluster import dask_client
+    from popflow.infra.cluster import dask_client
 
     cluster: dict[str, Any] = {"n_workers": args.workers}
     with contextlib.ExitStack() as stack:
@@ -206,7 +206,7 @@ def runner_pbt(args: argparse.Namespace) -> None:
             cluster = {"dask_address": stack.enter_context(dask_client(None, args.workers))}
             cluster_start = time.perf_counter() - start
         start = time.perf_counter()
-        results = tune(
+        results = run(
             example.PBTBenchmarkExample,
             param_space={"lr": 0.0001, "some_other_factor": 1},
             scheduler=pbt,
@@ -305,7 +305,7 @@ def part_a(args: argparse.Namespace, server: PrefectServer) -> dict[str, Any]:
         )
     )
     print(
-        f"popflow cluster start-up {pop['cluster_start_s']:.2f} s; first tune() on an embedded "
+        f"popflow cluster start-up {pop['cluster_start_s']:.2f} s; first run() on an embedded "
         f"cluster (1 round) {pop['embedded_1_round_s']:.2f} s"
     )
     out["target_s"] = OVERHEAD_TARGET_S
@@ -357,7 +357,7 @@ def part_b(args: argparse.Namespace, server: PrefectServer) -> dict[str, Any]:
     )
     pairs = [_pbt_pair(args, server, seed, "b") for seed in seeds]
     cold = None
-    if not args.quick:  # what `make demo` pays: a temporary Prefect server inside tune()
+    if not args.quick:  # what `make demo` pays: a temporary Prefect server inside run()
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
         cold = run_json(_self("--runner", "pbt", "--seed", "0"), env=env, log_path=_log("b_cold"))
     rows = []
@@ -407,7 +407,7 @@ def part_b(args: argparse.Namespace, server: PrefectServer) -> dict[str, Any]:
     )
     if cold is not None:
         print(
-            f"popflow with a temporary Prefect server (as make demo), seed 0: tune() "
+            f"popflow with a temporary Prefect server (as make demo), seed 0: run() "
             f"{cold['tune_wall_s']:.2f} s, process {cold['process_wall_s']:.2f} s"
         )
     print(
@@ -497,7 +497,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short sanity run")
     parser.add_argument("--parts", default="ab", help="which of a, b to run (c: --seeds)")
     parser.add_argument("--rounds", type=int, default=60, help="a: rounds of the long run")
-    parser.add_argument("--repeats", type=int, default=3, help="a: tune() calls per figure")
+    parser.add_argument("--repeats", type=int, default=3, help="a: run() calls per figure")
     parser.add_argument("--b-seeds", type=int, default=3, help="b: seeds 0..N-1 side by side")
     parser.add_argument("--seeds", type=int, default=0, help="c: seeds 0..N-1 (0: skip c)")
     parser.add_argument("--ray", action="store_true", help="Ray's figures in a and c too")

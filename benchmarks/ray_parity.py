@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 from common import table, write_json
 
-from schedulers import AsyncHyperBandScheduler, MedianStoppingRule, Trial, TrialStatus
+from popflow.schedulers import AsyncHyperBandScheduler, MedianStoppingRule, Trial, TrialStatus
 
 TIME, METRIC = "t", "m"
 CLASSES = ("unit", "sparse", "gaps", "nan", "inf", "missing")

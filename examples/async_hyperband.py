@@ -21,9 +21,9 @@ import logging
 import time
 from typing import Any
 
-from flows import tune
-from schedulers import ASHAScheduler, uniform
-from tasks import report
+from popflow import run
+from popflow.schedulers import ASHAScheduler, uniform
+from popflow.tasks import report
 
 #: seconds one training iteration takes
 STEP_S = 0.1
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     num_samples = 4 if args.smoke_test else 20
     name = args.name or f"asynchyperband_{time.strftime('%Y%m%d-%H%M%S')}"
     start = time.perf_counter()
-    results = tune(
+    results = run(
         easy_objective,
         param_space=param_space(steps),
         scheduler=make_scheduler(max_t=min(100, steps)),

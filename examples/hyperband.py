@@ -5,7 +5,7 @@ trial of a bracket trains to the rung's milestone ``r_i`` and waits there
 (PAUSE) until its whole cohort has reported; then the best ``n_{i+1}`` go on
 and the rest stop. With ``max_t`` R = 100 and η = 3 the first bracket has
 rungs at 100/81, 100/27, 100/9, 100/3 and 100 iterations; see
-``schedulers.hyperband_plan``.
+``popflow.schedulers.hyperband_plan``.
 
 A paused trial gives its worker up, so it must be able to resume elsewhere:
 the function reports a checkpoint holding its step at every iteration and
@@ -25,9 +25,9 @@ import tempfile
 import time
 from typing import Any
 
-from flows import CheckpointConfig, tune
-from schedulers import HyperBandScheduler, uniform
-from tasks import Checkpoint, get_checkpoint, report
+from popflow import CheckpointConfig, run
+from popflow.schedulers import HyperBandScheduler, uniform
+from popflow.tasks import Checkpoint, get_checkpoint, report
 
 #: seconds one training iteration takes
 STEP_S = 0.1
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"HyperBand bracket {s} (s={len(bracket) - 1}): {rungs}")
     name = args.name or f"hyperband_{time.strftime('%Y%m%d-%H%M%S')}"
     start = time.perf_counter()
-    results = tune(
+    results = run(
         easy_objective,
         param_space={"steps": steps, "width": uniform(10, 100), "height": uniform(0, 100)},
         scheduler=scheduler,

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from flows import CheckpointConfig, ResultGrid, tune
-from schedulers import PopulationBasedTraining
-from tasks import Trainable
+from popflow import CheckpointConfig, ResultGrid, run
+from popflow.schedulers import PopulationBasedTraining
+from popflow.tasks import Trainable
 
 
 class PBTBenchmarkExample(Trainable):
@@ -90,7 +90,7 @@ def run_benchmark(
         },
         synch=synch,
     )
-    return tune(
+    return run(
         PBTBenchmarkExample,
         param_space={"lr": 0.0001, "some_other_factor": 1},
         scheduler=pbt,

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from flows import CheckpointConfig, tune
-from schedulers import PopulationBasedTraining, uniform
-from tasks import Checkpoint, get_checkpoint, report
+from popflow import CheckpointConfig, run
+from popflow.schedulers import PopulationBasedTraining, uniform
+from popflow.tasks import Checkpoint, get_checkpoint, report
 
 
 def optimal_lr(accuracy: float, midpoint: float = 100) -> float:
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
         perturbation_interval=5,
         hyperparam_mutations={"lr": uniform(0.0001, 0.02), "some_other_factor": [1, 2]},
     )
-    results = tune(
+    results = run(
         pbt_function,
         param_space={"lr": 0.0001, "some_other_factor": 1},
         scheduler=scheduler,

@@ -1,7 +1,7 @@
 """Prefect flows: ``tune`` (the round loop) and what deployments point at."""
 
-from flows.config import CheckpointConfig
-from flows.results import Result, ResultGrid
-from flows.tune import tune
+from popflow.flows.config import CheckpointConfig
+from popflow.flows.launch import run
+from popflow.flows.results import Result, ResultGrid
 
-__all__ = ["CheckpointConfig", "Result", "ResultGrid", "tune"]
+__all__ = ["CheckpointConfig", "Result", "ResultGrid", "run"]

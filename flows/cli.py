@@ -10,15 +10,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import posixpath
 import sys
 from typing import Any
 
 import cloudpickle
 
-from flows.resume import is_finished
-from infra.experiment_log import EXPERIMENT_FILE, ExperimentLog
-from infra.storage import Storage
+from popflow.flows.resume import is_finished
+from popflow.infra.experiment_log import EXPERIMENT_FILE, ExperimentLog
+from popflow.infra.storage import Storage
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +50,11 @@ def _split(path: str) -> tuple[str, str]:
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from flows.tune import tune
+    from popflow.flows.launch import run
 
+    # as `python -m` would: the trainable's module may live in the folder run from
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     parent, name = _split(args.path)
     options = json.loads(args.storage_options) if args.storage_options else None
     storage = Storage(parent, options).child(name)
@@ -58,7 +62,7 @@ def _resume(args: argparse.Namespace) -> int:
         tune_args = cloudpickle.loads(storage.read_bytes(TUNE_ARGS_FILE))
     except FileNotFoundError:
         raise SystemExit(f"popflow: no experiment to resume at {storage.url}") from None
-    results = tune(
+    results = run(
         **tune_args,
         storage=parent,
         storage_options=options,

@@ -2,7 +2,7 @@
 
 - plan: the scheduler picks runnable trials (``choose_trial_to_run``) and
   says how far each may run (``next_milestone``);
-- train: each segment runs on a Dask worker (:func:`tasks.segment.run_segment`);
+- train: each segment runs on a Dask worker (:func:`popflow.tasks.segment.run_segment`);
 - reduce: results go to the scheduler in a fixed order; its decisions
   (continue / pause / stop / exploit) are applied to the trial table;
 - commit: results, logs and the full state are written to storage before the
@@ -28,16 +28,16 @@ from typing import Any
 
 import numpy as np
 
-from flows.config import CheckpointConfig
-from flows.runner_pool import CallFailed, RunnerPool
-from infra.experiment_log import ExperimentLog
-from infra.jsonutil import dumps, jsonable
-from infra.storage import Storage
-from schedulers import Action, Decision, Exploit, Trial, TrialScheduler, TrialStatus
-from tasks.live import discard_parked_soon
-from tasks.progress import VOLATILE_FIELDS
-from tasks.seeding import DRIVER, isolate_dask_sampling, seed_globals, segment_seed
-from tasks.segment import CheckpointRecord, SegmentOutcome, SegmentSpec, StopCondition
+from popflow.flows.config import CheckpointConfig
+from popflow.flows.runner_pool import CallFailed, RunnerPool
+from popflow.infra.experiment_log import ExperimentLog
+from popflow.infra.jsonutil import dumps, jsonable
+from popflow.infra.storage import Storage
+from popflow.schedulers import Action, Decision, Exploit, Trial, TrialScheduler, TrialStatus
+from popflow.tasks.live import discard_parked_soon
+from popflow.tasks.progress import VOLATILE_FIELDS
+from popflow.tasks.seeding import DRIVER, isolate_dask_sampling, seed_globals, segment_seed
+from popflow.tasks.segment import CheckpointRecord, SegmentOutcome, SegmentSpec, StopCondition
 
 logger = logging.getLogger(__name__)
 

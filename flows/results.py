@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tasks.checkpoint import Checkpoint
+from popflow.tasks.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
     import pandas as pd

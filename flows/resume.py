@@ -11,12 +11,12 @@ import json
 import logging
 from typing import Any
 
-from flows.controller import TrialRecord, csv_row
-from infra.experiment_log import ExperimentLog
-from infra.jsonutil import dumps
-from infra.storage import Storage
-from schedulers import Trial, TrialStatus
-from tasks.segment import CheckpointRecord
+from popflow.flows.controller import TrialRecord, csv_row
+from popflow.infra.experiment_log import ExperimentLog
+from popflow.infra.jsonutil import dumps
+from popflow.infra.storage import Storage
+from popflow.schedulers import Trial, TrialStatus
+from popflow.tasks.segment import CheckpointRecord
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The driver's side of :mod:`tasks.runner`: one runner actor per trial slot.
+"""The driver's side of :mod:`popflow.tasks.runner`: one runner actor per trial slot.
 
 ``submit`` sends a pack of segments to a runner, preferring the worker where
 the pack's trainables are parked; ``finished`` blocks until calls return.
@@ -22,9 +22,9 @@ from typing import Any
 
 from distributed import Client, Future
 
-from infra.cluster import slots_per_worker
-from tasks.runner import SegmentRunner, pack_specs
-from tasks.segment import SegmentSpec
+from popflow.infra.cluster import slots_per_worker
+from popflow.tasks.runner import SegmentRunner, pack_specs
+from popflow.tasks.segment import SegmentSpec
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import os
 import uuid
 from typing import Any
 
-from infra.storage import Storage
+from popflow.infra.storage import Storage
 
 MANIFEST = ".popflow_manifest.json"
 

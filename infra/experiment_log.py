@@ -14,8 +14,8 @@ import json
 import logging
 from typing import Any
 
-from infra.jsonutil import dumps
-from infra.storage import Storage
+from popflow.infra.jsonutil import dumps
+from popflow.infra.storage import Storage
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import time
 import uuid
 from typing import Any
 
-from infra.storage import Storage
+from popflow.infra.storage import Storage
 
 logger = logging.getLogger(__name__)
 

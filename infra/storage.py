@@ -7,7 +7,7 @@ Every write that others may read is published atomically:
 - local: write to a temporary sibling, then ``os.replace`` (atomic rename);
 - object stores: a single PUT is atomic per object, and multi-object
   artefacts (checkpoints) become visible through a manifest written last
-  (see :mod:`infra.checkpoint_store`).
+  (see :mod:`popflow.infra.checkpoint_store`).
 
 Every filesystem call goes through one helper, :meth:`Storage._call`:
 

@@ -1,11 +1,11 @@
 """Pure decision logic and search spaces: numpy and the standard library only."""
 
-from schedulers.async_hyperband import ASHAScheduler, AsyncHyperBandScheduler
-from schedulers.hyperband import HyperBandScheduler, hyperband_plan
-from schedulers.median_stopping import MedianStoppingRule
-from schedulers.pbt import PopulationBasedTraining, explore
-from schedulers.pbt_replay import PopulationBasedTrainingReplay
-from schedulers.search_space import (
+from popflow.schedulers.async_hyperband import ASHAScheduler, AsyncHyperBandScheduler
+from popflow.schedulers.hyperband import HyperBandScheduler, hyperband_plan
+from popflow.schedulers.median_stopping import MedianStoppingRule
+from popflow.schedulers.pbt import PopulationBasedTraining, explore
+from popflow.schedulers.pbt_replay import PopulationBasedTrainingReplay
+from popflow.schedulers.search_space import (
     Domain,
     choice,
     grid_search,
@@ -19,15 +19,15 @@ from schedulers.search_space import (
     sample_from,
     uniform,
 )
-from schedulers.trial import Trial, TrialStatus
-from schedulers.trial_scheduler import (
+from popflow.schedulers.trial import Trial, TrialStatus
+from popflow.schedulers.trial_scheduler import (
     Action,
     Decision,
     Exploit,
     FIFOScheduler,
     TrialScheduler,
 )
-from schedulers.variants import generate_variants
+from popflow.schedulers.variants import generate_variants
 
 __all__ = [
     "ASHAScheduler",

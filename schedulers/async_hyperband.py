@@ -12,7 +12,7 @@ Either way its score is recorded there. Decisions are per result, so no trial
 ever waits for another (unlike synchronous HyperBand).
 
 Example:
-    >>> from schedulers import ASHAScheduler, Trial
+    >>> from popflow.schedulers import ASHAScheduler, Trial
     >>> import numpy as np
     >>> asha = ASHAScheduler(metric="acc", mode="max", max_t=16, grace_period=1,
     ...                      reduction_factor=2, rng=np.random.default_rng(0))
@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from schedulers.trial import Trial
-from schedulers.trial_scheduler import Action, TrialScheduler, score
-from schedulers.validation import check_positive
+from popflow.schedulers.trial import Trial
+from popflow.schedulers.trial_scheduler import Action, TrialScheduler, score
+from popflow.schedulers.validation import check_positive
 
 logger = logging.getLogger(__name__)
 

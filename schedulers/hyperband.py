@@ -38,8 +38,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from schedulers.trial import Trial, TrialStatus
-from schedulers.trial_scheduler import Action, Decision, TrialScheduler, score
+from popflow.schedulers.trial import Trial, TrialStatus
+from popflow.schedulers.trial_scheduler import Action, Decision, TrialScheduler, score
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ instead yields (PAUSE) if other trials are waiting to run and it ran more than
 ``min_time_slice`` since it last yielded.
 
 Example:
-    >>> from schedulers import MedianStoppingRule, Trial
+    >>> from popflow.schedulers import MedianStoppingRule, Trial
     >>> rule = MedianStoppingRule(time_attr="training_iteration", metric="acc", mode="max",
     ...                           grace_period=1, min_samples_required=1)
     >>> good, bad = Trial("good", {}), Trial("bad", {})
@@ -46,8 +46,8 @@ from typing import Any
 
 import numpy as np
 
-from schedulers.trial import Trial, TrialStatus
-from schedulers.trial_scheduler import Action, TrialScheduler, score
+from popflow.schedulers.trial import Trial, TrialStatus
+from popflow.schedulers.trial_scheduler import Action, TrialScheduler, score
 
 logger = logging.getLogger(__name__)
 

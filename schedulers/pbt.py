@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from schedulers.pbt_explore import (
+from popflow.schedulers.pbt_explore import (
     ExploreFn,
     explore,
     fill_missing,
@@ -45,8 +45,8 @@ from schedulers.pbt_explore import (
     perturbed_tag,
     validate_mutations,
 )
-from schedulers.trial import Trial, TrialStatus
-from schedulers.trial_scheduler import (
+from popflow.schedulers.trial import Trial, TrialStatus
+from popflow.schedulers.trial_scheduler import (
     Action,
     Decision,
     Exploit,

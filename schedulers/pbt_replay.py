@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from schedulers.pbt_explore import perturbed_tag
-from schedulers.trial import Trial
-from schedulers.trial_scheduler import Action, Decision, Exploit, TrialScheduler
+from popflow.schedulers.pbt_explore import perturbed_tag
+from popflow.schedulers.trial import Trial
+from popflow.schedulers.trial_scheduler import Action, Decision, Exploit, TrialScheduler
 
 __all__ = ["PopulationBasedTrainingReplay", "load_policy"]
 

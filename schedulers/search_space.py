@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from schedulers.validation import check_positive
+from popflow.schedulers.validation import check_positive
 
 GRID_SEARCH_KEY = "grid_search"
 

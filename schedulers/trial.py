@@ -2,7 +2,7 @@
 
 Schedulers read ``status``, ``config`` and ``last_result``; they never change a
 trial. What should happen to a trial comes back from the scheduler as a
-:class:`~schedulers.trial_scheduler.Decision`, and the controller applies it.
+:class:`~popflow.schedulers.trial_scheduler.Decision`, and the controller applies it.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from schedulers.trial import Trial, TrialStatus
-from schedulers.validation import check_mode
+from popflow.schedulers.trial import Trial, TrialStatus
+from popflow.schedulers.validation import check_mode
 
 
 class Action(StrEnum):

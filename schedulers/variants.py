@@ -2,7 +2,7 @@
 
 Every ``grid_search`` axis anywhere in the (nested) ``param_space`` is crossed
 with every other, the whole grid is repeated ``num_samples`` times, and each
-variant samples its own value for every :class:`~schedulers.search_space.Domain`.
+variant samples its own value for every :class:`~popflow.schedulers.search_space.Domain`.
 Plain values, lists included, are copied unchanged; lists are not search
 spaces (use ``choice``), though a domain inside a list is sampled.
 
@@ -14,7 +14,7 @@ domains are sampled in the order they appear in ``param_space`` and
 ``param_space``, ``num_samples`` and generator state: same variants.
 
     >>> import numpy as np
-    >>> from schedulers.search_space import grid_search, uniform
+    >>> from popflow.schedulers.search_space import grid_search, uniform
     >>> space = {"act": grid_search(["relu", "tanh"]), "lr": uniform(0.1, 0.2), "layers": [64, 64]}
     >>> variants = resolve_variants(space, num_samples=2, rng=np.random.default_rng(0))
     >>> [v.config["act"] for v in variants]
@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from schedulers.search_space import GRID_SEARCH_KEY, Domain, SampleFrom, is_grid_search
+from popflow.schedulers.search_space import GRID_SEARCH_KEY, Domain, SampleFrom, is_grid_search
 
 #: A position in a nested config: dict keys and list indices, outermost first.
 Path = tuple[Any, ...]
@@ -70,7 +70,7 @@ def generate_variants(
     """The configs of :func:`resolve_variants`, in the same order.
 
     >>> import numpy as np
-    >>> from schedulers.search_space import grid_search
+    >>> from popflow.schedulers.search_space import grid_search
     >>> generate_variants({"a": grid_search([1, 2]), "b": 0}, 1, np.random.default_rng(0))
     [{'a': 1, 'b': 0}, {'a': 2, 'b': 0}]
     """
@@ -103,7 +103,7 @@ def resolve_variants(
 def count_variants(param_space: Mapping[str, Any], num_samples: int) -> int:
     """How many variants :func:`generate_variants` returns, without sampling.
 
-    >>> from schedulers.search_space import grid_search
+    >>> from popflow.schedulers.search_space import grid_search
     >>> count_variants({"a": grid_search([1, 2]), "b": grid_search(["x", "y", "z"])}, 4)
     24
     """

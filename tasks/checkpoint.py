@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from infra.checkpoint_store import MANIFEST, fetch_checkpoint
-from infra.storage import Storage
+from popflow.infra.checkpoint_store import MANIFEST, fetch_checkpoint
+from popflow.infra.storage import Storage
 
 #: Where a dict returned by ``Trainable.save_checkpoint`` is kept inside the folder.
 DICT_CHECKPOINT_FILE = "_dict_checkpoint.pkl"

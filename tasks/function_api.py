@@ -15,7 +15,7 @@ A function trainable::
 popflow runs the function in segments that end at the scheduler's decision
 points (a PBT perturbation point, an ASHA rung) or a stop condition. Between
 segments the function waits inside ``report()`` on its worker and goes on
-when the trial continues (:mod:`tasks.live`). When it cannot (the trial was
+when the trial continues (:mod:`popflow.tasks.live`). When it cannot (the trial was
 paused, cloned, or its worker was lost), ``report`` unwinds the function by
 raising :class:`SegmentEnd` (a BaseException, so ``except Exception`` in user
 code does not swallow it) and the next segment calls it again, with
@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from tasks.checkpoint import Checkpoint
+from popflow.tasks.checkpoint import Checkpoint
 
 
 class SegmentEnd(BaseException):

@@ -11,7 +11,7 @@ long-lived trial actors. Anything else (a pause, a clone, a stop, a lost
 worker) discards the live trainable and the trial restarts from its
 checkpoint.
 
-- class API: the :class:`~tasks.trainable.Trainable` object is kept;
+- class API: the :class:`~popflow.tasks.trainable.Trainable` object is kept;
   ``reset_config`` applies a changed config in place (else it is rebuilt).
 - function API: the function runs in its own thread and waits inside
   ``report()`` between segments.
@@ -31,13 +31,13 @@ import traceback
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from tasks.checkpoint import DICT_CHECKPOINT_FILE, Checkpoint
-from tasks.function_api import run_in_session
-from tasks.progress import ProgressClock
-from tasks.trainable import Trainable
+from popflow.tasks.checkpoint import DICT_CHECKPOINT_FILE, Checkpoint
+from popflow.tasks.function_api import run_in_session
+from popflow.tasks.progress import ProgressClock
+from popflow.tasks.trainable import Trainable
 
 if TYPE_CHECKING:
-    from tasks.segment import SegmentRun
+    from popflow.tasks.segment import SegmentRun
 
 logger = logging.getLogger(__name__)
 

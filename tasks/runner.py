@@ -7,7 +7,7 @@ every worker and calls it directly (a Dask actor call goes from the client to
 the worker and back, ~1 ms), much as Ray Tune keeps an actor per trial. A
 runner runs its calls one at a time, in its own thread, so a worker holding k
 slots runs k segments at once; its trainables stay parked on the worker
-between segments (:mod:`tasks.live`).
+between segments (:mod:`popflow.tasks.live`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import cloudpickle
 
-from tasks.segment import SegmentOutcome, SegmentSpec, run_segments
+from popflow.tasks.segment import SegmentOutcome, SegmentSpec, run_segments
 
 
 class SpecsUnreadable(RuntimeError):

@@ -1,7 +1,7 @@
 """What a Dask worker runs: one trial's segment, from a checkpoint up to a decision point.
 
 A segment continues the trial's live trainable if this worker parked it
-(:mod:`tasks.live`), else builds it and restores it from storage; it trains
+(:mod:`popflow.tasks.live`), else builds it and restores it from storage; it trains
 until the scheduler's milestone (or a stop condition), saves checkpoints to
 storage and returns the results. It never talks to the Prefect API. Storage
 holds everything a trial needs to go on, so any worker can run any segment and
@@ -22,15 +22,15 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from infra.checkpoint_store import CheckpointError, fetch_checkpoint, publish_checkpoint
-from infra.cluster import current_worker_address
-from infra.jsonutil import jsonable
-from infra.storage import Storage
-from tasks.live import Live, LiveClass, LiveFunction, UserCodeError, is_parked, park, take
-from tasks.progress import ProgressClock
-from tasks.seeding import isolate_dask_sampling, seed_globals
-from tasks.trainable import Trainable
-from tasks.uploads import Uploads, transfer_threads
+from popflow.infra.checkpoint_store import CheckpointError, fetch_checkpoint, publish_checkpoint
+from popflow.infra.cluster import current_worker_address
+from popflow.infra.jsonutil import jsonable
+from popflow.infra.storage import Storage
+from popflow.tasks.live import Live, LiveClass, LiveFunction, UserCodeError, is_parked, park, take
+from popflow.tasks.progress import ProgressClock
+from popflow.tasks.seeding import isolate_dask_sampling, seed_globals
+from popflow.tasks.trainable import Trainable
+from popflow.tasks.uploads import Uploads, transfer_threads
 
 logger = logging.getLogger(__name__)
 isolate_dask_sampling()  # runs on every worker that imports this module

@@ -20,12 +20,12 @@ import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from infra.checkpoint_store import publish_checkpoint
-from infra.storage import Storage
-from tasks.live import take
+from popflow.infra.checkpoint_store import publish_checkpoint
+from popflow.infra.storage import Storage
+from popflow.tasks.live import take
 
 if TYPE_CHECKING:
-    from tasks.segment import SegmentOutcome
+    from popflow.tasks.segment import SegmentOutcome
 
 TRANSFER_THREADS = 4  # per worker process, shared by its runners
 

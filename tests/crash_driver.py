@@ -22,10 +22,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from trainables import ParityTrainable
 
-from flows import CheckpointConfig, tune
-from infra.experiment_log import ExperimentLog
-from infra.storage import Storage
-from schedulers import (
+import popflow.infra.storage as storage_module
+from popflow import CheckpointConfig, run
+from popflow.infra.experiment_log import ExperimentLog
+from popflow.infra.storage import Storage
+from popflow.schedulers import (
     ASHAScheduler,
     FIFOScheduler,
     HyperBandScheduler,
@@ -109,9 +110,7 @@ def inject(kill_at: str | None) -> None:
         return wrapper
 
     if kind == "enospc":  # the disk fills up: a permanent storage error, no SIGKILL
-        import infra.storage
-
-        original_append = infra.storage._append_file
+        original_append = storage_module._append_file
 
         def full_disk(path, data):
             log = committed.get("log")
@@ -119,7 +118,7 @@ def inject(kill_at: str | None) -> None:
                 raise OSError(errno.ENOSPC, "No space left on device", path)
             return original_append(path, data)
 
-        infra.storage._append_file = full_disk
+        storage_module._append_file = full_disk
     elif kind == "append":
         Storage.append_text = after_target(Storage.append_text)
     elif kind == "remove":
@@ -137,7 +136,7 @@ def main() -> None:
     args = parser.parse_args()
     inject(args.kill_at)
     values = iter([10, 20, 40, 30])
-    tune(
+    run(
         ParityTrainable,
         {"a": sample_from(lambda _: next(values)), "c": 1},
         scheduler=scheduler(args.scheduler),

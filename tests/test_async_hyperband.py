@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedulers import Action, ASHAScheduler, AsyncHyperBandScheduler, Decision, Trial
-from schedulers.async_hyperband import rung_milestones
+from popflow.schedulers import Action, ASHAScheduler, AsyncHyperBandScheduler, Decision, Trial
+from popflow.schedulers.async_hyperband import rung_milestones
 
 NAN = math.nan
 

@@ -9,14 +9,14 @@ import uuid
 
 import pytest
 
-from infra.checkpoint_store import (
+from popflow.infra.checkpoint_store import (
     MANIFEST,
     CheckpointError,
     fetch_checkpoint,
     publish_checkpoint,
     read_manifest,
 )
-from infra.storage import Storage
+from popflow.infra.storage import Storage
 
 FILES = {
     "model.bin": bytes(range(256)) * 40,

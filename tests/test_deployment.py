@@ -6,9 +6,9 @@ import os
 import subprocess
 import sys
 
-from flows.resume import is_finished
-from infra.experiment_log import ExperimentLog
-from infra.storage import Storage
+from popflow.flows.resume import is_finished
+from popflow.infra.experiment_log import ExperimentLog
+from popflow.infra.storage import Storage
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -9,9 +9,9 @@ import sys
 import cloudpickle
 import pytest
 
-from flows import CheckpointConfig, tune
-from flows.controller import comparable
-from schedulers import PopulationBasedTraining
+from popflow import CheckpointConfig, run
+from popflow.flows.controller import comparable
+from popflow.schedulers import PopulationBasedTraining
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import pbt_benchmark
@@ -30,7 +30,7 @@ def run_benchmark(storage: str, name: str, workers: int) -> tuple[str, list]:
         },
         synch=True,
     )
-    results = tune(
+    results = run(
         pbt_benchmark.PBTBenchmarkExample,
         param_space={"lr": 0.0001, "some_other_factor": 1},
         scheduler=pbt,

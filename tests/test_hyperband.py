@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from schedulers import (
+from popflow.schedulers import (
     Action,
     Decision,
     HyperBandScheduler,
@@ -16,7 +16,7 @@ from schedulers import (
     TrialStatus,
     hyperband_plan,
 )
-from schedulers.hyperband import Rung
+from popflow.schedulers.hyperband import Rung
 
 # Li et al. 2018, Table 1: R=81, η=3; (n_i, r_i) per bracket, s = 4 .. 0.
 PAPER_TABLE_81_3 = [

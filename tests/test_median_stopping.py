@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedulers import Action, MedianStoppingRule, Trial, TrialStatus
+from popflow.schedulers import Action, MedianStoppingRule, Trial, TrialStatus
 
 NAN = math.nan
 

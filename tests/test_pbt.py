@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedulers.pbt import PopulationBasedTraining, explore, quantiles
-from schedulers.search_space import sample_from, uniform
-from schedulers.trial import Trial, TrialStatus
-from schedulers.trial_scheduler import Action, Decision
+from popflow.schedulers.pbt import PopulationBasedTraining, explore, quantiles
+from popflow.schedulers.search_space import sample_from, uniform
+from popflow.schedulers.trial import Trial, TrialStatus
+from popflow.schedulers.trial_scheduler import Action, Decision
 
 STATUS = {Action.CONTINUE: TrialStatus.RUNNING, Action.PAUSE: TrialStatus.PAUSED}
 
@@ -245,7 +245,7 @@ def test_missing_result_keys_warn_and_continue_when_not_required(
     for t in trials:
         pbt.on_trial_add(t)
     pbt.on_trial_result(trials[0], {"training_iteration": 1, "mean_accuracy": 5.0})
-    with caplog.at_level(logging.WARNING, logger="schedulers.pbt"):
+    with caplog.at_level(logging.WARNING, logger="popflow.schedulers.pbt"):
         decision = pbt.on_trial_result(trials[1], {"training_iteration": 1})
     assert decision == Decision(Action.CONTINUE)
     assert "lacks ['mean_accuracy']" in caplog.text

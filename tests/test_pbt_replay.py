@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from schedulers.pbt import PopulationBasedTraining
-from schedulers.pbt_replay import PopulationBasedTrainingReplay
-from schedulers.trial import Trial
-from schedulers.trial_scheduler import Action, Decision
+from popflow.schedulers.pbt import PopulationBasedTraining
+from popflow.schedulers.pbt_replay import PopulationBasedTrainingReplay
+from popflow.schedulers.trial import Trial
+from popflow.schedulers.trial_scheduler import Action, Decision
 
 # t3's policy file. Line 1 is t3's own earlier exploit, superseded when t3 cloned
 # t1: it does not chain (its target "3" is not the next line's source "1"). Lines
@@ -103,7 +103,7 @@ def test_complete_config_returns_the_policy_initial_config(
     config = replay.complete_config({})
     assert config == {"lr": 0.1, "bs": 32}
     config["lr"] = 99
-    with caplog.at_level(logging.WARNING, logger="schedulers.pbt_replay"):
+    with caplog.at_level(logging.WARNING, logger="popflow.schedulers.pbt_replay"):
         assert replay.complete_config({"lr": 3}) == {"lr": 0.1, "bs": 32}
     assert "replaces the trial's config" in caplog.text
 

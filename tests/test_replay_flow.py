@@ -7,8 +7,8 @@ import os
 
 from trainables import ConfigEcho
 
-from flows import tune
-from schedulers import PopulationBasedTraining, PopulationBasedTrainingReplay, choice
+from popflow import run
+from popflow.schedulers import PopulationBasedTraining, PopulationBasedTrainingReplay, choice
 
 
 def test_replay_follows_the_recorded_schedule(tune_env):
@@ -19,7 +19,7 @@ def test_replay_follows_the_recorded_schedule(tune_env):
         resample_probability=0.5,
         synch=True,
     )
-    original = tune(
+    original = run(
         ConfigEcho,
         {"c": choice([1, 2, 3, 4])},
         scheduler=pbt,
@@ -57,7 +57,7 @@ def test_replay_follows_the_recorded_schedule(tune_env):
     assert len(set(expected)) > 1  # the schedule really changes c
     final_score = next(r for r in original if r.trial_id == trial_id).metrics["score"]
 
-    replay = tune(
+    replay = run(
         ConfigEcho,
         {"c": 1},  # replaced by the policy's initial config
         scheduler=PopulationBasedTrainingReplay(policy),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from trainables import NoCheckpointTrainable
 
-from flows import tune
-from infra.cluster import dask_resources
+from popflow import run
+from popflow.infra.cluster import dask_resources
 
 
 def test_resource_names_follow_ray():
@@ -21,7 +21,7 @@ def test_resource_names_follow_ray():
 
 
 def test_trial_that_fits_runs(prefect_server, tmp_path):
-    results = tune(
+    results = run(
         NoCheckpointTrainable,
         num_samples=3,
         stop={"training_iteration": 2},
@@ -36,7 +36,7 @@ def test_trial_that_fits_runs(prefect_server, tmp_path):
 def test_trial_that_fits_nowhere_fails_fast(tune_env):
     # raised before any segment is submitted: Dask would otherwise queue the task forever
     with pytest.raises(ValueError, match=r"no Dask worker can run a trial needing \{'GPU': 1.0\}"):
-        tune(
+        run(
             NoCheckpointTrainable,
             num_samples=1,
             stop={"training_iteration": 1},
@@ -48,7 +48,7 @@ def test_trial_that_fits_nowhere_fails_fast(tune_env):
 
 def test_embedded_cluster_declares_its_cores(prefect_server, tmp_path):
     with pytest.raises(ValueError, match="workers offer"):
-        tune(
+        run(
             NoCheckpointTrainable,
             num_samples=1,
             stop={"training_iteration": 1},

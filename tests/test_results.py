@@ -11,9 +11,9 @@ from typing import Any
 import fsspec
 import pytest
 
-from flows.config import CheckpointConfig
-from flows.results import Result, ResultGrid
-from tasks.checkpoint import DICT_CHECKPOINT_FILE, Checkpoint
+from popflow.flows.config import CheckpointConfig
+from popflow.flows.results import Result, ResultGrid
+from popflow.tasks.checkpoint import DICT_CHECKPOINT_FILE, Checkpoint
 
 NAN, INF = math.nan, math.inf
 

@@ -15,13 +15,15 @@ import sys
 
 import pytest
 
-from flows.controller import comparable
-from infra.experiment_log import ExperimentLog
-from infra.lease import LEASE_FILE
-from infra.storage import Storage
+from popflow.flows.controller import comparable
+from popflow.infra.experiment_log import ExperimentLog
+from popflow.infra.lease import LEASE_FILE
+from popflow.infra.storage import Storage
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DRIVER = os.path.join(HERE, "crash_driver.py")
+#: the `popflow` command, as installed into the environment
+POPFLOW = os.path.join(os.path.dirname(sys.executable), "popflow")
 
 
 def drive(
@@ -107,27 +109,27 @@ def test_every_scheduler_resumes_after_a_crash(prefect_server, tmp_path, schedul
 def test_unfinished_experiment_refuses_a_fresh_start_and_resumes(prefect_server, tmp_path):
     from trainables import ParityTrainable
 
-    from flows import tune
+    from popflow import run
 
     storage = str(tmp_path)
     assert drive(storage, "exp", "fifo", kill_at="commit-after:2") != 0
     kwargs = dict(num_samples=4, stop={"training_iteration": 24}, storage=storage, name="exp")
     with pytest.raises(ValueError, match="an unfinished experiment named 'exp' already exists"):
-        tune(ParityTrainable, {"a": 1, "c": 1}, **kwargs)
+        run(ParityTrainable, {"a": 1, "c": 1}, **kwargs)
     with pytest.raises(ValueError, match="nothing to resume"):
-        tune(ParityTrainable, {"a": 1}, resume=True, **{**kwargs, "name": "other"})
+        run(ParityTrainable, {"a": 1}, resume=True, **{**kwargs, "name": "other"})
     drive(storage, "exp", "fifo")
     # finished: resuming again is a no-op that returns the same results
     with pytest.raises(ValueError, match="a finished experiment named 'exp' already exists"):
-        tune(ParityTrainable, {"a": 1, "c": 1}, **kwargs)
+        run(ParityTrainable, {"a": 1, "c": 1}, **kwargs)
     commits = sorted(os.listdir(os.path.join(storage, "exp", ".popflow", "commits")))
-    results = tune(ParityTrainable, {"a": 1, "c": 1}, resume=True, **kwargs)
+    results = run(ParityTrainable, {"a": 1, "c": 1}, resume=True, **kwargs)
     assert sorted(os.listdir(os.path.join(storage, "exp", ".popflow", "commits"))) == commits
     assert [r.metrics["training_iteration"] for r in results] == [24] * 4
 
 
 def test_a_live_lease_keeps_a_second_driver_out(tmp_path):
-    from infra.lease import Lease, LeaseHeldError
+    from popflow.infra.lease import Lease, LeaseHeldError
 
     storage = Storage(str(tmp_path))
     first = Lease(storage, ttl_s=30)
@@ -144,7 +146,7 @@ def test_a_live_lease_keeps_a_second_driver_out(tmp_path):
 
 
 def test_lease_of_a_dead_driver_is_taken_over(tmp_path):
-    from infra.lease import Lease
+    from popflow.infra.lease import Lease
 
     storage = Storage(str(tmp_path))
     dead = subprocess.run(
@@ -165,14 +167,14 @@ def test_popflow_command_resumes_and_shows(prefect_server, tmp_path):
     assert drive(storage, "exp", "pbt_synch", kill_at="commit-after:4") != 0
     path = os.path.join(storage, "exp")
     show = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "show", path],
+        [POPFLOW, "show", path],
         capture_output=True,
         text=True,
         check=True,
     )
     assert "exp: unfinished, round 3" in show.stdout
     resumed = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "resume", path, "--n-workers", "2"],
+        [POPFLOW, "resume", path, "--n-workers", "2"],
         capture_output=True,
         text=True,
         cwd=HERE,
@@ -181,7 +183,7 @@ def test_popflow_command_resumes_and_shows(prefect_server, tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "exp: 4 trials, 0 errors" in resumed.stdout
     show = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "show", path],
+        [POPFLOW, "show", path],
         capture_output=True,
         text=True,
         check=True,
@@ -238,8 +240,8 @@ def test_prefect_flow_retry_resumes_instead_of_starting_over(prefect_server, tmp
     from prefect import flow
     from trainables import ParityTrainable
 
-    from flows import CheckpointConfig, tune
-    from schedulers import FIFOScheduler
+    from popflow import CheckpointConfig, run
+    from popflow.schedulers import FIFOScheduler
 
     marker = tmp_path / "failed-once"
 
@@ -252,7 +254,7 @@ def test_prefect_flow_retry_resumes_instead_of_starting_over(prefect_server, tmp
 
     @flow(retries=1)
     def nightly() -> list:
-        results = tune(
+        results = run(
             ParityTrainable,
             {"a": 1},
             scheduler=FailingOnce(),

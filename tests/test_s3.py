@@ -17,8 +17,8 @@ import s3fs
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 from s3fs.errors import translate_boto_error
 
-import infra.storage as storage_module
-from infra.storage import (
+import popflow.infra.storage as storage_module
+from popflow.infra.storage import (
     RetryPolicy,
     Storage,
     StorageError,
@@ -403,7 +403,7 @@ EXPECTED_LOG = "".join(f"line {i}\n" for i in range(15)) + "tail\n"
 def test_transient_failures_are_retried_and_nothing_is_duplicated_or_lost(s3, tmp_path, caplog):
     flaky = FlakyFS(s3.fs, fraction=0.4, seed=1)
     s3._fs = flaky
-    with caplog.at_level(logging.WARNING, logger="infra.storage"):
+    with caplog.at_level(logging.WARNING, logger="popflow.infra.storage"):
         out = workload(s3, tmp_path)
     assert flaky.injected >= 20  # the run really was flaky
     assert flaky.applied_then_failed >= 5  # including writes that happened but "failed"
@@ -430,7 +430,7 @@ def test_retries_run_out_with_an_error_naming_operation_and_url(s3, caplog):
     broken = BrokenFS(s3.fs, "pipe_file", TimeoutError("read timed out"))
     s3._fs = broken
     with (
-        caplog.at_level(logging.WARNING, logger="infra.storage"),
+        caplog.at_level(logging.WARNING, logger="popflow.infra.storage"),
         pytest.raises(StorageError) as info,
     ):
         s3.write_bytes(b"x", "f")
@@ -470,7 +470,7 @@ def test_permanent_failure_raises_at_once_naming_operation_and_url(s3, caplog, e
     broken = BrokenFS(s3.fs, "pipe_file", error)
     s3._fs = broken
     with (
-        caplog.at_level(logging.WARNING, logger="infra.storage"),
+        caplog.at_level(logging.WARNING, logger="popflow.infra.storage"),
         pytest.raises(StorageError) as info,
     ):
         s3.append_text("x", "logs", "result.json")
@@ -595,7 +595,7 @@ def test_credentials_never_appear_in_logs_reprs_errors_or_objects(
         f"storage read of {s.full_url('exp', 'a.json')} failed: PermissionError: denied *** ***"
     )
     assert info.value.__cause__ is None and info.value.__context__ is None  # not chained
-    ours = [r.getMessage() for r in caplog.records if r.name.startswith("infra")]
+    ours = [r.getMessage() for r in caplog.records if r.name.startswith("popflow.infra")]
     assert any("TimeoutError: timeout for ***:***; retrying" in m for m in ours)
     texts = [
         repr(s),

@@ -9,10 +9,10 @@ import pytest
 import s3fs
 from trainables import ParityTrainable
 
-from flows import CheckpointConfig, tune
-from infra.checkpoint_store import MANIFEST, fetch_checkpoint
-from infra.storage import Storage
-from schedulers import PopulationBasedTraining, sample_from
+from popflow import CheckpointConfig, run
+from popflow.infra.checkpoint_store import MANIFEST, fetch_checkpoint
+from popflow.infra.storage import Storage
+from popflow.schedulers import PopulationBasedTraining, sample_from
 
 
 def parity_kwargs() -> dict:
@@ -52,8 +52,8 @@ def test_synch_pbt_on_s3_then_resume_returns_the_same(
     _, options = s3_server
     storage = f"s3://{s3_bucket}/experiments"
     name = f"parity-{uuid.uuid4().hex[:8]}"
-    run = dict(storage=storage, storage_options=credentials, name=name, dask_address=dask_cluster)
-    results = tune(ParityTrainable, **parity_kwargs(), **run)
+    where = dict(storage=storage, storage_options=credentials, name=name, dask_address=dask_cluster)
+    results = run(ParityTrainable, **parity_kwargs(), **where)
 
     assert [r.metrics["mean_accuracy"] for r in results] == [43, 43, 43]
     assert all(r.status == "TERMINATED" and r.metrics["training_iteration"] == 3 for r in results)
@@ -98,7 +98,7 @@ def test_synch_pbt_on_s3_then_resume_returns_the_same(
 
     # resuming the finished experiment returns the same results and commits nothing
     snapshot = {p: fs.cat_file(p) for p in fs.find(exp)}
-    again = tune(ParityTrainable, **parity_kwargs(), **run, resume=True)
+    again = run(ParityTrainable, **parity_kwargs(), **where, resume=True)
     assert [r.metrics for r in again] == [r.metrics for r in results]
     assert [r.config for r in again] == [r.config for r in results]
     assert [r.checkpoint for r in again] == [r.checkpoint for r in results]
@@ -113,7 +113,7 @@ def test_credentials_are_not_stored_as_prefect_flow_parameters(
     from prefect.client.orchestration import get_client
 
     name = f"secret-{uuid.uuid4().hex[:8]}"
-    tune(
+    run(
         ParityTrainable,
         {"a": 1},
         num_samples=1,
@@ -136,7 +136,7 @@ def test_credentials_are_not_stored_as_prefect_flow_parameters(
 
 def _experiment_on_s3(fs: s3fs.S3FileSystem, path: str) -> dict:
     """pbt_global.txt and every trial's results (without volatile fields), read from S3."""
-    from flows.controller import comparable
+    from popflow.flows.controller import comparable
 
     fs.invalidate_cache()
     out = {"pbt_global": fs.cat_file(f"{path}/pbt_global.txt").decode(), "trials": {}, "csv": {}}
@@ -154,7 +154,7 @@ def test_crash_on_s3_resumes_identically_with_deferred_logs(prefect_server, s3_s
     import subprocess
     import sys
 
-    from infra.experiment_log import ExperimentLog
+    from popflow.infra.experiment_log import ExperimentLog
 
     here = os.path.dirname(os.path.abspath(__file__))
     _, options = s3_server

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedulers import search_space
-from schedulers.search_space import (
+from popflow.schedulers import search_space
+from popflow.schedulers.search_space import (
     Domain,
     choice,
     grid_search,

@@ -11,11 +11,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from infra.checkpoint_store import read_manifest
-from infra.storage import Storage
-from tasks import Checkpoint, Trainable, get_checkpoint, report
-from tasks.checkpoint import DICT_CHECKPOINT_FILE
-from tasks.segment import SegmentOutcome, SegmentSpec, checkpoint_name, run_segment, should_stop
+from popflow.infra.checkpoint_store import read_manifest
+from popflow.infra.storage import Storage
+from popflow.tasks import Checkpoint, Trainable, get_checkpoint, report
+from popflow.tasks.checkpoint import DICT_CHECKPOINT_FILE
+from popflow.tasks.segment import (
+    SegmentOutcome,
+    SegmentSpec,
+    checkpoint_name,
+    run_segment,
+    should_stop,
+)
 
 TRIAL_DIR = "Counter_t0"
 
@@ -115,7 +121,7 @@ def run() -> Iterator[Any]:
         return outcome
 
     yield _run
-    from tasks.live import discard_parked
+    from popflow.tasks.live import discard_parked
 
     assert discard_parked(tokens) == len(tokens)  # every parked trainable was still there
 

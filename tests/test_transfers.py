@@ -16,10 +16,10 @@ import pytest
 from test_s3 import FAST, BrokenFS
 from test_segment_local import DirCounter, spec
 
-from infra.checkpoint_store import fetch_checkpoint, read_manifest
-from infra.storage import Storage
-from tasks.live import discard_parked, parked_count
-from tasks.segment import SegmentOutcome, SegmentSpec, run_segments
+from popflow.infra.checkpoint_store import fetch_checkpoint, read_manifest
+from popflow.infra.storage import Storage
+from popflow.tasks.live import discard_parked, parked_count
+from popflow.tasks.segment import SegmentOutcome, SegmentSpec, run_segments
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from trainables import (
     parity_function,
 )
 
-from flows import CheckpointConfig, tune
-from schedulers import PopulationBasedTraining, sample_from
+from popflow import CheckpointConfig, run
+from popflow.schedulers import PopulationBasedTraining, sample_from
 
 
 def parity_scheduler(synch: bool) -> PopulationBasedTraining:
@@ -43,7 +43,7 @@ def parity_space(values: list[int]) -> dict:
     ],
 )
 def test_synch_pbt_matches_ray(tune_env, trainable, values, expected):
-    results = tune(
+    results = run(
         trainable,
         parity_space(values),
         scheduler=parity_scheduler(synch=True),
@@ -62,7 +62,7 @@ def test_synch_pbt_matches_ray(tune_env, trainable, values, expected):
 
 
 def test_async_pbt_exploits_and_finishes(tune_env):
-    results = tune(
+    results = run(
         ParityTrainable,
         parity_space([10, 20, 40]),
         scheduler=parity_scheduler(synch=False),
@@ -88,7 +88,7 @@ def read_lines(path: str) -> list:
 
 
 def test_storage_layout_and_pbt_logs(tune_env):
-    results = tune(
+    results = run(
         ParityTrainable,
         parity_space([10, 20, 40]),
         scheduler=parity_scheduler(synch=True),
@@ -121,7 +121,7 @@ def test_storage_layout_and_pbt_logs(tune_env):
 
 
 def test_retention_keeps_what_is_still_needed(tune_env):
-    results = tune(
+    results = run(
         ParityTrainable,
         parity_space([10, 20, 40]),
         scheduler=parity_scheduler(synch=True),
@@ -154,7 +154,7 @@ def test_retention_keeps_what_is_still_needed(tune_env):
 
 
 def test_failed_trial_is_reported_and_others_finish(tune_env):
-    results = tune(
+    results = run(
         FlakyTrainable,
         {"fail_at": sample_from(lambda spec: None)},
         num_samples=1,
@@ -163,7 +163,7 @@ def test_failed_trial_is_reported_and_others_finish(tune_env):
         **tune_env,
     )
     assert results[0].error is None
-    results = tune(
+    results = run(
         FlakyTrainable,
         {"fail_at": 3},
         num_samples=2,
@@ -178,7 +178,7 @@ def test_failed_trial_is_reported_and_others_finish(tune_env):
 
 
 def test_max_failures_retries_from_last_checkpoint(tune_env, tmp_path):
-    results = tune(
+    results = run(
         FlakyTrainable,
         {"fail_at": 3, "marker": str(tmp_path / "failed-once")},
         num_samples=1,
@@ -197,9 +197,9 @@ def test_max_failures_retries_from_last_checkpoint(tune_env, tmp_path):
 
 def test_existing_experiment_is_not_overwritten(tune_env):
     kwargs = dict(num_samples=1, stop={"training_iteration": 1}, name="twice", **tune_env)
-    tune(ParityTrainable, {"a": 1}, **kwargs)
+    run(ParityTrainable, {"a": 1}, **kwargs)
     with pytest.raises(ValueError, match="already exists"):
-        tune(ParityTrainable, {"a": 1}, **kwargs)
+        run(ParityTrainable, {"a": 1}, **kwargs)
 
 
 def test_synch_barrier_releases_when_a_trial_finishes_mid_round(tune_env):
@@ -214,7 +214,7 @@ def test_synch_barrier_releases_when_a_trial_finishes_mid_round(tune_env):
         "a": sample_from(lambda spec: spec["pair"][0]),
         "done_at": sample_from(lambda spec: spec["pair"][1]),
     }
-    results = tune(
+    results = run(
         EndsEarlyTrainable,
         space,
         scheduler=PopulationBasedTraining(
@@ -241,7 +241,7 @@ def test_synch_pbt_keeps_trainables_alive_across_the_barrier(tune_env, tmp_path)
     """A synch round pauses every trial at the barrier; only clones are rebuilt from storage."""
     setups = tmp_path / "setups"
     setups.mkdir()
-    results = tune(
+    results = run(
         SetupCountingTrainable,
         param_space={**parity_space([10, 20, 40, 30]), "setups": str(setups)},
         scheduler=parity_scheduler(synch=True),
@@ -264,7 +264,7 @@ def test_synch_pbt_keeps_trainables_alive_across_the_barrier(tune_env, tmp_path)
 def test_segments_a_worker_cannot_unpickle_error_their_trials_and_keep_the_workers(tune_env):
     client = tune_env["dask_address"]
     workers = set(client.scheduler_info()["workers"])
-    results = tune(
+    results = run(
         ParityTrainable,
         param_space=parity_space([10, 20, 30]),
         scheduler=parity_scheduler(synch=False),
@@ -285,7 +285,7 @@ def test_segments_a_worker_cannot_unpickle_error_their_trials_and_keep_the_worke
 def test_a_lambda_stop_condition_reaches_the_workers(tune_env):
     """Plain pickle cannot send a lambda; the segments still get to the runners."""
     limit = 4
-    results = tune(
+    results = run(
         ParityTrainable,
         param_space=parity_space([10, 20]),
         scheduler=parity_scheduler(synch=True),

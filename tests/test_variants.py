@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedulers import variants as variants_module
-from schedulers.search_space import (
+from popflow.schedulers import variants as variants_module
+from popflow.schedulers.search_space import (
     Domain,
     choice,
     grid_search,
@@ -28,7 +28,12 @@ from schedulers.search_space import (
     sample_from,
     uniform,
 )
-from schedulers.variants import count_variants, format_vars, generate_variants, resolve_variants
+from popflow.schedulers.variants import (
+    count_variants,
+    format_vars,
+    generate_variants,
+    resolve_variants,
+)
 
 
 def rng(seed: int = 0) -> np.random.Generator:

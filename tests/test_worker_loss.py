@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from trainables import WorkerKiller
 
-from flows import tune
-from flows.controller import comparable
-from schedulers import PopulationBasedTraining, sample_from
+from popflow import run
+from popflow.flows.controller import comparable
+from popflow.schedulers import PopulationBasedTraining, sample_from
 
 
-def run(tmp_path, name: str, marker: str | None):
+def run_with_killer(tmp_path, name: str, marker: str | None):
     values = iter([10, 20, 40])
-    results = tune(
+    results = run(
         WorkerKiller,
         {"a": sample_from(lambda _: next(values)), "c": 1, "kill_at": 4, "marker": marker},
         scheduler=PopulationBasedTraining(
@@ -40,8 +40,8 @@ def run(tmp_path, name: str, marker: str | None):
 
 def test_killed_worker_changes_nothing(prefect_server, tmp_path):
     marker = tmp_path / "killed"
-    crashed = run(tmp_path, "crashed", str(marker))
+    crashed = run_with_killer(tmp_path, "crashed", str(marker))
     assert marker.exists()  # a worker really died mid-segment
-    reference = run(tmp_path, "reference", None)
+    reference = run_with_killer(tmp_path, "reference", None)
     assert crashed == reference
     assert all(len(history) == 8 for _, history in crashed)

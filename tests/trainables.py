@@ -9,7 +9,7 @@ from typing import Any
 
 import flakyfs  # noqa: F401  (registers flaky:// with fsspec in every process that runs these)
 
-from tasks import Checkpoint, Trainable, get_checkpoint, report
+from popflow.tasks import Checkpoint, Trainable, get_checkpoint, report
 
 
 class ParityTrainable(Trainable):

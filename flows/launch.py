@@ -26,22 +26,22 @@ import cloudpickle
 import numpy as np
 from distributed import Client
 
-from flows.cli import save_tune_args
-from flows.config import CheckpointConfig
-from flows.controller import Controller, TrialRecord
-from flows.results import Result, ResultGrid
-from flows.resume import is_finished, restore_records
-from flows.runner_pool import RunnerPool
-from infra.cluster import ClusterStart, dask_client, dask_resources
-from infra.experiment_log import EXPERIMENT_FILE, ExperimentLog
-from infra.jsonutil import dumps
-from infra.lease import Lease
-from infra.storage import Storage
-from schedulers import FIFOScheduler, Trial, TrialScheduler
-from schedulers.variants import resolve_variants
-from tasks.checkpoint import Checkpoint
-from tasks.segment import is_function_trainable
-from tasks.trainable import Trainable
+from popflow.flows.cli import save_tune_args
+from popflow.flows.config import CheckpointConfig
+from popflow.flows.controller import Controller, TrialRecord
+from popflow.flows.results import Result, ResultGrid
+from popflow.flows.resume import is_finished, restore_records
+from popflow.flows.runner_pool import RunnerPool
+from popflow.infra.cluster import ClusterStart, dask_client, dask_resources
+from popflow.infra.experiment_log import EXPERIMENT_FILE, ExperimentLog
+from popflow.infra.jsonutil import dumps
+from popflow.infra.lease import Lease
+from popflow.infra.storage import Storage
+from popflow.schedulers import FIFOScheduler, Trial, TrialScheduler
+from popflow.schedulers.variants import resolve_variants
+from popflow.tasks.checkpoint import Checkpoint
+from popflow.tasks.segment import is_function_trainable
+from popflow.tasks.trainable import Trainable
 
 logger = logging.getLogger("popflow")
 
@@ -73,7 +73,7 @@ def _check_arguments(
     if inspect.isclass(trainable):
         if not issubclass(trainable, Trainable):
             raise TypeError(
-                f"`trainable` is the class {trainable.__name__}, which does not subclass tasks.Trainable"
+                f"`trainable` is the class {trainable.__name__}, which does not subclass popflow.Trainable"
             )
     elif not callable(trainable):
         raise TypeError(
@@ -92,7 +92,7 @@ def _check_arguments(
     if commit_interval <= 0:
         raise ValueError(f"`commit_interval` is {commit_interval}, but must be > 0")
     if not isinstance(scheduler, TrialScheduler):
-        raise TypeError(f"`scheduler` must be a schedulers.TrialScheduler, got {scheduler!r}")
+        raise TypeError(f"`scheduler` must be a popflow.TrialScheduler, got {scheduler!r}")
 
 
 def _new_records(
@@ -205,7 +205,7 @@ def _results(
     return ResultGrid(out, metric, mode, storage.url)
 
 
-def tune(
+def run(
     trainable: type[Trainable] | Callable[[dict[str, Any]], Any],
     param_space: dict[str, Any] | None = None,
     *,
@@ -230,8 +230,8 @@ def tune(
 ) -> ResultGrid:
     """Tune ``trainable`` over ``param_space`` with ``scheduler``; Ray Tune's ``Tuner.fit``.
 
-    - ``trainable``: a :class:`tasks.Trainable` subclass or a function using
-      :func:`tasks.report`.
+    - ``trainable``: a :class:`popflow.tasks.Trainable` subclass or a function using
+      :func:`popflow.tasks.report`.
     - ``param_space``: plain values and search spaces (``uniform``, ``choice``,
       ``grid_search``...); each grid point is sampled ``num_samples`` times.
     - ``stop``: a dict (stop when any ``result[key] >= value``) or a callable
@@ -290,7 +290,7 @@ def tune_flow(
 ) -> ResultGrid:
     """The Prefect flow behind :func:`tune`.
 
-    It takes a :class:`~infra.storage.Storage` rather than the storage
+    It takes a :class:`~popflow.infra.storage.Storage` rather than the storage
     options, so credentials never become flow-run parameters in Prefect's
     database; ``options`` are :func:`tune`'s other keyword arguments.
     """
