@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{best.metrics['training_iteration']}; results in {results.experiment_path}"
     )
     print(f"Iterations per trial (HyperBand stopped the rest at rungs): {last}")
-    print(f"{len(results)} trials, {sum(last)} iterations in {wall:.1f} s (tune wall time)")
+    print(f"{len(results)} trials, {sum(last)} iterations in {wall:.1f} s (run wall time)")
 
 
 if __name__ == "__main__":

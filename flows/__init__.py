@@ -1,4 +1,4 @@
-"""Prefect flows: ``tune`` (the round loop) and what deployments point at."""
+"""The driver: ``popflow.run``, its Prefect flow and round loop, results and the CLI."""
 
 from popflow.flows.config import CheckpointConfig
 from popflow.flows.launch import run

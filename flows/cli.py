@@ -13,32 +13,10 @@ import logging
 import os
 import posixpath
 import sys
-from typing import Any
 
-import cloudpickle
-
-from popflow.flows.resume import is_finished
+from popflow.flows.experiment import is_finished, load_run_args
 from popflow.infra.experiment_log import EXPERIMENT_FILE, ExperimentLog
 from popflow.infra.storage import Storage
-
-logger = logging.getLogger(__name__)
-
-#: The arguments of the original ``tune`` call (without storage options: no secrets).
-TUNE_ARGS_FILE = ".popflow/tune_args.pkl"
-
-
-def save_tune_args(storage: Storage, args: dict[str, Any]) -> None:
-    """Keep what ``popflow resume`` needs to call ``tune`` again (trainable, scheduler, ...).
-
-    Best effort: arguments that cannot be pickled (a generator in a closure,
-    say) only cost the command line; ``tune(..., resume=True)`` still works.
-    """
-    try:
-        data = cloudpickle.dumps(args)
-    except Exception as e:
-        logger.warning("`popflow resume` will not work for this experiment: %s", e)
-        return
-    storage.write_bytes(data, TUNE_ARGS_FILE)
 
 
 def _split(path: str) -> tuple[str, str]:
@@ -49,21 +27,25 @@ def _split(path: str) -> tuple[str, str]:
     return parent or ".", name
 
 
+def _experiment(args: argparse.Namespace) -> tuple[str, str, dict | None, Storage]:
+    parent, name = _split(args.path)
+    options = json.loads(args.storage_options) if args.storage_options else None
+    return parent, name, options, Storage(parent, options).child(name)
+
+
 def _resume(args: argparse.Namespace) -> int:
     from popflow.flows.launch import run
 
     # as `python -m` would: the trainable's module may live in the folder run from
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    parent, name = _split(args.path)
-    options = json.loads(args.storage_options) if args.storage_options else None
-    storage = Storage(parent, options).child(name)
+    parent, name, options, storage = _experiment(args)
     try:
-        tune_args = cloudpickle.loads(storage.read_bytes(TUNE_ARGS_FILE))
+        run_args = load_run_args(storage)
     except FileNotFoundError:
         raise SystemExit(f"popflow: no experiment to resume at {storage.url}") from None
     results = run(
-        **tune_args,
+        **run_args,
         storage=parent,
         storage_options=options,
         name=name,
@@ -78,9 +60,7 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    parent, name = _split(args.path)
-    options = json.loads(args.storage_options) if args.storage_options else None
-    storage = Storage(parent, options).child(name)
+    _, name, _, storage = _experiment(args)
     commit = ExperimentLog(storage).latest()
     if commit is None:
         raise SystemExit(f"popflow: no committed experiment at {storage.url}")

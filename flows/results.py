@@ -1,4 +1,4 @@
-"""What ``tune`` returns: Ray Tune's ``ResultGrid`` and ``Result``."""
+"""What ``popflow.run`` returns: Ray Tune's ``ResultGrid`` and ``Result``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from popflow.flows.trial_table import TrialRecord
+from popflow.infra.storage import Storage
 from popflow.tasks.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
@@ -133,7 +135,7 @@ class ResultGrid(Sequence[Result]):
         if not metric or not mode:
             raise ValueError(
                 "no metric/mode to rank trials by: pass get_best_result(metric=..., mode=...) "
-                "or tune(metric=..., mode=...)"
+                "or run(metric=..., mode=...)"
             )
         if mode not in ("min", "max"):
             raise ValueError(f"`mode` is {mode!r}, but must be 'min' or 'max'")
@@ -160,7 +162,7 @@ class ResultGrid(Sequence[Result]):
         if filter_metric and mode not in ("min", "max"):
             raise ValueError(
                 f"`filter_mode` is {mode!r}, but must be 'min' or 'max' when `filter_metric` "
-                "is given (or pass tune(mode=...))"
+                "is given (or pass run(mode=...))"
             )
         rows = []
         for r in self._results:
@@ -186,3 +188,30 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[key] = v
     return out
+
+
+def results_of(
+    records: list[TrialRecord], storage: Storage, metric: str | None, mode: str | None
+) -> ResultGrid:
+    """The grid of an experiment's trials (``storage``: the experiment's folder)."""
+
+    def checkpoint(rec: TrialRecord, name: str) -> Checkpoint:
+        return Checkpoint(storage.full_url(rec.checkpoint_path(name)), storage.storage_options)
+
+    out = []
+    for rec in records:
+        latest = rec.checkpoints[-1].name if rec.checkpoints else None
+        out.append(
+            Result(
+                config=rec.trial.config,
+                metrics=rec.trial.last_result,
+                checkpoint=checkpoint(rec, latest) if latest else None,
+                path=storage.full_url(rec.dirname),
+                error=rec.error,
+                trial_id=rec.trial_id,
+                status=rec.trial.status.value,
+                history=rec.results,
+                best_checkpoints=[(checkpoint(rec, c.name), c.result) for c in rec.checkpoints],
+            )
+        )
+    return ResultGrid(out, metric, mode, storage.url)

@@ -24,7 +24,7 @@ from distributed import Client, Future
 
 from popflow.infra.cluster import slots_per_worker
 from popflow.tasks.runner import SegmentRunner, pack_specs
-from popflow.tasks.segment import SegmentSpec
+from popflow.tasks.specs import SegmentSpec
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class RunnerPool:
         self.client = client
         self.resources = resources
         self.runners: list[Runner] = []
-        self._lost: set[str] = set()  # addresses of workers that died under a call
+        self._dead_workers: set[str] = set()  # addresses of workers that died under a call
         self._done: queue.Queue[tuple[int, Any]] = queue.Queue()
         self._ids = itertools.count()
         self._calls: dict[int, Runner] = {}
@@ -90,7 +90,7 @@ class RunnerPool:
 
     def _make_runners(self) -> None:
         per_worker = slots_per_worker(self.client, self.resources)
-        alive = {w for w in per_worker if w not in self._lost}
+        alive = {w for w in per_worker if w not in self._dead_workers}
         self.runners = [r for r in self.runners if r.worker in alive]
         have = {r.worker for r in self.runners}
         new = [(w, n) for w, n in per_worker.items() if w in alive and w not in have]
@@ -149,7 +149,7 @@ class RunnerPool:
                 continue  # cancelled
             runner.queued -= 1
             if isinstance(value, CallFailed) and value.worker_lost:
-                self._lost.add(runner.worker)
+                self._dead_workers.add(runner.worker)
                 self.runners = [r for r in self.runners if r.worker != runner.worker]
             out.append((call, value))
         if any(isinstance(v, CallFailed) and v.worker_lost for _, v in out):

@@ -68,7 +68,7 @@ def _local_cluster(n: int) -> LocalCluster:
 class ClusterStart:
     """The embedded LocalCluster, starting in a background thread.
 
-    ``tune`` starts it before it creates its Prefect flow run, so the workers'
+    ``popflow.run`` starts it before it creates its Prefect flow run, so the workers'
     start-up (~0.7-1.3 s here) overlaps the flow run's creation; the flow
     waits for it when it first needs the cluster. The starter closes it.
     """

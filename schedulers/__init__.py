@@ -1,12 +1,12 @@
 """Pure decision logic and search spaces: numpy and the standard library only."""
 
 from popflow.schedulers.async_hyperband import ASHAScheduler, AsyncHyperBandScheduler
+from popflow.schedulers.domains import Domain
 from popflow.schedulers.hyperband import HyperBandScheduler, hyperband_plan
 from popflow.schedulers.median_stopping import MedianStoppingRule
 from popflow.schedulers.pbt import PopulationBasedTraining, explore
 from popflow.schedulers.pbt_replay import PopulationBasedTrainingReplay
 from popflow.schedulers.search_space import (
-    Domain,
     choice,
     grid_search,
     lograndint,

@@ -114,7 +114,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
     Args:
         time_attr: monotonically increasing result key measuring resources (``r``, ``R``).
         metric, mode: objective and direction ("min" or "max"); may instead be
-            given to ``tune(metric=..., mode=...)``.
+            given to ``run(metric=..., mode=...)``.
         max_t: ``R``, the maximum time per trial; a result at or past it stops
             the trial when ``stop_last_trials``.
         grace_period: ``r``, the first rung; no trial is stopped before it.
@@ -122,7 +122,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
         brackets: number of brackets ``s = 0 .. brackets-1``; bracket ``s``
             starts its rungs at ``r * η**s``.
         stop_last_trials: stop trials at ``max_t`` (else they run on, unchecked).
-        rng: generator for bracket assignment (``tune`` injects the seeded one).
+        rng: generator for bracket assignment (``popflow.run`` injects the seeded one).
     """
 
     def __init__(
@@ -188,7 +188,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
                 f"{type(self).__name__} has no `metric` ({self._metric!r}) or `mode` "
                 f"({self._mode!r}): set them on the scheduler, e.g. "
                 f"{type(self).__name__}(metric=..., mode=...), or in "
-                f"`tune(metric=..., mode=...)`"
+                f"`run(metric=..., mode=...)`"
             )
         if trial.trial_id in self._trial_bracket:  # re-added on resume: keep its bracket
             return

@@ -164,7 +164,7 @@ class HyperBandScheduler(TrialScheduler):
 
     Args:
         time_attr: monotonically increasing result key in which ``r`` and ``R`` are measured.
-        metric, mode: objective and direction; may instead be given to ``tune``.
+        metric, mode: objective and direction; may instead be given to ``popflow.run``.
         max_t: ``R``, the maximum resource per trial (the final rung of every bracket).
         reduction_factor: ``η``.
         stop_last_trials: stop the survivors at ``R`` (else they run on, unchecked).
@@ -260,7 +260,7 @@ class HyperBandScheduler(TrialScheduler):
                 f"{type(self).__name__} has no `metric` ({self._metric!r}) or `mode` "
                 f"({self._mode!r}): set them on the scheduler, e.g. "
                 f"{type(self).__name__}(metric=..., mode=...), or in "
-                f"`tune(metric=..., mode=...)`"
+                f"`run(metric=..., mode=...)`"
             )
         if trial.trial_id in self._trial_bracket:
             return

@@ -74,7 +74,7 @@ class MedianStoppingRule(TrialScheduler):
 
     Args:
         time_attr: monotonically increasing result key measuring time ``t``.
-        metric, mode: objective and direction; may instead be given to ``tune``.
+        metric, mode: objective and direction; may instead be given to ``popflow.run``.
         grace_period: no verdict before this time; running means start here.
         min_samples_required: other trials at ``t`` needed for a verdict.
         min_time_slice: with too few samples, a trial yields (PAUSE) to waiting
@@ -150,7 +150,7 @@ class MedianStoppingRule(TrialScheduler):
                 f"{type(self).__name__} has no `metric` ({self._metric!r}) or `mode` "
                 f"({self._mode!r}): set them on the scheduler, e.g. "
                 f"{type(self).__name__}(metric=..., mode=...), or in "
-                f"`tune(metric=..., mode=...)`"
+                f"`run(metric=..., mode=...)`"
             )
         self._trials[trial.trial_id] = trial
 

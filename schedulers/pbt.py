@@ -111,9 +111,9 @@ def _plain(value: Any) -> Any:
 class PopulationBasedTraining(TrialScheduler):
     """Population Based Training; see the module docstring and Ray Tune's docs.
 
-    Arguments and defaults are Ray Tune's. ``log_config`` is kept for infra
-    (it writes ``Exploit.policy_entry()`` lines when true); the scheduler
-    itself writes no files.
+    Arguments and defaults are Ray Tune's. ``log_config``: the run writes
+    each exploit to ``pbt_global.txt`` and ``pbt_policy_<trial_id>.txt``
+    (:attr:`logs_policy`; the scheduler itself writes no files).
     """
 
     def __init__(
@@ -198,7 +198,7 @@ class PopulationBasedTraining(TrialScheduler):
                 f"{type(self).__name__} has no `metric` ({self._metric!r}) or `mode` "
                 f"({self._mode!r}); set them on the scheduler "
                 "(PopulationBasedTraining(metric=..., mode=...)) "
-                "or in tune(metric=..., mode=...)"
+                "or in run(metric=..., mode=...)"
             )
         missing = list(missing_paths(trial.config, self._hyperparam_mutations))
         if missing:
@@ -394,6 +394,10 @@ class PopulationBasedTraining(TrialScheduler):
         return min(candidates, key=progress, default=None)
 
     # -- persistence ---------------------------------------------------------
+    @property
+    def logs_policy(self) -> bool:
+        return self.log_config
+
     def get_state(self) -> dict[str, Any]:
         state = super().get_state()
         state["trials"] = [{"trial_id": tid, **asdict(s)} for tid, s in self._states.items()]

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from popflow.schedulers.search_space import Domain, SampleFrom
+from popflow.schedulers.domains import Domain, SampleFrom
 
 __all__ = ["explore", "fill_missing", "missing_paths", "perturbed_tag", "validate_mutations"]
 

@@ -131,6 +131,12 @@ class TrialScheduler:
     #: The result key this scheduler measures time in (None: no milestones).
     time_attr: str | None = None
 
+    @property
+    def logs_policy(self) -> bool:
+        """Write exploits to ``pbt_global.txt`` and ``pbt_policy_<trial_id>.txt``
+        (PBT's ``log_config``)."""
+        return True
+
     def __init__(
         self,
         metric: str | None = None,
@@ -152,7 +158,7 @@ class TrialScheduler:
         return self._mode
 
     def set_search_properties(self, metric: str | None, mode: str | None) -> bool:
-        """Take metric/mode from ``tune(...)``; False if already set (Ray's contract)."""
+        """Take metric/mode from ``popflow.run(...)``; False if already set (Ray's contract)."""
         if (self._metric and metric) or (self._mode and mode):
             return False
         check_mode(mode)
@@ -163,7 +169,7 @@ class TrialScheduler:
         return True
 
     def set_rng(self, rng: np.random.Generator) -> None:
-        """Inject the experiment's generator (``tune`` derives it from ``seed``)."""
+        """Inject the experiment's generator (``popflow.run`` derives it from ``seed``)."""
         self._rng = rng
 
     # -- hooks ---------------------------------------------------------------

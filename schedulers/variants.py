@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from popflow.schedulers.search_space import GRID_SEARCH_KEY, Domain, SampleFrom, is_grid_search
+from popflow.schedulers.domains import Domain, SampleFrom
+from popflow.schedulers.search_space import GRID_SEARCH_KEY, is_grid_search
 
 #: A position in a nested config: dict keys and list indices, outermost first.
 Path = tuple[Any, ...]

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from popflow.infra.checkpoint_store import MANIFEST, fetch_checkpoint
+from popflow.infra.credentials import Hidden
 from popflow.infra.storage import Storage
 
 #: Where a dict returned by ``Trainable.save_checkpoint`` is kept inside the folder.
@@ -32,7 +33,12 @@ class Checkpoint:
         path = os.fspath(path)
         # like Ray (pyarrow's from_uri): a file:// URL is kept as the plain local path
         self.path = path[len("file://") :] if path.startswith("file://") else path
-        self.storage_options = dict(storage_options or {})
+        self._options = Hidden(dict(storage_options or {}))  # credentials: never in the clear
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """The fsspec options to read a remote checkpoint (credentials: never log them)."""
+        return self._options.value
 
     @classmethod
     def from_directory(cls, path: str | os.PathLike[str]) -> Checkpoint:

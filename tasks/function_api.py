@@ -61,7 +61,7 @@ def _require_session() -> tuple[
 ]:
     if _session.active is None:
         raise RuntimeError(
-            "report() and get_checkpoint() only work inside a function trainable run by popflow's tune()"
+            "report() and get_checkpoint() only work inside a function trainable run by popflow.run()"
         )
     return _session.active
 

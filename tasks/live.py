@@ -34,10 +34,11 @@ from typing import TYPE_CHECKING, Any
 from popflow.tasks.checkpoint import DICT_CHECKPOINT_FILE, Checkpoint
 from popflow.tasks.function_api import run_in_session
 from popflow.tasks.progress import ProgressClock
+from popflow.tasks.specs import CheckpointNeed, EndReason
 from popflow.tasks.trainable import Trainable
 
 if TYPE_CHECKING:
-    from popflow.tasks.segment import SegmentRun
+    from popflow.tasks.segment_run import SegmentRun
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ class LiveClass:
             return True
         return False
 
-    def run(self, run: SegmentRun) -> str:
+    def run(self, run: SegmentRun) -> EndReason:
         self.clock.start()
         while True:
             metrics = self.trainable.step()
@@ -91,8 +92,8 @@ class LiveClass:
             reason = run.record(metrics)
             self.trainable._iteration = self.clock.iteration
             need = run.wants_checkpoint(reason)
-            if need:
-                self._save(run, required=need == "required")
+            if need is not None:
+                self._save(run, required=need == CheckpointNeed.REQUIRED)
             if reason is not None:
                 return reason
 
@@ -161,7 +162,7 @@ class LiveFunction:
         self.clock.start()
         return False
 
-    def run(self, run: SegmentRun) -> str:
+    def run(self, run: SegmentRun) -> EndReason:
         self._segment = run
         if not self._thread.is_alive() and self._thread.ident is None:
             self.clock.start()
@@ -174,7 +175,7 @@ class LiveFunction:
         if kind == "segment_end":
             assert run.reason is not None
             return run.reason
-        return run.reason or "finished"
+        return run.reason or EndReason.FINISHED
 
     def discard(self) -> None:
         if self._thread.is_alive():
@@ -232,8 +233,3 @@ async def discard_parked_soon(tokens: list[str]) -> None:
     threading.Thread(
         target=discard_parked, args=(tokens,), name="discard-parked", daemon=True
     ).start()
-
-
-def parked_count() -> int:
-    with _lock:
-        return len(_parked)

@@ -76,3 +76,8 @@ class ProgressClock:
     def metadata(self) -> dict[str, Any]:
         """What a checkpoint records so a restored trial counts on from here."""
         return {"iteration": self.iteration, "time_total_s": self.time_total_s}
+
+
+def comparable(result: dict[str, Any]) -> dict[str, Any]:
+    """A result without the fields that differ between identical seeded runs."""
+    return {k: v for k, v in result.items() if k not in VOLATILE_FIELDS}

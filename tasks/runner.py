@@ -18,7 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import cloudpickle
 
-from popflow.tasks.segment import SegmentOutcome, SegmentSpec, run_segments
+from popflow.tasks.segment import run_segments
+from popflow.tasks.specs import SegmentOutcome, SegmentSpec
 
 
 class SpecsUnreadable(RuntimeError):

@@ -5,11 +5,23 @@ from __future__ import annotations
 import random
 import sys
 import types
+from typing import NamedTuple
 
 import numpy as np
 
 #: ``trial_index`` used for the driver's own stream (scheduler decisions), apart from any trial.
 DRIVER = -1
+
+
+class ExperimentGenerators(NamedTuple):
+    variants: np.random.Generator  # trial sampling
+    scheduler: np.random.Generator  # the scheduler's decisions (explore, tie-breaks, brackets)
+
+
+def experiment_generators(seed: int) -> ExperimentGenerators:
+    """The generators the experiment seed gives the driver (the same on every resume)."""
+    variants, scheduler = np.random.SeedSequence(seed).spawn(2)
+    return ExperimentGenerators(np.random.default_rng(variants), np.random.default_rng(scheduler))
 
 
 def segment_seed(experiment_seed: int, trial_index: int, step: int, generation: int = 0) -> int:

@@ -1,8 +1,9 @@
 """Ray Tune's class API: subclass :class:`Trainable` and implement ``setup`` and ``step``.
 
 For PBT and pausing schedulers also implement ``save_checkpoint`` and
-``load_checkpoint``; ``reset_config`` lets popflow reuse a live trainable for a
-new config instead of building a new one (``tune(..., reuse_actors=True)``).
+``load_checkpoint``; ``reset_config`` lets popflow keep a live trainable when
+its trial goes on with a new config (PBT replay changes the config of the
+trial that keeps training) instead of building and restoring a new one.
 
 >>> class Quadratic(Trainable):
 ...     def setup(self, config):
@@ -17,6 +18,7 @@ new config instead of building a new one (``tune(..., reuse_actors=True)``).
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 
@@ -66,3 +68,8 @@ class Trainable:
 
     def cleanup(self) -> None:
         """Release resources; called when the object is discarded."""
+
+
+def is_function_trainable(trainable: object) -> bool:
+    """A function trainable (Ray's function API), not a :class:`Trainable` subclass."""
+    return not (inspect.isclass(trainable) and issubclass(trainable, Trainable))

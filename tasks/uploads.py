@@ -18,14 +18,11 @@ import tempfile
 import threading
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from popflow.infra.checkpoint_store import publish_checkpoint
 from popflow.infra.storage import Storage
-from popflow.tasks.live import take
-
-if TYPE_CHECKING:
-    from popflow.tasks.segment import SegmentOutcome
+from popflow.tasks.specs import EndReason, SegmentOutcome
 
 TRANSFER_THREADS = 4  # per worker process, shared by its runners
 
@@ -71,19 +68,21 @@ class Uploads:
         future = transfer_threads().submit(_publish_staged, storage, staged, rel_path, metadata)
         self._pending.append((outcome, future))
 
-    def finish(self) -> None:
-        """Wait for every upload; a segment whose upload failed ends in error."""
+    def finish(self) -> list[SegmentOutcome]:
+        """Wait for every upload; a segment whose upload failed ends in error.
+
+        Returns the outcomes that failed here (their parked trainables, if
+        any, must be discarded: the trial goes on from a durable checkpoint).
+        """
         pending, self._pending = self._pending, []
+        failed: list[SegmentOutcome] = []
         for outcome, future in pending:
             try:
                 future.result()
             except Exception:
-                if outcome.reason == "error":
+                if outcome.reason == EndReason.ERROR:
                     continue
-                outcome.reason = "error"
+                outcome.reason = EndReason.ERROR
                 outcome.error = traceback.format_exc()
-                if outcome.live_token:  # the trial restarts from its last durable checkpoint
-                    live = take(outcome.live_token)
-                    if live is not None:
-                        live.discard()
-                    outcome.live_token = outcome.worker = None
+                failed.append(outcome)
+        return failed

@@ -70,7 +70,7 @@ def test_metric_and_mode_required_by_first_add(metric, mode):
         ValueError,
         match=r"^AsyncHyperBandScheduler has no `metric` .* or `mode` .*: set them on the "
         r"scheduler, e.g. AsyncHyperBandScheduler\(metric=\.\.\., mode=\.\.\.\), or in "
-        r"`tune\(metric=\.\.\., mode=\.\.\.\)`$",
+        r"`run\(metric=\.\.\., mode=\.\.\.\)`$",
     ):
         s.on_trial_add(Trial("a", {}))
 

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from popflow.flows.resume import is_finished
+from popflow.flows.experiment import is_finished
 from popflow.infra.experiment_log import ExperimentLog
 from popflow.infra.storage import Storage
 

@@ -10,8 +10,8 @@ import cloudpickle
 import pytest
 
 from popflow import CheckpointConfig, run
-from popflow.flows.controller import comparable
 from popflow.schedulers import PopulationBasedTraining
+from popflow.tasks.progress import comparable
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import pbt_benchmark

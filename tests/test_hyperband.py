@@ -8,9 +8,11 @@ import math
 import numpy as np
 import pytest
 
+from popflow.flows.trial_table import TrialTable
 from popflow.schedulers import (
     Action,
     Decision,
+    Exploit,
     HyperBandScheduler,
     Trial,
     TrialStatus,
@@ -98,7 +100,7 @@ def test_metric_and_mode_required_by_first_add():
         ValueError,
         match=r"^HyperBandScheduler has no `metric` \(None\) or `mode` \('max'\): set them on "
         r"the scheduler, e.g. HyperBandScheduler\(metric=\.\.\., mode=\.\.\.\), or in "
-        r"`tune\(metric=\.\.\., mode=\.\.\.\)`$",
+        r"`run\(metric=\.\.\., mode=\.\.\.\)`$",
     ):
         HyperBandScheduler(mode="max").on_trial_add(Trial("a", {}))
 
@@ -281,8 +283,13 @@ def objective(config: dict, t: float) -> float:
     return config["a"] * math.log1p(t) - config["b"] * math.sqrt(t) + config["c"]
 
 
+def _no_exploits(exploit: Exploit, reporter: Trial | None) -> None:
+    raise AssertionError(f"HyperBand never exploits: {exploit}")
+
+
 class FakeBackend:
-    """Plays the controller (flows/controller.py) in memory, one segment at a time.
+    """Plays the controller (flows/controller.py) in memory, one segment at a time,
+    applying decisions through the controller's own trial table.
 
     Trials resume from their checkpoints, so a segment costs ``target - time``.
     ``errors`` maps a trial id to the milestone at which its segment fails.
@@ -296,7 +303,6 @@ class FakeBackend:
         errors: dict[str, float] | None = None,
     ):
         rng = np.random.default_rng(seed)
-        self.s = scheduler
         self.errors = errors or {}
         self.trials = [
             Trial(
@@ -312,25 +318,15 @@ class FakeBackend:
         self.clock = 0
         for t in self.trials:
             scheduler.on_trial_add(t)
+        self.table = TrialTable(scheduler, self.trials, exploit=_no_exploits)
 
-    def apply_others(self, decision: Decision) -> None:
-        removed = False
-        for tid, action in decision.others.items():
-            other = self.by_id[tid]
-            assert other.status == TrialStatus.PAUSED, (tid, other.status)
-            if action == Action.CONTINUE:
-                other.status = TrialStatus.PENDING
-            elif action == Action.STOP:
-                other.status = TrialStatus.TERMINATED
-                self.s.on_trial_remove(other)
-                removed = True
-        if removed:
-            self.release()
+    @property
+    def s(self) -> HyperBandScheduler:
+        return self.table.scheduler  # type: ignore[return-value]
 
-    def release(self) -> None:
-        decision = self.s.release_paused()
-        if decision is not None:
-            self.apply_others(decision)
+    @s.setter
+    def s(self, scheduler: HyperBandScheduler) -> None:  # a restored scheduler takes over
+        self.table.scheduler = scheduler
 
     def step(self) -> bool:
         """Run one segment of the scheduler's choice; False when nothing is runnable."""
@@ -347,24 +343,14 @@ class FakeBackend:
         trial.status = TrialStatus.RUNNING
         trial.last_train_time = self.clock
         if self.errors.get(trial.trial_id) == target:
-            trial.status = TrialStatus.ERROR
-            self.s.on_trial_error(trial)
             self.log.append((trial.trial_id, target, "ERROR", []))
-            self.release()
+            self.table.fail(trial)
             return True
         result = res(target, objective(trial.config, target))
         trial.last_result = result
-        decision = Decision.of(self.s.on_trial_result(trial, result))
+        decision = self.table.report(trial, result)
         self.log.append((trial.trial_id, target, decision.action, sorted(decision.others.items())))
-        self.apply_others(decision)
-        if decision.action == Action.STOP:
-            trial.status = TrialStatus.TERMINATED
-            self.s.on_trial_complete(trial, result)
-            self.release()
-        elif decision.action == Action.PAUSE:
-            trial.status = TrialStatus.PAUSED
-        else:
-            trial.status = TrialStatus.PENDING
+        self.table.end_segment(trial, decision.action, terminal=False)
         return True
 
     def run(self, max_steps: int = 100_000) -> None:

@@ -64,7 +64,7 @@ def test_metric_and_mode_required_by_first_add():
         ValueError,
         match=r"^MedianStoppingRule has no `metric` \('acc'\) or `mode` \(None\): set them on "
         r"the scheduler, e.g. MedianStoppingRule\(metric=\.\.\., mode=\.\.\.\), or in "
-        r"`tune\(metric=\.\.\., mode=\.\.\.\)`$",
+        r"`run\(metric=\.\.\., mode=\.\.\.\)`$",
     ):
         MedianStoppingRule(metric="acc").on_trial_add(Trial("a", {}))
     s = MedianStoppingRule()

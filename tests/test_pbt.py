@@ -15,12 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from popflow.flows.trial_table import TrialTable
 from popflow.schedulers.pbt import PopulationBasedTraining, explore, quantiles
 from popflow.schedulers.search_space import sample_from, uniform
 from popflow.schedulers.trial import Trial, TrialStatus
-from popflow.schedulers.trial_scheduler import Action, Decision
-
-STATUS = {Action.CONTINUE: TrialStatus.RUNNING, Action.PAUSE: TrialStatus.PAUSED}
+from popflow.schedulers.trial_scheduler import Action, Decision, Exploit
 
 
 def make_pbt(**kwargs: Any) -> PopulationBasedTraining:
@@ -67,6 +66,7 @@ class FakeBackend:
         self.fail_at = fail_at or {}
         self.decisions: list[Decision] = []
         self.final: dict[str, float] = {}
+        self.table = TrialTable(scheduler, self.trials, exploit=self.exploit)
 
     def by_id(self, trial_id: str) -> Trial:
         return next(t for t in self.trials if t.trial_id == trial_id)
@@ -83,34 +83,25 @@ class FakeBackend:
         return {"training_iteration": model["iter"], "mean_accuracy": model["iter"] + model["a"]}
 
     def report(self, trial: Trial, result: dict[str, Any] | None) -> None:
+        """The controller's reduce, through the shared trial table."""
         if result is None:
-            trial.status = TrialStatus.ERROR
-            self.sched.on_trial_error(trial)
-        elif result["training_iteration"] >= self.stop_at[trial.trial_id]:
-            trial.status = TrialStatus.TERMINATED
-            trial.last_result = result
-            self.final[trial.trial_id] = result["mean_accuracy"]
-            self.sched.on_trial_complete(trial, result)
-        else:
-            decision = self.sched.on_trial_result(trial, result)
-            trial.last_result = result
-            self.apply(decision, trial)
+            self.table.fail(trial)
             return
-        released = self.sched.release_paused()  # a leaving trial may unblock the barrier
-        if released is not None:
-            self.apply(released, None)
-
-    def apply(self, decision: Decision, reporter: Trial | None) -> None:
+        trial.last_result = result
+        if result["training_iteration"] >= self.stop_at[trial.trial_id]:
+            self.final[trial.trial_id] = result["mean_accuracy"]
+            self.table.end_segment(trial, Action.CONTINUE, terminal=True)
+            return
+        decision = self.table.report(trial, result)
         self.decisions.append(decision)
-        for ex in decision.exploits:
-            target = self.by_id(ex.trial_id)
-            self.model[ex.trial_id] = dict(self.checkpoint[ex.source_trial_id])
-            target.config = copy.deepcopy(ex.new_config)
-            target.experiment_tag = ex.new_tag
-        if reporter is not None:
-            reporter.status = STATUS[decision.action]
-        for trial_id, action in decision.others.items():
-            self.by_id(trial_id).status = STATUS[action]
+        self.table.end_segment(trial, decision.action, terminal=False)
+
+    def exploit(self, ex: Exploit, reporter: Trial | None) -> None:
+        """Clone the source's checkpointed model into the target."""
+        target = self.by_id(ex.trial_id)
+        self.model[ex.trial_id] = dict(self.checkpoint[ex.source_trial_id])
+        target.config = copy.deepcopy(ex.new_config)
+        target.experiment_tag = ex.new_tag
 
     def run_synch(self, max_rounds: int = 50) -> None:
         """Every live trial runs its segment; results are fed in trial order."""
@@ -148,7 +139,7 @@ class FakeBackend:
             trial = self.by_id(trial_id)
             self.report(trial, self.run_segment(trial))
             assert trial.status != TrialStatus.PAUSED, "async PBT never pauses"
-            if trial.status == TrialStatus.RUNNING:
+            if trial.status == TrialStatus.PENDING:
                 dispatch(trial, now)
 
 
@@ -214,7 +205,7 @@ def test_ray_defaults() -> None:
 
 def test_metric_and_mode_are_required_at_run_start() -> None:
     pbt = make_pbt(metric=None, mode=None)
-    with pytest.raises(ValueError, match=r"set them on the scheduler .*tune\(metric=\.\.\., mode="):
+    with pytest.raises(ValueError, match=r"set them on the scheduler .*run\(metric=\.\.\., mode="):
         pbt.on_trial_add(Trial("t0", {"c": 1}))
     assert pbt.set_search_properties("mean_accuracy", "max")
     pbt.on_trial_add(Trial("t0", {"c": 1}))

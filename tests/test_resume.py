@@ -15,10 +15,10 @@ import sys
 
 import pytest
 
-from popflow.flows.controller import comparable
 from popflow.infra.experiment_log import ExperimentLog
 from popflow.infra.lease import LEASE_FILE
 from popflow.infra.storage import Storage
+from popflow.tasks.progress import comparable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DRIVER = os.path.join(HERE, "crash_driver.py")

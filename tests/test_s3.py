@@ -18,15 +18,10 @@ from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeou
 from s3fs.errors import translate_boto_error
 
 import popflow.infra.storage as storage_module
-from popflow.infra.storage import (
-    RetryPolicy,
-    Storage,
-    StorageError,
-    backoff_delay,
-    is_transient,
-    redact,
-    secret_values,
-)
+from popflow.infra.credentials import redact, secret_values
+from popflow.infra.retry import RetryPolicy, backoff_delay
+from popflow.infra.storage import Storage
+from popflow.infra.storage_errors import StorageError, is_transient
 
 FAST = RetryPolicy(attempts=5, base_delay=0.001, max_delay=0.004, deadline=10.0)
 
@@ -304,8 +299,8 @@ def test_store_without_conditional_puts_falls_back_to_rewrites(s3, reader):
 
 def test_pickled_storage_does_not_carry_remembered_logs(s3):
     s3.append_text("x\n", "log")
-    assert s3._tails
-    assert pickle.loads(pickle.dumps(s3))._tails == {} and s3.child("a")._tails == {}
+    assert s3._appends is not None and s3._appends.remembered == 1
+    assert pickle.loads(pickle.dumps(s3))._appends is None and s3.child("a")._appends is None
 
 
 # -- listings see every write (s3fs caches listings) ------------------------------

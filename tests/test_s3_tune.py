@@ -136,7 +136,7 @@ def test_credentials_are_not_stored_as_prefect_flow_parameters(
 
 def _experiment_on_s3(fs: s3fs.S3FileSystem, path: str) -> dict:
     """pbt_global.txt and every trial's results (without volatile fields), read from S3."""
-    from popflow.flows.controller import comparable
+    from popflow.tasks.progress import comparable
 
     fs.invalidate_cache()
     out = {"pbt_global": fs.cat_file(f"{path}/pbt_global.txt").decode(), "trials": {}, "csv": {}}

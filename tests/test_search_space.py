@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from popflow.schedulers import search_space
+from popflow.schedulers.domains import Domain
 from popflow.schedulers.search_space import (
-    Domain,
     choice,
     grid_search,
     is_grid_search,

@@ -15,13 +15,9 @@ from popflow.infra.checkpoint_store import read_manifest
 from popflow.infra.storage import Storage
 from popflow.tasks import Checkpoint, Trainable, get_checkpoint, report
 from popflow.tasks.checkpoint import DICT_CHECKPOINT_FILE
-from popflow.tasks.segment import (
-    SegmentOutcome,
-    SegmentSpec,
-    checkpoint_name,
-    run_segment,
-    should_stop,
-)
+from popflow.tasks.segment import run_segment
+from popflow.tasks.segment_run import should_stop
+from popflow.tasks.specs import SegmentOutcome, SegmentSpec, checkpoint_name
 
 TRIAL_DIR = "Counter_t0"
 
@@ -59,6 +55,10 @@ class DirCounter(Counter):
     """The same, checkpointing into files."""
 
     loaded: list[Any] = []
+    cleaned: list[str] = []  # trials whose trainable was discarded (cleanup ran)
+
+    def cleanup(self) -> None:
+        type(self).cleaned.append(self.trial_id)
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         os.makedirs(os.path.join(checkpoint_dir, "sub"))

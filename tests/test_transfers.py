@@ -18,8 +18,9 @@ from test_segment_local import DirCounter, spec
 
 from popflow.infra.checkpoint_store import fetch_checkpoint, read_manifest
 from popflow.infra.storage import Storage
-from popflow.tasks.live import discard_parked, parked_count
-from popflow.tasks.segment import SegmentOutcome, SegmentSpec, run_segments
+from popflow.tasks.live import discard_parked
+from popflow.tasks.segment import run_segments
+from popflow.tasks.specs import SegmentOutcome, SegmentSpec
 
 
 @pytest.fixture
@@ -72,12 +73,12 @@ def test_a_call_returns_with_every_checkpoint_published(s3):
 def test_a_failed_upload_ends_its_segment_in_error_and_frees_its_trainable(s3):
     s3.fs  # noqa: B018  (connect before wrapping)
     s3._fs = BrokenFS(s3._fs, "put_file", PermissionError("access denied"))
-    before = parked_count()
+    DirCounter.cleaned.clear()
     (outcome,) = run_call([trial_spec(s3, 0)])
     assert outcome.reason == "error"
     assert "access denied" in (outcome.error or "")
     assert outcome.live_token is None and outcome.worker is None
-    assert parked_count() == before  # the parked trainable was discarded
+    assert DirCounter.cleaned == [outcome.trial_id]  # the parked trainable was discarded
 
 
 def test_cold_trials_restore_from_prefetched_checkpoints(s3):

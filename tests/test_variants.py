@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from popflow.schedulers import variants as variants_module
+from popflow.schedulers.domains import Domain
 from popflow.schedulers.search_space import (
-    Domain,
     choice,
     grid_search,
     loguniform,

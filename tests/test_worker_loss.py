@@ -5,8 +5,8 @@ from __future__ import annotations
 from trainables import WorkerKiller
 
 from popflow import run
-from popflow.flows.controller import comparable
 from popflow.schedulers import PopulationBasedTraining, sample_from
+from popflow.tasks.progress import comparable
 
 
 def run_with_killer(tmp_path, name: str, marker: str | None):

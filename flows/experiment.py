@@ -1,0 +1,245 @@
+"""Starting or resuming an experiment in storage, under its lease.
+
+A fresh start samples the population from the seed, writes each trial's
+``params.json``, the run's arguments (for ``popflow resume``) and
+``.popflow/experiment.json``. A resume reads the last commit: the seed comes
+from ``experiment.json``, the scheduler's state and the trial table from the
+commit, and whatever was written after that commit did not happen (derived
+logs are cut back to their committed sizes, checkpoints no commit knows are
+deleted, lineage files are rewritten from the committed lineage).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import secrets
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from popflow.flows.run_spec import RunSpec, trainable_name
+from popflow.flows.trial_logs import rebuild_tails, rewrite_policy_files
+from popflow.flows.trial_table import TrialRecord
+from popflow.infra.experiment_log import EXPERIMENT_FILE, ExperimentLog
+from popflow.infra.jsonutil import dumps
+from popflow.infra.lease import Lease
+from popflow.infra.storage import Storage
+from popflow.schedulers import Trial, TrialScheduler, TrialStatus
+from popflow.schedulers.variants import resolve_variants
+from popflow.tasks.seeding import experiment_generators
+
+logger = logging.getLogger(__name__)
+
+#: The arguments of the original ``run`` call (without storage options: no secrets).
+RUN_ARGS_FILE = ".popflow/tune_args.pkl"
+#: Suffixes of half-published checkpoint folders (see popflow.infra.checkpoint_store).
+_SCRATCH = (".tmp-", ".old-")
+
+
+def is_finished(commit: dict[str, Any]) -> bool:
+    live = (TrialStatus.PENDING, TrialStatus.RUNNING, TrialStatus.PAUSED)
+    return not any(TrialStatus(t["status"]) in live for t in commit["trials"])
+
+
+@dataclass
+class Experiment:
+    """An experiment opened for running: its storage, commit log and trial table.
+
+    ``resumed_from``: the commit it continues (None: a fresh start).
+    ``finished``: it had already finished; nothing is to run.
+    """
+
+    storage: Storage
+    log: ExperimentLog
+    records: list[TrialRecord]
+    seed: int
+    resumed_from: dict[str, Any] | None
+    finished: bool = False
+
+
+@contextmanager
+def open_experiment(spec: RunSpec, resume: bool | str) -> Iterator[Experiment]:
+    """The experiment ``spec`` names, started or resumed, held under its lease while in use.
+
+    ``resume``: False refuses an existing experiment, True requires one,
+    "auto" resumes one if there is one. A finished experiment is returned
+    as it is (no lease: nothing will be written).
+    """
+    storage = spec.experiment_storage
+    log = ExperimentLog(storage)
+    latest = log.latest()
+    if latest is not None and not resume:
+        state = "a finished" if is_finished(latest) else "an unfinished"
+        raise ValueError(
+            f"{state} experiment named {spec.name!r} already exists at {storage.url}; "
+            "resume it (run(..., resume=True) or `popflow resume`) or choose another `name`"
+        )
+    if latest is None and resume is True:
+        raise ValueError(f"nothing to resume: no committed experiment at {storage.url}")
+    if latest is not None and is_finished(latest):
+        logger.info("%s already finished; returning its results", spec.name)
+        records = restore_records(storage, latest, log, spec.scheduler)
+        yield Experiment(storage, log, records, _saved_seed(storage), latest, finished=True)
+        return
+    with Lease(storage, spec.lease_ttl):
+        if latest is not None:
+            yield _resume(spec, storage, log, latest)
+        else:
+            yield _start(spec, storage, log)
+
+
+def _saved_seed(storage: Storage) -> int:
+    return int(json.loads(storage.read_text(EXPERIMENT_FILE))["seed"])
+
+
+def _resume(
+    spec: RunSpec, storage: Storage, log: ExperimentLog, latest: dict[str, Any]
+) -> Experiment:
+    seed = _saved_seed(storage)
+    scheduler = spec.scheduler
+    scheduler.set_rng(experiment_generators(seed).scheduler)
+    scheduler.set_state(latest["scheduler"])
+    records = restore_records(storage, latest, log, scheduler)
+    logger.info("%s: resuming after round %d from %s", spec.name, latest["round"], storage.url)
+    return Experiment(storage, log, records, seed, latest)
+
+
+def _start(spec: RunSpec, storage: Storage, log: ExperimentLog) -> Experiment:
+    seed = spec.seed if spec.seed is not None else secrets.randbits(32)
+    save_run_args(storage, spec.run_args(seed))
+    records = sample_population(spec, seed)
+    for rec in records:
+        storage.write_text(
+            dumps(rec.trial.config, indent=2, sort_keys=True), rec.dirname, "params.json"
+        )
+    log.write_experiment(
+        {
+            "name": spec.name,
+            "seed": seed,
+            "trainable": trainable_name(spec.trainable),
+            "scheduler": type(spec.scheduler).__name__,
+            "metric": spec.metric,
+            "mode": spec.mode,
+            "num_trials": len(records),
+            "created": time.time(),
+        }
+    )
+    logger.info(
+        "%s: %d trials, %s, results in %s (seed %d)",
+        spec.name,
+        len(records),
+        spec.scheduler.debug_string(),
+        storage.url,
+        seed,
+    )
+    return Experiment(storage, log, records, seed, None)
+
+
+def sample_population(spec: RunSpec, seed: int) -> list[TrialRecord]:
+    """The trials of a fresh experiment, added to its scheduler, which gets the
+    experiment's generator."""
+    generators = experiment_generators(seed)
+    scheduler = spec.scheduler
+    scheduler.set_rng(generators.scheduler)
+    # user callables in hyperparam_mutations / sample_from use the global RNGs
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    prefix = hashlib.sha1(spec.name.encode()).hexdigest()[:5]
+    records = []
+    for variant in resolve_variants(spec.param_space, spec.num_samples, generators.variants):
+        trial_id = f"{prefix}_{variant.index:05d}"
+        config = scheduler.complete_config(variant.config)
+        trial = Trial(trial_id=trial_id, config=config, experiment_tag=variant.tag)
+        dirname = f"{trainable_name(spec.trainable)}_{trial_id}"
+        records.append(TrialRecord(trial=trial, index=variant.index, dirname=dirname))
+    for rec in records:
+        scheduler.on_trial_add(rec.trial)
+    return records
+
+
+# -- the run's arguments, for `popflow resume` ------------------------------------
+
+
+def save_run_args(storage: Storage, args: dict[str, Any]) -> None:
+    """Keep what ``popflow resume`` needs to call ``run`` again (trainable, scheduler, ...).
+
+    Best effort: arguments that cannot be pickled (a generator in a closure,
+    say) only cost the command line; ``run(..., resume=True)`` still works.
+    """
+    try:
+        data = cloudpickle.dumps(args)
+    except Exception as e:
+        logger.warning("`popflow resume` will not work for this experiment: %s", e)
+        return
+    storage.write_bytes(data, RUN_ARGS_FILE)
+
+
+def load_run_args(storage: Storage) -> dict[str, Any]:
+    """The arguments :func:`save_run_args` kept (FileNotFoundError: none were)."""
+    return cloudpickle.loads(storage.read_bytes(RUN_ARGS_FILE))
+
+
+# -- reading an experiment back ---------------------------------------------------
+
+
+def _read_results(storage: Storage, dirname: str, count: int) -> list[dict[str, Any]]:
+    if count == 0:
+        return []
+    lines = storage.read_text(dirname, "result.json").splitlines()
+    if len(lines) < count:
+        raise RuntimeError(
+            f"{storage.full_url(dirname, 'result.json')} has {len(lines)} results but the "
+            f"committed state counts {count}: the experiment folder was changed by hand"
+        )
+    return [json.loads(line) for line in lines[:count]]
+
+
+def restore_records(
+    storage: Storage,
+    commit: dict[str, Any],
+    log: ExperimentLog,
+    scheduler: TrialScheduler | None = None,
+) -> list[TrialRecord]:
+    """Trial records as of ``commit``, with storage cleaned of anything uncommitted.
+
+    Derived logs are cut back to their committed sizes, then any committed
+    lines they lack are appended from the commits; ``commit["derived"]`` is
+    updated to match. Lineage files are rewritten unless ``scheduler`` does
+    not log them.
+    """
+    for path, size in commit["derived"].items():
+        storage.truncate(size, path)
+    rebuild_tails(storage, commit, log)
+    records = [
+        TrialRecord.from_state(t, _read_results(storage, t["dirname"], t["num_results"]))
+        for t in commit["trials"]
+    ]
+    remove_uncommitted(storage, records)
+    if scheduler is None or scheduler.logs_policy:
+        rewrite_policy_files(storage, records)
+    return records
+
+
+def remove_uncommitted(storage: Storage, records: list[TrialRecord]) -> None:
+    """Delete checkpoints no record knows (nor restores from), half-published folders,
+    and error files of trials that did not error."""
+    referenced = {r.restore for r in records if r.restore}
+    for rec in records:
+        kept = {c.name for c in rec.checkpoints}
+        for name in storage.listdir(rec.dirname):
+            orphan = name.startswith("checkpoint_") and name not in kept
+            if (orphan and rec.checkpoint_path(name) not in referenced) or any(
+                s in name for s in _SCRATCH
+            ):
+                logger.info("removing uncommitted %s/%s", rec.dirname, name)
+                storage.remove(rec.dirname, name)
+        if rec.trial.status != TrialStatus.ERROR:
+            storage.remove(rec.dirname, "error.txt")

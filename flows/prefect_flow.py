@@ -1,0 +1,110 @@
+"""The Prefect side of a run: the ``tune`` flow, its ``round`` task, and flow retries.
+
+Each round is a Prefect task (visible in the UI, with the round's summary and
+decisions in its logs); the segments inside it are runner-actor calls on
+Dask workers, which never talk to Prefect. The flow and its task are made on
+the first run (:func:`prefect_objects`): every Dask worker imports the user's
+script, and so popflow, and Prefect's import would cost each ~1 s of CPU and
+~45 MB for nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, NamedTuple
+
+from distributed import Client
+
+from popflow.flows.controller import Controller
+from popflow.flows.experiment import open_experiment
+from popflow.flows.results import ResultGrid, results_of
+from popflow.flows.run_spec import RunSpec
+from popflow.flows.runner_pool import RunnerPool
+from popflow.infra.cluster import ClusterStart, dask_client
+
+logger = logging.getLogger("popflow")
+
+
+def is_flow_retry() -> bool:
+    """True inside a Prefect flow run that is being retried (run_count > 1).
+
+    Checked both where ``run`` is called (a retried parent flow: its ``tune``
+    subflow is a new run) and inside the ``tune`` flow (a retry of it).
+    """
+    from prefect.context import FlowRunContext
+
+    ctx = FlowRunContext.get()
+    return bool(ctx and ctx.flow_run and ctx.flow_run.run_count > 1)
+
+
+def _round(controller: Controller) -> bool:
+    """One round as a Prefect task: its summary and decisions show in the task's logs."""
+    from prefect import get_run_logger
+
+    more = controller.run_round()
+    run_logger = get_run_logger()
+    run_logger.info(controller.round_summary())
+    for event in controller.last_commit["events"]:
+        run_logger.info(event)
+    return more
+
+
+def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | None) -> ResultGrid:
+    """Run (or resume) the experiment ``spec`` describes, on ``cluster``.
+
+    ``name``: the experiment's (``spec.name``), a flow-run parameter that the
+    UI shows. The spec's storage hides its credentials, so they never become
+    flow-run parameters in Prefect's database. ``cluster``: a Dask
+    scheduler's address, a Client, the embedded cluster being started, or
+    None (start one here).
+    """
+    resume = spec.resume or ("auto" if is_flow_retry() else False)
+    with open_experiment(spec, resume) as experiment:
+        if experiment.finished:
+            return results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
+        with dask_client(cluster, spec.n_workers) as client:
+            pool = RunnerPool(client, spec.resources)
+            controller = Controller(spec, experiment, pool)
+            if experiment.resumed_from is None:
+                controller.commit()  # round 0: the sampled population, before any training
+            try:
+                round_no = controller.rounds + 1
+                round_task = prefect_objects().round_task
+                while round_task.with_options(task_run_name=f"round-{round_no}")(controller):
+                    round_no += 1
+            finally:
+                controller.cancel()
+                pool.close()
+    records = experiment.records
+    grid = results_of(records, experiment.storage, spec.metric, spec.mode)
+    stuck = [r.trial_id for r in records if r.trial.is_live]
+    if stuck:
+        logger.warning(
+            "%d trials never finished (the scheduler chose none to run): %s", len(stuck), stuck
+        )
+    logger.info(
+        "%s finished: %d trials, %d errors; %s",
+        spec.name,
+        len(grid),
+        grid.num_errors,
+        spec.scheduler.debug_string(),
+    )
+    return grid
+
+
+class PrefectObjects(NamedTuple):
+    tune_flow: Any  # prefect.Flow
+    round_task: Any  # prefect.Task
+
+
+@functools.cache
+def prefect_objects() -> PrefectObjects:
+    """The ``tune`` flow and its ``round`` task, made on first use."""
+    from prefect import flow, task
+    from prefect.cache_policies import NO_CACHE
+
+    return PrefectObjects(
+        tune_flow=flow(name="tune", validate_parameters=False)(tune_flow),
+        round_task=task(name="round", cache_policy=NO_CACHE)(_round),
+    )

@@ -1,0 +1,228 @@
+"""The trial table: the driver's book on each trial, and how a scheduler's decisions change it.
+
+:class:`TrialRecord` is what a commit stores about one trial.
+:class:`TrialTable` applies decisions to the trials' statuses and calls the
+scheduler's follow-up hooks (``on_trial_remove``, ``on_trial_complete``,
+``release_paused``). It touches no storage and no cluster: the controller
+and the schedulers' test fakes share this one rule, and pass in what an
+exploit means to them (the controller points the target at the source's
+checkpoint).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from popflow.schedulers import Action, Decision, Exploit, Trial, TrialScheduler, TrialStatus
+from popflow.tasks.specs import CheckpointRecord, checkpoint_path
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrialRecord:
+    """The driver's book on one trial; ``state()`` is what a commit stores."""
+
+    trial: Trial
+    index: int
+    dirname: str
+    restore: str | None = None  # checkpoint folder (relative to the experiment) to resume from
+    restore_iteration: int = 0
+    checkpoints: list[CheckpointRecord] = field(default_factory=list)
+    results: list[dict[str, Any]] = field(default_factory=list)
+    num_failures: int = 0
+    error: str | None = None
+    lineage: list[list[Any]] = field(default_factory=list)  # PBT policy entries
+    generation: int = 0  # how often another trial's state was cloned into this one
+    csv_header: list[str] | None = None
+    #: (token, worker address) of the trainable parked on a worker; memory only,
+    #: never committed: a lost live trainable just means a restore from storage
+    live: tuple[str, str] | None = None
+
+    @property
+    def trial_id(self) -> str:
+        return self.trial.trial_id
+
+    @property
+    def start_iteration(self) -> int:
+        """The iteration the trial's next segment starts after."""
+        if self.live is not None:
+            return int(self.trial.last_result.get("training_iteration", self.restore_iteration))
+        return self.restore_iteration
+
+    def checkpoint_path(self, name: str) -> str:
+        return checkpoint_path(self.dirname, name)
+
+    def state(self) -> dict[str, Any]:
+        t = self.trial
+        return {
+            "trial_id": t.trial_id,
+            "index": self.index,
+            "dirname": self.dirname,
+            "config": t.config,
+            "status": t.status.value,
+            "experiment_tag": t.experiment_tag,
+            "last_train_time": t.last_train_time,
+            "num_results": len(self.results),
+            "restore": self.restore,
+            "restore_iteration": self.restore_iteration,
+            "checkpoints": [
+                {"name": c.name, "iteration": c.iteration, "result": c.result}
+                for c in self.checkpoints
+            ],
+            "num_failures": self.num_failures,
+            "error": self.error,
+            "lineage": self.lineage,
+            "generation": self.generation,
+            "csv_header": self.csv_header,
+        }
+
+    @classmethod
+    def from_state(cls, t: dict[str, Any], results: list[dict[str, Any]]) -> TrialRecord:
+        """The record a commit's ``state()`` describes, with the trial's committed results.
+
+        A trial committed as RUNNING is PENDING again: its segment's result was
+        never committed.
+        """
+        status = TrialStatus(t["status"])
+        if status == TrialStatus.RUNNING:
+            status = TrialStatus.PENDING
+        trial = Trial(
+            trial_id=t["trial_id"],
+            config=t["config"],
+            status=status,
+            last_train_time=t["last_train_time"],
+            experiment_tag=t["experiment_tag"],
+        )
+        trial.last_result = results[-1] if results else {}
+        return cls(
+            trial=trial,
+            index=t["index"],
+            dirname=t["dirname"],
+            restore=t["restore"],
+            restore_iteration=t["restore_iteration"],
+            checkpoints=[CheckpointRecord(**c) for c in t["checkpoints"]],
+            results=results,
+            num_failures=t["num_failures"],
+            error=t["error"],
+            lineage=t["lineage"],
+            generation=t["generation"],
+            csv_header=t["csv_header"],
+        )
+
+
+def fall_back_from(records: list[TrialRecord], path: str) -> str | None:
+    """Stop using the checkpoint at ``path`` (it failed its check); the name of the one
+    its owner took before it, which every trial that would restore from ``path`` now
+    restores from (for a clone: an older state of the same source). None when the
+    owner has no earlier checkpoint: those trials cannot go on.
+    """
+    owner = next((r for r in records if path.startswith(f"{r.dirname}/")), None)
+    if owner is None:
+        return None
+    bad = next((c for c in owner.checkpoints if owner.checkpoint_path(c.name) == path), None)
+    earlier = [
+        c
+        for c in owner.checkpoints
+        if c is not bad and (bad is None or c.iteration < bad.iteration)
+    ]
+    if bad is not None:
+        owner.checkpoints.remove(bad)
+    if not earlier:
+        return None
+    fallback = max(earlier, key=lambda c: c.iteration)
+    for rec in records:
+        if rec.restore == path:
+            rec.restore = owner.checkpoint_path(fallback.name)
+            rec.restore_iteration = fallback.iteration
+    return fallback.name
+
+
+def _nothing(*_: Any) -> None:
+    pass
+
+
+class TrialTable:
+    """The trials of one run by id, changed only as the scheduler decides.
+
+    - ``exploit(exploit, reporter)``: carry out one exploit (``reporter``: the
+      trial whose result led to it, or None for a barrier's release);
+    - ``leave(trial)``: a trial that another trial's decision stopped;
+    - ``before_call()``: runs before every scheduler call (the controller
+      reseeds the user's global RNGs there, so callables in
+      ``hyperparam_mutations`` draw repeatable values).
+    """
+
+    def __init__(
+        self,
+        scheduler: TrialScheduler,
+        trials: Iterable[Trial],
+        exploit: Callable[[Exploit, Trial | None], None],
+        leave: Callable[[Trial], None] = _nothing,
+        before_call: Callable[[], None] = _nothing,
+    ) -> None:
+        self.scheduler = scheduler
+        self.trials = {t.trial_id: t for t in trials}
+        self._exploit = exploit
+        self._leave = leave
+        self._before_call = before_call
+
+    def report(self, trial: Trial, result: dict[str, Any]) -> Decision:
+        """Give ``result`` to the scheduler and apply what it decides for other trials.
+
+        The reporting trial's own action is the caller's to settle, once its
+        segment's results are all reported (:meth:`end_segment`).
+        """
+        self._before_call()
+        decision = Decision.of(self.scheduler.on_trial_result(trial, result))
+        self.apply(decision, trial)
+        return decision
+
+    def apply(self, decision: Decision, reporter: Trial | None) -> None:
+        """Carry out ``decision``'s exploits, then its actions on other trials."""
+        for exploit in decision.exploits:
+            self._exploit(exploit, reporter)
+        removed = False
+        for trial_id, action in decision.others.items():
+            other = self.trials[trial_id]
+            if other.status == TrialStatus.RUNNING and other is not reporter:
+                logger.warning("ignoring %s for running trial %s", action, trial_id)
+            elif action == Action.CONTINUE and other.status == TrialStatus.PAUSED:
+                other.status = TrialStatus.PENDING
+            elif action == Action.PAUSE and other.status == TrialStatus.PENDING:
+                other.status = TrialStatus.PAUSED
+            elif action == Action.STOP and other.is_live:
+                other.status = TrialStatus.TERMINATED
+                self._leave(other)
+                self.scheduler.on_trial_remove(other)
+                removed = True
+        if removed:
+            self.release_paused()
+
+    def release_paused(self) -> None:
+        """A trial left: the scheduler may release trials waiting at a barrier."""
+        self._before_call()
+        decision = self.scheduler.release_paused()
+        if decision is not None:
+            self.apply(decision, None)
+
+    def end_segment(self, trial: Trial, action: Action, terminal: bool) -> None:
+        """The trial's status after its segment: ``terminal`` (it finished, or met a stop
+        condition) or STOP ends it, PAUSE parks it, CONTINUE makes it runnable."""
+        if terminal or action == Action.STOP:
+            trial.status = TrialStatus.TERMINATED
+            self.scheduler.on_trial_complete(trial, trial.last_result)
+            self.release_paused()
+        elif action == Action.PAUSE:
+            trial.status = TrialStatus.PAUSED
+        else:
+            trial.status = TrialStatus.PENDING
+
+    def fail(self, trial: Trial) -> None:
+        """The trial errored for good."""
+        trial.status = TrialStatus.ERROR
+        self.scheduler.on_trial_error(trial)
+        self.release_paused()

@@ -1,0 +1,117 @@
+"""The book-keeping of one running segment, shared by the class and function APIs.
+
+:class:`SegmentRun` records each iteration's result, says when the segment
+ends (:class:`~popflow.tasks.specs.EndReason`) and whether to checkpoint, and
+publishes checkpoints to storage (on object stores beside training, through
+:mod:`popflow.tasks.uploads`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from popflow.infra.checkpoint_store import publish_checkpoint
+from popflow.infra.jsonutil import jsonable
+from popflow.tasks.progress import ProgressClock
+from popflow.tasks.specs import (
+    CheckpointNeed,
+    CheckpointRecord,
+    EndReason,
+    SegmentOutcome,
+    SegmentSpec,
+    StopCondition,
+    checkpoint_name,
+    checkpoint_path,
+)
+from popflow.tasks.uploads import Uploads
+
+
+def should_stop(stop: StopCondition, trial_id: str, result: dict[str, Any]) -> bool:
+    """Ray's stop semantics: a dict stops when any ``result[key] >= value``."""
+    if stop is None:
+        return False
+    if callable(stop):
+        return bool(stop(trial_id, result))
+    for key, bound in stop.items():
+        if key not in result:
+            raise ValueError(
+                f"stop condition key {key!r} is not in the trial's result; "
+                f"result keys are {sorted(result)}"
+            )
+        if result[key] >= bound:
+            return True
+    return False
+
+
+class SegmentRun:
+    """Book-keeping of one running segment, shared by the class and function APIs."""
+
+    def __init__(self, spec: SegmentSpec, clock: ProgressClock, uploads: Uploads | None = None):
+        self.spec = spec
+        self.clock = clock
+        self.uploads = uploads  # object-store uploads run beside training (popflow.tasks.uploads)
+        self.outcome = SegmentOutcome(trial_id=spec.trial_id)
+        self.reason: EndReason | None = None
+        self._taken = set(spec.taken)
+        self._start_iteration = clock.iteration
+
+    def record(self, metrics: dict[str, Any]) -> EndReason | None:
+        """Record one iteration's metrics; return why the segment ends here, if it does."""
+        if not isinstance(metrics, dict):
+            raise TypeError(f"reported metrics must be a dict, got {metrics!r}")
+        result = self.clock.fill(metrics)
+        self.outcome.results.append(result)
+        self.reason = self._end_reason(result)
+        return self.reason
+
+    def _end_reason(self, result: dict[str, Any]) -> EndReason | None:
+        spec = self.spec
+        if result.get("done"):
+            return EndReason.DONE
+        if should_stop(spec.stop, spec.trial_id, result):
+            return EndReason.STOP
+        if spec.target is not None:
+            if spec.time_attr not in result:
+                raise ValueError(
+                    f"the scheduler measures time in {spec.time_attr!r}, but the trial's result "
+                    f"has no such key; result keys are {sorted(result)}"
+                )
+            if result[spec.time_attr] >= spec.target:
+                return EndReason.MILESTONE
+        if (
+            spec.max_iterations is not None
+            and self.clock.iteration - self._start_iteration >= spec.max_iterations
+        ):
+            return EndReason.MAX_ITERATIONS
+        return None
+
+    def wants_checkpoint(self, reason: EndReason | None) -> CheckpointNeed | None:
+        """Whether to save after this iteration (None: no checkpoint).
+
+        A checkpoint at a decision point lets the trial pause, be cloned or
+        resume after a crash; a trainable that cannot save still continues live.
+        """
+        freq = self.spec.checkpoint_frequency
+        if freq and self.clock.iteration % freq == 0:
+            return CheckpointNeed.REQUIRED
+        if reason in (EndReason.DONE, EndReason.STOP) and self.spec.checkpoint_at_end:
+            return CheckpointNeed.REQUIRED
+        if reason is not None and reason.is_decision_point:
+            return CheckpointNeed.OPTIONAL
+        return None
+
+    def publish(self, local_dir: str) -> None:
+        """Publish ``local_dir`` as the checkpoint of the latest result."""
+        result = self.outcome.results[-1]
+        name = checkpoint_name(self.clock.iteration, self._taken)
+        self._taken.add(name)
+        metadata = {**self.clock.metadata(), "result": jsonable(result)}
+        rel_path = checkpoint_path(self.spec.trial_dir, name)
+        self.outcome.checkpoints.append(
+            CheckpointRecord(name, self.clock.iteration, metadata["result"])
+        )
+        storage = self.spec.storage
+        if self.uploads is not None and not storage.is_local:
+            self.uploads.submit(self.outcome, storage, local_dir, rel_path, metadata)
+        else:  # a local publish is a copy and a rename: no thread to wait for
+            publish_checkpoint(storage, local_dir, rel_path, metadata)

@@ -1,0 +1,102 @@
+"""What the driver and a worker exchange about one segment: its spec, its outcome, why it ended.
+
+A segment runs one trial from a checkpoint up to a decision point. The driver
+sends a :class:`SegmentSpec` (picklable), the worker answers a
+:class:`SegmentOutcome` whose ``reason`` is an :class:`EndReason`.
+Checkpoints live at :func:`checkpoint_path` under the experiment's storage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum, StrEnum
+from typing import Any
+
+from popflow.infra.storage import Storage
+
+StopCondition = Mapping[str, Any] | Callable[[str, dict[str, Any]], bool] | None
+
+
+class EndReason(StrEnum):
+    """Why a segment ended."""
+
+    MILESTONE = "milestone"  # the scheduler's next decision point (time_attr reached target)
+    MAX_ITERATIONS = "max_iterations"  # as many iterations as the spec allowed
+    DONE = "done"  # the trainable reported done=True
+    STOP = "stop"  # the run's stop condition
+    FINISHED = "finished"  # a function trainable returned
+    ERROR = "error"
+
+    @property
+    def is_terminal(self) -> bool:
+        """The trial is over (it does not run again)."""
+        return self in (EndReason.DONE, EndReason.STOP, EndReason.FINISHED)
+
+    @property
+    def is_decision_point(self) -> bool:
+        """The trial may go on: its trainable is parked on the worker, a checkpoint is useful."""
+        return self in (EndReason.MILESTONE, EndReason.MAX_ITERATIONS)
+
+
+class CheckpointNeed(Enum):
+    """Whether a segment must save a checkpoint after an iteration."""
+
+    REQUIRED = "required"  # asked for by the user (frequency, at end): saving must work
+    OPTIONAL = "optional"  # at a decision point: a trainable that cannot save continues live
+
+
+def checkpoint_path(trial_dir: str, name: str) -> str:
+    """Where a trial's checkpoint lives, relative to the experiment's storage."""
+    return f"{trial_dir}/{name}"
+
+
+def checkpoint_name(iteration: int, taken: frozenset[str] | set[str]) -> str:
+    """``checkpoint_000010``; a suffix when a restarted lineage reaches a used iteration."""
+    name = f"checkpoint_{iteration:06d}"
+    k = 1
+    while name in taken:
+        name = f"checkpoint_{iteration:06d}_{k}"
+        k += 1
+    return name
+
+
+@dataclass(frozen=True)
+class SegmentSpec:
+    """Everything a worker needs to run one segment (picklable)."""
+
+    trainable: Any  # a popflow.Trainable subclass or a function trainable
+    trial_id: str
+    trial_dir: str  # relative to ``storage``
+    config: dict[str, Any]
+    storage: Storage
+    seed: int
+    restore: str | None = None  # checkpoint folder relative to ``storage``
+    time_attr: str | None = None
+    target: float | None = None  # end the segment once result[time_attr] >= target
+    max_iterations: int | None = None  # end the segment after this many iterations
+    stop: StopCondition = None
+    checkpoint_frequency: int = 0
+    checkpoint_at_end: bool = True
+    taken: frozenset[str] = frozenset()  # checkpoint names this trial has or is deleting
+    live_token: str | None = None  # continue the trainable this worker parked under it
+
+
+@dataclass
+class CheckpointRecord:
+    name: str  # folder name under the trial folder
+    iteration: int
+    result: dict[str, Any]
+
+
+@dataclass
+class SegmentOutcome:
+    trial_id: str
+    results: list[dict[str, Any]] = field(default_factory=list)
+    checkpoints: list[CheckpointRecord] = field(default_factory=list)
+    reason: EndReason = EndReason.ERROR
+    error: str | None = None
+    live_token: str | None = None  # the trainable is parked on ``worker`` under this token
+    worker: str | None = None
+    bad_checkpoint: str | None = None  # the restore checkpoint failed its check on load
+    seconds: float = 0.0  # the segment's wall time on the worker, set-up and saves included
