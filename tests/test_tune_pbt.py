@@ -298,3 +298,31 @@ def test_a_lambda_stop_condition_reaches_the_workers(tune_env):
     )
     assert not results.errors
     assert [r.metrics["training_iteration"] for r in results] == [limit, limit]
+
+
+@pytest.mark.parametrize("log_config", [True, False])
+def test_log_config_decides_whether_exploits_are_written_to_policy_files(tune_env, log_config):
+    scheduler = PopulationBasedTraining(
+        time_attr="training_iteration",
+        perturbation_interval=1,
+        hyperparam_mutations={"c": lambda: 1},
+        synch=True,
+        log_config=log_config,
+    )
+    results = run(
+        ParityTrainable,
+        parity_space([10, 20, 40]),
+        scheduler=scheduler,
+        metric="mean_accuracy",
+        mode="max",
+        num_samples=3,
+        stop={"training_iteration": 3},
+        name=f"log_config_{log_config}",
+        seed=0,
+        **tune_env,
+    )
+    assert [r.metrics["mean_accuracy"] for r in results] == [43] * 3  # it exploited either way
+    files = os.listdir(results.experiment_path)
+    policies = [f for f in files if f.startswith("pbt_policy_")]
+    assert ("pbt_global.txt" in files) is log_config
+    assert bool(policies) is log_config
