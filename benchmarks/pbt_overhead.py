@@ -28,7 +28,6 @@ import time
 _T0 = time.perf_counter()  # a runner's script wall includes its imports
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import os  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -48,6 +47,7 @@ from common import (  # noqa: E402
     write_json,
 )
 
+from popflow.infra.experiment_log import decode_commit  # noqa: E402
 from popflow.tasks import Trainable  # noqa: E402
 
 OVERHEAD_TARGET_S = 0.15
@@ -115,8 +115,8 @@ def _commit_times(experiment: str) -> list[float]:
     folder = os.path.join(experiment, ".popflow", "commits")
     times = []
     for name in sorted(os.listdir(folder)):
-        with open(os.path.join(folder, name)) as f:
-            times.append(float(json.load(f)["time"]))
+        with open(os.path.join(folder, name), "rb") as f:
+            times.append(float(decode_commit(f.read())["time"]))
     return times
 
 

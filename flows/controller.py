@@ -2,11 +2,9 @@
 
 - plan: the scheduler picks runnable trials (``choose_trial_to_run``) and
   says how far each may run (``next_milestone``);
-- dispatch: each segment runs on a runner actor on a Dask worker
-  (:mod:`popflow.flows.runner_pool`);
-- reduce: results go to the scheduler in a fixed order; its decisions
-  (continue / pause / stop / exploit) change the trial table
-  (:mod:`popflow.flows.trial_table`);
+- dispatch: segments run on runner actors (:mod:`popflow.flows.runner_pool`);
+- reduce: results go to the scheduler in a fixed order; its decisions change
+  the trial table (:mod:`popflow.flows.trial_table`);
 - commit: results, derived logs (:mod:`popflow.flows.trial_logs`) and the
   full state are written to storage before the next round starts; retired
   checkpoints go after it (:mod:`popflow.flows.retention`).
@@ -26,12 +24,19 @@ import time
 from typing import Any
 
 from popflow.flows.experiment import Experiment
+from popflow.flows.guards import (
+    MissingMetric,
+    Retries,
+    SegmentWatch,
+    raise_storage_failure,
+    result_problem,
+)
+from popflow.flows.packing import pack_size, packs
 from popflow.flows.retention import Janitor, retire_checkpoints
 from popflow.flows.run_spec import RunSpec
 from popflow.flows.runner_pool import CallFailed, RunnerPool
 from popflow.flows.trial_logs import TrialLogs
-from popflow.flows.trial_table import TrialRecord, TrialTable, fall_back_from
-from popflow.infra.jsonutil import jsonable
+from popflow.flows.trial_table import TrialRecord, TrialTable, clone_into, fall_back_from
 from popflow.schedulers import Action, Exploit, Trial, TrialStatus
 from popflow.tasks.live import discard_parked_soon
 from popflow.tasks.seeding import DRIVER, isolate_dask_sampling, seed_globals, segment_seed
@@ -39,10 +44,6 @@ from popflow.tasks.specs import EndReason, SegmentOutcome, SegmentSpec, checkpoi
 
 logger = logging.getLogger(__name__)
 
-#: A runner call costs the driver ~1 ms here, more than a very short segment.
-#: Asynchronous dispatch packs segments measured shorter than this into one
-#: call, up to this much work per call.
-PACK_BELOW_SECONDS = 0.05
 #: A trial whose runner calls return nothing this many times in a row errors.
 MAX_CALL_FAILURES = 3
 
@@ -57,6 +58,7 @@ class Controller:
         self.log = experiment.log
         self.pool = pool
         self.seed = experiment.seed
+        self.lease = experiment.lease
         self.table = TrialTable(
             self.scheduler,
             (r.trial for r in self.records),
@@ -83,16 +85,46 @@ class Controller:
         self._clock = max((r.trial.last_train_time for r in self.records), default=0.0)
         self._events: list[str] = []
         self._discards: dict[str, list[str]] = {}  # worker address -> parked tokens to drop
+        self.retries = Retries()
+        self.watch = SegmentWatch(spec.segment_timeout_s)
+        self.missing_metric = MissingMetric(self.scheduler.metric, type(self.scheduler).__name__)
         self.last_commit: dict[str, Any] = {"results": 0, "events": []}
         isolate_dask_sampling()
 
     # -- plan ------------------------------------------------------------------
     def _runnable(self) -> list[Trial]:
+        """Trials the scheduler may choose now (not those waiting out a retry backoff)."""
         return [
             r.trial
             for r in self.records
             if r.trial.status in (TrialStatus.PENDING, TrialStatus.PAUSED)
+            and self.retries.ready(r.trial_id)
         ]
+
+    def _pending(self, trial_id: str) -> bool:
+        return self.by_id[trial_id].trial.status == TrialStatus.PENDING
+
+    def _await_retry(self) -> bool:
+        """Nothing runs, but a failed trial waits out its backoff: sleep until it may
+        run again (True), or False if none waits."""
+        waits = self.retries.waiting(self._pending)
+        if not waits:
+            return False
+        time.sleep(max(0.0, min(waits) - time.monotonic()))
+        return True
+
+    def _waiting(self) -> None:
+        """While the driver waits for runner calls: stop if the lease was lost, and
+        watch for segments that run far longer than their peers."""
+        if self.lease is not None:
+            self.lease.check(fresh=False)
+        self.watch.look(
+            self.pool.started,
+            lambda call: ", ".join(r.trial_id for r in self.in_flight.get(call, [])),
+            self.pool.worker_of,
+            self._segment_seconds or 0.0,
+            self.pool.restart_worker,
+        )
 
     def _plan(self, limit: int | None) -> list[TrialRecord]:
         """Mark the trials the scheduler picks as running, up to ``limit`` in flight."""
@@ -138,36 +170,8 @@ class Controller:
         )
 
     def _pack_size(self, slots: int) -> int:
-        """How many segments one asynchronous runner call carries.
-
-        1 until segments are measured shorter than ``PACK_BELOW_SECONDS``; then
-        enough to reach it, but never so many that a slot would lack its two
-        queued calls (every unfinished trial in flight at most).
-        """
-        if self._segment_seconds is None or self._segment_seconds >= PACK_BELOW_SECONDS:
-            return 1
-        want = math.ceil(PACK_BELOW_SECONDS / max(self._segment_seconds, 1e-4))
         unfinished = sum(1 for r in self.records if r.trial.is_live)
-        return max(1, min(want, math.ceil(unfinished / (2 * slots))))
-
-    @staticmethod
-    def _packs(recs: list[TrialRecord], size: int) -> list[list[TrialRecord]]:
-        """Split ``recs`` into runner calls of up to ``size``: trials parked on one
-        worker together (the call goes there), trials without a live trainable
-        filling the gaps."""
-        by_worker: dict[str, list[TrialRecord]] = {}
-        cold: list[TrialRecord] = []
-        for rec in recs:
-            if rec.live:
-                by_worker.setdefault(rec.live[1], []).append(rec)
-            else:
-                cold.append(rec)
-        packs = [g[i : i + size] for g in by_worker.values() for i in range(0, len(g), size)]
-        for pack in packs:
-            while cold and len(pack) < size:
-                pack.append(cold.pop(0))
-        packs += [cold[i : i + size] for i in range(0, len(cold), size)]
-        return packs
+        return pack_size(self._segment_seconds, unfinished, slots)
 
     # -- dispatch --------------------------------------------------------------
     def _dispatch(self, recs: list[TrialRecord]) -> None:
@@ -183,12 +187,16 @@ class Controller:
 
     def _returned(self) -> list[SegmentOutcome]:
         """Block until some runner calls return; their outcomes."""
-        return [o for call, value in self.pool.finished() for o in self._outcomes(call, value)]
+        returned = self.pool.finished(on_wait=self._waiting)
+        return [o for call, value in returned for o in self._outcomes(call, value)]
 
     def _outcomes(
         self, call: int, value: list[SegmentOutcome] | CallFailed
     ) -> list[SegmentOutcome]:
         recs = self.in_flight.pop(call)
+        timed_out = self.watch.returned(call)
+        if timed_out is not None:  # the worker was restarted under it: the trials' error
+            return [SegmentOutcome(trial_id=r.trial_id, error=timed_out) for r in recs]
         if not isinstance(value, CallFailed):
             for outcome in value:
                 self._failed_calls.pop(outcome.trial_id, None)
@@ -231,9 +239,11 @@ class Controller:
             while True:
                 planned = self._plan(limit=None)
                 size = math.ceil(len(planned) / self.pool.slots) if planned else 1
-                for pack in self._packs(planned, size):
+                for pack in packs(planned, size):
                     self._dispatch(pack)
                 if not self.in_flight:
+                    if not outcomes and self._await_retry():
+                        continue
                     break
                 outcomes.extend(self._returned())
             if not outcomes:
@@ -244,15 +254,21 @@ class Controller:
             while True:
                 slots = self.pool.slots
                 size = self._pack_size(slots)
-                for pack in self._packs(self._plan(limit=2 * slots * size), size):
+                for pack in packs(self._plan(limit=2 * slots * size), size):
                     self._dispatch(pack)
                 if not self.in_flight:
+                    if self._await_retry():
+                        continue
                     break
                 self._reduce_all(self._returned())
                 if time.monotonic() >= deadline:
                     break
         self._flush_discards()
-        more = bool(self.in_flight) or bool(self._runnable())
+        more = (
+            bool(self.in_flight)
+            or bool(self._runnable())
+            or bool(self.retries.waiting(self._pending))
+        )
         self.commit(final=not more)
         return more
 
@@ -272,9 +288,19 @@ class Controller:
         rec.live = (
             (outcome.live_token, outcome.worker) if outcome.live_token and outcome.worker else None
         )
+        raise_storage_failure(outcome)  # the storage's fault, not the trial's: the run stops
+        if outcome.reason != EndReason.ERROR:
+            keys = [k for k in (self.scheduler.metric, self.scheduler.time_attr) if k]
+            scheduler = type(self.scheduler).__name__
+            problem = result_problem(outcome.trial_id, outcome.results, keys, scheduler)
+            if problem is not None:
+                outcome.reason, outcome.error = EndReason.ERROR, problem
+            else:
+                self.missing_metric.look(outcome.trial_id, outcome.results)
         if outcome.reason == EndReason.ERROR:
             self._on_error(rec, outcome)
             return
+        self.retries.succeeded(rec.trial_id)
         rec.checkpoints.extend(outcome.checkpoints)
         if outcome.checkpoints:
             last = outcome.checkpoints[-1]
@@ -330,16 +356,8 @@ class Controller:
             )
             return
         if source is not target:
-            target.restore, target.restore_iteration = source.restore, source.restore_iteration
-            target.generation += 1
             self._discard_live(target)  # its state is replaced by the clone
-        target.trial.config = exploit.new_config
-        target.trial.experiment_tag = exploit.new_tag
-        entry = jsonable(exploit.policy_entry())
-        target.lineage = (
-            [*source.lineage, entry] if source is not target else [*target.lineage, entry]
-        )
-        self.logs.add_exploit(entry, target)
+        self.logs.add_exploit(clone_into(target, source, exploit), target)
         self._events.append(exploit.describe())
         logger.info(exploit.describe())
 
@@ -354,12 +372,8 @@ class Controller:
         rec.num_failures += 1
         max_failures = self.spec.max_failures
         if max_failures < 0 or rec.num_failures <= max_failures:
-            logger.warning(
-                "trial %s failed (%d/%s); retrying from %s",
-                rec.trial_id,
-                rec.num_failures,
-                "inf" if max_failures < 0 else max_failures,
-                rec.restore or "the start",
+            self.retries.failed(
+                rec.trial_id, rec.num_failures, max_failures, outcome.error, rec.restore
             )
             rec.trial.status = TrialStatus.PENDING
             return
@@ -367,6 +381,7 @@ class Controller:
             self._record(rec, result)
         rec.error = outcome.error
         self.table.fail(rec.trial)
+        self._check_lease()
         self.storage.write_text(outcome.error or "", rec.dirname, "error.txt")
         self._events.append(f"[error] {rec.trial_id}")
         logger.error("trial %s errored:\n%s", rec.trial_id, outcome.error)
@@ -386,7 +401,13 @@ class Controller:
 
     # -- commit ----------------------------------------------------------------
     def commit(self, final: bool = False) -> None:
-        """Write this round's logs, then publish the commit, then delete retired checkpoints."""
+        """Write this round's logs, then publish the commit, then delete what the
+        commit before retired.
+
+        First the lease: a driver that a newer one has taken over raises
+        :class:`~popflow.infra.lease.LeaseLost` here and writes nothing more.
+        """
+        self._check_lease()
         results, policy = self.logs.end_round(final)
         retired = retire_checkpoints(self.records, self.spec.checkpoint_config)
         self.log.commit(
@@ -404,20 +425,18 @@ class Controller:
                 "policy_total": self.logs.policy_total,
             }
         )
-        self.janitor.delete(retired, wait=final)
+        self.janitor.committed(retired, wait=final)
         self.last_commit = {"results": sum(map(len, results.values())), "events": self._events}
         self._events = []
 
-    def round_summary(self) -> str:
-        """One line on the last committed round, for the Prefect UI."""
-        counts: dict[str, int] = {}
-        for rec in self.records:
-            counts[rec.trial.status.value] = counts.get(rec.trial.status.value, 0) + 1
-        states = ", ".join(f"{n} {status.lower()}" for status, n in sorted(counts.items()))
-        return (
-            f"round {self.rounds} committed: {self.last_commit['results']} results; "
-            f"trials {states}; {self.scheduler.debug_string()}"
-        )
+    def seal(self) -> None:
+        """After the final commit: one more, so the checkpoints it retired can go."""
+        if self.janitor.pending:
+            self.commit(final=True)
+
+    def _check_lease(self) -> None:
+        if self.lease is not None:
+            self.lease.check()
 
     # -- end -------------------------------------------------------------------
     def cancel(self) -> None:

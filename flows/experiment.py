@@ -28,9 +28,9 @@ import numpy as np
 from popflow.flows.run_spec import RunSpec, trainable_name
 from popflow.flows.trial_logs import rebuild_tails, rewrite_policy_files
 from popflow.flows.trial_table import TrialRecord
-from popflow.infra.experiment_log import EXPERIMENT_FILE, ExperimentLog
+from popflow.infra.experiment_log import EXPERIMENT_FILE, CommitConflict, ExperimentLog
 from popflow.infra.jsonutil import dumps
-from popflow.infra.lease import Lease
+from popflow.infra.lease import Lease, LeaseLost
 from popflow.infra.storage import Storage
 from popflow.schedulers import Trial, TrialScheduler, TrialStatus
 from popflow.schedulers.variants import resolve_variants
@@ -54,7 +54,8 @@ class Experiment:
     """An experiment opened for running: its storage, commit log and trial table.
 
     ``resumed_from``: the commit it continues (None: a fresh start).
-    ``finished``: it had already finished; nothing is to run.
+    ``finished``: it had already finished; nothing is to run. ``lease``: held
+    while the experiment is open for running.
     """
 
     storage: Storage
@@ -63,6 +64,7 @@ class Experiment:
     seed: int
     resumed_from: dict[str, Any] | None
     finished: bool = False
+    lease: Lease | None = None
 
 
 @contextmanager
@@ -75,7 +77,7 @@ def open_experiment(spec: RunSpec, resume: bool | str) -> Iterator[Experiment]:
     """
     storage = spec.experiment_storage
     log = ExperimentLog(storage)
-    latest = log.latest()
+    latest = log.latest()  # DamagedLog if no commit can be used: nothing is changed
     if latest is not None and not resume:
         state = "a finished" if is_finished(latest) else "an unfinished"
         raise ValueError(
@@ -89,30 +91,66 @@ def open_experiment(spec: RunSpec, resume: bool | str) -> Iterator[Experiment]:
         records = restore_records(storage, latest, log, spec.scheduler)
         yield Experiment(storage, log, records, _saved_seed(storage), latest, finished=True)
         return
-    with Lease(storage, spec.lease_ttl):
+    with Lease(storage, spec.lease_ttl) as lease:
+        log.epoch = lease.epoch
         if latest is not None:
-            yield _resume(spec, storage, log, latest)
+            yield _resume(spec, storage, log, lease)
+        elif log.commit_numbers():  # another driver started it while this one took the lease
+            raise ValueError(
+                f"an experiment named {spec.name!r} was started at {storage.url} by another "
+                "driver meanwhile; resume it or choose another `name`"
+            )
         else:
-            yield _start(spec, storage, log)
+            yield _start(spec, storage, log, lease)
 
 
 def _saved_seed(storage: Storage) -> int:
     return int(json.loads(storage.read_text(EXPERIMENT_FILE))["seed"])
 
 
-def _resume(
-    spec: RunSpec, storage: Storage, log: ExperimentLog, latest: dict[str, Any]
-) -> Experiment:
+#: How often a takeover retries when the driver it replaces still commits (it stops
+#: at its next fence check, so once or twice at most).
+_TAKEOVER_ATTEMPTS = 8
+
+
+def _take_over(log: ExperimentLog) -> tuple[dict[str, Any], bool]:
+    """Fence out any driver that still writes: publish a copy of the newest commit
+    under this driver's epoch (the old driver's next commit then conflicts, and it
+    stops). Returns that commit and whether it was reached past a damaged one."""
+    for _ in range(_TAKEOVER_ATTEMPTS):
+        found = log.find_latest()
+        assert found is not None  # the caller saw a commit, and commits are never deleted
+        previous = found.commit
+        marker = {k: v for k, v in previous.items() if k not in ("seq", "epoch")}
+        marker.update(
+            time=time.time(),
+            results={},
+            policy=[],
+            deleted=[],
+            events=[f"[takeover] driver epoch {log.epoch} continues from commit {previous['seq']}"],
+        )
+        try:
+            seq = log.commit(marker)
+        except CommitConflict as conflict:
+            if conflict.epoch is not None and conflict.epoch > log.epoch:
+                raise  # a newer driver: this one has lost already
+            continue  # the old driver's last commit landed meanwhile: continue from it
+        return {**marker, "seq": seq, "epoch": log.epoch}, found.damaged is not None
+    raise LeaseLost(f"{log.storage.url}: another driver keeps committing; not taking over")
+
+
+def _resume(spec: RunSpec, storage: Storage, log: ExperimentLog, lease: Lease) -> Experiment:
+    latest, fell_back = _take_over(log)
     seed = _saved_seed(storage)
     scheduler = spec.scheduler
     scheduler.set_rng(experiment_generators(seed).scheduler)
     scheduler.set_state(latest["scheduler"])
-    records = restore_records(storage, latest, log, scheduler)
+    records = restore_records(storage, latest, log, scheduler, remove_orphans=not fell_back)
     logger.info("%s: resuming after round %d from %s", spec.name, latest["round"], storage.url)
-    return Experiment(storage, log, records, seed, latest)
+    return Experiment(storage, log, records, seed, latest, lease=lease)
 
 
-def _start(spec: RunSpec, storage: Storage, log: ExperimentLog) -> Experiment:
+def _start(spec: RunSpec, storage: Storage, log: ExperimentLog, lease: Lease) -> Experiment:
     seed = spec.seed if spec.seed is not None else secrets.randbits(32)
     save_run_args(storage, spec.run_args(seed))
     records = sample_population(spec, seed)
@@ -140,7 +178,7 @@ def _start(spec: RunSpec, storage: Storage, log: ExperimentLog) -> Experiment:
         storage.url,
         seed,
     )
-    return Experiment(storage, log, records, seed, None)
+    return Experiment(storage, log, records, seed, None, lease=lease)
 
 
 def sample_population(spec: RunSpec, seed: int) -> list[TrialRecord]:
@@ -207,13 +245,15 @@ def restore_records(
     commit: dict[str, Any],
     log: ExperimentLog,
     scheduler: TrialScheduler | None = None,
+    remove_orphans: bool = True,
 ) -> list[TrialRecord]:
     """Trial records as of ``commit``, with storage cleaned of anything uncommitted.
 
     Derived logs are cut back to their committed sizes, then any committed
     lines they lack are appended from the commits; ``commit["derived"]`` is
     updated to match. Lineage files are rewritten unless ``scheduler`` does
-    not log them.
+    not log them. ``remove_orphans``: delete checkpoints ``commit`` does not
+    know (False when a damaged newer commit may have referenced them).
     """
     for path, size in commit["derived"].items():
         storage.truncate(size, path)
@@ -222,20 +262,20 @@ def restore_records(
         TrialRecord.from_state(t, _read_results(storage, t["dirname"], t["num_results"]))
         for t in commit["trials"]
     ]
-    remove_uncommitted(storage, records)
+    remove_uncommitted(storage, records, orphans=remove_orphans)
     if scheduler is None or scheduler.logs_policy:
         rewrite_policy_files(storage, records)
     return records
 
 
-def remove_uncommitted(storage: Storage, records: list[TrialRecord]) -> None:
-    """Delete checkpoints no record knows (nor restores from), half-published folders,
-    and error files of trials that did not error."""
+def remove_uncommitted(storage: Storage, records: list[TrialRecord], orphans: bool = True) -> None:
+    """Delete half-published folders, error files of trials that did not error and,
+    with ``orphans``, checkpoints no record knows (nor restores from)."""
     referenced = {r.restore for r in records if r.restore}
     for rec in records:
         kept = {c.name for c in rec.checkpoints}
         for name in storage.listdir(rec.dirname):
-            orphan = name.startswith("checkpoint_") and name not in kept
+            orphan = orphans and name.startswith("checkpoint_") and name not in kept
             if (orphan and rec.checkpoint_path(name) not in referenced) or any(
                 s in name for s in _SCRATCH
             ):

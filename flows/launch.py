@@ -49,6 +49,7 @@ def run(
     log_flush_interval: float = 30.0,
     resume: bool | str = False,
     lease_ttl: float = 60.0,
+    segment_timeout_s: float | None = None,
 ) -> ResultGrid:
     """Tune ``trainable`` over ``param_space`` with ``scheduler``; Ray Tune's ``Tuner.fit``.
 
@@ -71,7 +72,12 @@ def run(
       the same arguments); "auto" resumes if there is one, else starts. A
       Prefect retry of this flow run resumes by itself. A finished experiment
       is not run again: its results are returned.
-    - ``lease_ttl``: seconds a crashed driver's lease blocks another driver.
+    - ``lease_ttl``: seconds a stalled driver's lease blocks another driver (a
+      dead one on the same host is taken over at once).
+    - ``segment_timeout_s``: a segment running longer errors its trial (as
+      any failure: ``max_failures`` retries apply) and restarts its worker
+      process; None waits for ever (a segment running far longer than its
+      peers is warned about).
     - ``log_flush_interval``: on object stores, seconds between rewrites of
       result.json / progress.csv / pbt_global.txt (each commit holds its own
       results, so nothing is lost in between); local files are appended at once.
@@ -97,6 +103,7 @@ def run(
         # a retried flow run that calls run(): pick up its work
         resume=resume or ("auto" if is_flow_retry() else False),
         lease_ttl=lease_ttl,
+        segment_timeout_s=segment_timeout_s,
     )
     _ship_by_value(spec.trainable)
     tune_flow = prefect_objects().tune_flow

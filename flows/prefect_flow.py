@@ -44,10 +44,22 @@ def _round(controller: Controller) -> bool:
 
     more = controller.run_round()
     run_logger = get_run_logger()
-    run_logger.info(controller.round_summary())
+    run_logger.info(round_summary(controller))
     for event in controller.last_commit["events"]:
         run_logger.info(event)
     return more
+
+
+def round_summary(controller: Controller) -> str:
+    """One line on the last committed round, for the Prefect UI."""
+    counts: dict[str, int] = {}
+    for rec in controller.records:
+        counts[rec.trial.status.value] = counts.get(rec.trial.status.value, 0) + 1
+    states = ", ".join(f"{n} {status.lower()}" for status, n in sorted(counts.items()))
+    return (
+        f"round {controller.rounds} committed: {controller.last_commit['results']} results; "
+        f"trials {states}; {controller.scheduler.debug_string()}"
+    )
 
 
 def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | None) -> ResultGrid:
@@ -73,6 +85,7 @@ def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | N
                 round_task = prefect_objects().round_task
                 while round_task.with_options(task_run_name=f"round-{round_no}")(controller):
                     round_no += 1
+                controller.seal()
             finally:
                 controller.cancel()
                 pool.close()

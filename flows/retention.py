@@ -3,8 +3,9 @@
 ``CheckpointConfig.num_to_keep`` keeps each trial's best (or newest) N, and
 always its newest one; a checkpoint any trial will restore from is never
 retired. Retired checkpoints are deleted by a background thread once the
-commit that retired them is published, off the round's path (an object
-store takes a request or two per checkpoint).
+commit after the one that retired them is published (so falling back one
+commit always finds its checkpoints), off the round's path (an object store
+takes a request or two per checkpoint).
 """
 
 from __future__ import annotations
@@ -61,25 +62,39 @@ def retire_checkpoints(records: list[TrialRecord], cfg: CheckpointConfig) -> lis
 
 
 class Janitor:
-    """Deletes retired checkpoints in a background thread.
+    """Deletes retired checkpoints in a background thread, one commit late.
 
-    A name being deleted is not reused (:meth:`deleting`): the deletion would
-    hit the new checkpoint.
+    The checkpoints commit N retires are still referenced by commit N-1, the
+    one a resume falls back to if commit N turns out damaged; so they are
+    deleted once commit N+1 is durable (:meth:`committed`). A name retired or
+    being deleted is not reused (:meth:`deleting`): the deletion would hit
+    the new checkpoint.
     """
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="popflow-retention")
+        self._pending: list[tuple[str, str]] = []  # retired by the newest commit
         self._deleting: dict[tuple[str, str], Future[None]] = {}
 
-    def deleting(self, trial_dir: str) -> set[str]:
-        """Names of ``trial_dir``'s checkpoints still being deleted."""
-        return {name for d, name in self._deleting if d == trial_dir}
+    @property
+    def pending(self) -> bool:
+        """Some retired checkpoints wait for one more commit."""
+        return bool(self._pending)
 
-    def delete(self, checkpoints: list[tuple[str, str]], wait: bool = False) -> None:
-        """Start deleting ``checkpoints``; forget finished deletions (``wait``: finish all)."""
-        for trial_dir, name in checkpoints:
-            self._deleting[(trial_dir, name)] = self._thread.submit(self._remove, trial_dir, name)
+    def deleting(self, trial_dir: str) -> set[str]:
+        """Names of ``trial_dir``'s checkpoints retired and not yet deleted."""
+        keys = [*self._pending, *self._deleting]
+        return {name for d, name in keys if d == trial_dir}
+
+    def committed(self, retired: list[tuple[str, str]], wait: bool = False) -> None:
+        """A commit retiring ``retired`` is durable: delete what the one before retired.
+
+        ``wait``: finish every deletion started (the run ends).
+        """
+        doomed, self._pending = self._pending, list(retired)
+        for key in doomed:
+            self._deleting[key] = self._thread.submit(self._remove, *key)
         for key, deletion in list(self._deleting.items()):
             if wait or deletion.done():
                 deletion.result()
@@ -92,5 +107,8 @@ class Janitor:
             logger.warning("could not delete retired checkpoint %s/%s: %s", trial_dir, name, exc)
 
     def close(self) -> None:
-        self.delete([], wait=True)
+        """Finish the deletions started; what waits for a commit stays (a resume removes it)."""
+        for key, deletion in list(self._deleting.items()):
+            deletion.result()
+            del self._deleting[key]
         self._thread.shutdown()

@@ -9,6 +9,8 @@ before anything is written.
 from __future__ import annotations
 
 import inspect
+import math
+import numbers
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -58,6 +60,7 @@ class RunSpec:
     log_flush_interval: float
     resume: bool | str
     lease_ttl: float
+    segment_timeout_s: float | None = None
 
     @property
     def metric(self) -> str | None:
@@ -93,6 +96,7 @@ class RunSpec:
             "commit_interval": self.commit_interval,
             "log_flush_interval": self.log_flush_interval,
             "lease_ttl": self.lease_ttl,
+            "segment_timeout_s": self.segment_timeout_s,
         }
 
 
@@ -107,6 +111,125 @@ def _check_trainable(trainable: Any) -> None:
         raise TypeError(
             f"`trainable` must be a Trainable subclass or a function, got {trainable!r}"
         )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _check_real(name: str, value: Any, *, low: float, strict: bool, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    sign = ">" if strict else ">="
+    if not _is_real(value):
+        raise TypeError(f"`{name}` is {value!r}, but must be a number {sign} {low}")
+    if not (value > low if strict else value >= low) or math.isnan(value):
+        raise ValueError(f"`{name}` is {value!r}, but must be {sign} {low}")
+
+
+def check_name(name: Any) -> None:
+    """An experiment name is a relative path inside the storage: no ``..``, no absolute
+    path, no empty part (``a//b``), no URL."""
+    if not isinstance(name, str):
+        raise TypeError(f"`name` is {name!r}, but must be a string")
+    parts = name.split("/")
+    if (
+        not name.strip()
+        or name.startswith(("/", "~"))
+        or "\\" in name
+        or "://" in name
+        or any(p in ("", ".", "..") for p in parts)
+    ):
+        raise ValueError(
+            f"`name` is {name!r}, but must be a folder name inside `storage` (parts "
+            "separated by '/', none empty, '.' or '..', not absolute)"
+        )
+
+
+def _check_stop(stop: Any) -> None:
+    if stop is None or (callable(stop) and not isinstance(stop, Mapping)):
+        return
+    if not isinstance(stop, Mapping):
+        raise TypeError(
+            f"`stop` must be a dict, a callable (trial_id, result) -> bool, or None; got {stop!r}"
+        )
+    for key, bound in stop.items():
+        if not isinstance(key, str):
+            raise TypeError(f"`stop` key {key!r} must be a string (a result key)")
+        if not isinstance(bound, numbers.Real):  # True counts: Ray's {"done": True}
+            raise TypeError(
+                f"`stop[{key!r}]` is {bound!r} ({type(bound).__name__}), but must be a number "
+                "(a trial stops once result[key] >= it)"
+            )
+
+
+def _check_arguments(
+    trainable: Any,
+    param_space: Any,
+    scheduler: Any,
+    num_samples: Any,
+    metric: Any,
+    mode: Any,
+    stop: Any,
+    checkpoint_config: Any,
+    name: Any,
+    seed: Any,
+    max_failures: Any,
+    dask_address: Any,
+    n_workers: Any,
+    commit_interval: Any,
+    log_flush_interval: Any,
+    resume: Any,
+    lease_ttl: Any,
+    segment_timeout_s: Any,
+) -> None:
+    """Every argument's type and range, before anything starts or is written."""
+    _check_trainable(trainable)
+    if param_space is not None and not isinstance(param_space, Mapping):
+        raise TypeError(
+            f"`param_space` is {param_space!r} ({type(param_space).__name__}), but must be a "
+            "dict of hyperparameter names to values or search spaces"
+        )
+    if not isinstance(scheduler, TrialScheduler):
+        raise TypeError(f"`scheduler` must be a popflow.TrialScheduler, got {scheduler!r}")
+    if not _is_int(num_samples) or num_samples < 1:
+        raise ValueError(f"`num_samples` is {num_samples!r}, but must be an int >= 1")
+    if metric is not None and not isinstance(metric, str):
+        raise TypeError(f"`metric` is {metric!r}, but must be a result key (a string) or None")
+    if mode is not None and mode not in ("min", "max"):
+        raise ValueError(f"`mode` is {mode!r}, but must be 'min' or 'max'")
+    _check_stop(stop)
+    if checkpoint_config is not None and not isinstance(checkpoint_config, CheckpointConfig):
+        raise TypeError(
+            f"`checkpoint_config` is {checkpoint_config!r}, but must be a popflow.CheckpointConfig"
+        )
+    if name is not None:
+        check_name(name)
+    if seed is not None and (not _is_int(seed) or seed < 0):
+        raise TypeError(f"`seed` is {seed!r}, but must be an int >= 0 or None")
+    if not _is_int(max_failures) or max_failures < -1:
+        raise ValueError(
+            f"`max_failures` is {max_failures!r}, but must be an int >= -1 (-1: retry forever)"
+        )
+    if dask_address is not None and not isinstance(dask_address, str | Client):
+        raise TypeError(
+            f"`dask_address` is {dask_address!r}, but must be a scheduler address such as "
+            "'tcp://host:8786', a distributed.Client, or None"
+        )
+    if n_workers is not None and (not _is_int(n_workers) or n_workers < 1):
+        raise TypeError(f"`n_workers` is {n_workers!r}, but must be an int >= 1 or None")
+    _check_real("commit_interval", commit_interval, low=0, strict=True)
+    _check_real("log_flush_interval", log_flush_interval, low=0, strict=False)
+    if not (isinstance(resume, bool) or resume == "auto"):
+        raise ValueError(f"`resume` is {resume!r}, but must be False, True or 'auto'")
+    _check_real("lease_ttl", lease_ttl, low=0, strict=True)
+    if not math.isfinite(lease_ttl):
+        raise ValueError(f"`lease_ttl` is {lease_ttl!r}, but must be finite")
+    _check_real("segment_timeout_s", segment_timeout_s, low=0, strict=True, optional=True)
 
 
 def run_spec(
@@ -130,30 +253,35 @@ def run_spec(
     log_flush_interval: float,
     resume: bool | str,
     lease_ttl: float,
+    segment_timeout_s: float | None = None,
 ) -> RunSpec:
     """Check ``popflow.run``'s arguments; the spec they describe."""
-    _check_trainable(trainable)
     scheduler = scheduler if scheduler is not None else FIFOScheduler()
-    if not isinstance(num_samples, int) or num_samples < 1:
-        raise ValueError(f"`num_samples` is {num_samples!r}, but must be an int >= 1")
-    if stop is not None and not (isinstance(stop, Mapping) or callable(stop)):
+    _check_arguments(
+        trainable,
+        param_space,
+        scheduler,
+        num_samples,
+        metric,
+        mode,
+        stop,
+        checkpoint_config,
+        name,
+        seed,
+        max_failures,
+        dask_address,
+        n_workers,
+        commit_interval,
+        log_flush_interval,
+        resume,
+        lease_ttl,
+        segment_timeout_s,
+    )
+    if resources_per_trial is not None and not isinstance(resources_per_trial, Mapping):
         raise TypeError(
-            f"`stop` must be a dict, a callable (trial_id, result) -> bool, or None; got {stop!r}"
+            f"`resources_per_trial` is {resources_per_trial!r}, but must be a dict such as "
+            '{"cpu": 2, "gpu": 1} or None'
         )
-    if not isinstance(max_failures, int) or max_failures < -1:
-        raise ValueError(
-            f"`max_failures` is {max_failures!r}, but must be an int >= -1 (-1: retry forever)"
-        )
-    if commit_interval <= 0:
-        raise ValueError(f"`commit_interval` is {commit_interval}, but must be > 0")
-    if not isinstance(scheduler, TrialScheduler):
-        raise TypeError(f"`scheduler` must be a popflow.TrialScheduler, got {scheduler!r}")
-    if resume not in RESUME_VALUES:
-        raise ValueError(f"`resume` is {resume!r}, but must be False, True or 'auto'")
-    if lease_ttl <= 0:
-        raise ValueError(f"`lease_ttl` is {lease_ttl}, but must be > 0")
-    if n_workers is not None and n_workers < 1:
-        raise ValueError(f"`n_workers` is {n_workers}, but must be >= 1")
     resources = dask_resources(resources_per_trial)
     if not scheduler.set_search_properties(metric, mode):
         raise ValueError(
@@ -179,4 +307,5 @@ def run_spec(
         log_flush_interval=log_flush_interval,
         resume=resume,
         lease_ttl=lease_ttl,
+        segment_timeout_s=segment_timeout_s,
     )

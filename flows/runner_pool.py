@@ -16,14 +16,14 @@ import itertools
 import logging
 import queue
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from distributed import Client, Future
 
 from popflow.infra.cluster import slots_per_worker
-from popflow.tasks.runner import SegmentRunner, pack_specs
+from popflow.tasks.runner import SegmentRunner, exit_worker_process, pack_specs
 from popflow.tasks.specs import SegmentSpec
 
 logger = logging.getLogger(__name__)
@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 REFRESH_INTERVAL_S = 5.0
 #: Seconds to wait for a worker when the cluster has none.
 WORKER_WAIT_S = 120.0
+#: Seconds between the waiting driver's looks at what is still running.
+WAIT_POLL_S = 1.0
 
 
 @dataclass
@@ -64,6 +66,7 @@ class RunnerPool:
         self._done: queue.Queue[tuple[int, Any]] = queue.Queue()
         self._ids = itertools.count()
         self._calls: dict[int, Runner] = {}
+        self.started: dict[int, float] = {}  # running call -> since when (monotonic)
         self._refreshed = 0.0
         self.refresh()
 
@@ -117,6 +120,8 @@ class RunnerPool:
         runner = min(on_worker or self.runners, key=lambda r: r.queued)
         runner.queued += 1
         call = next(self._ids)
+        if runner.queued == 1:  # nothing ahead of it on this runner: it starts now
+            self.started[call] = time.monotonic()
         self._calls[call] = runner
         future = runner.actor.run(pack_specs(specs))
         self.client.loop.add_callback(self._deliver, call, future, runner.worker)
@@ -134,9 +139,19 @@ class RunnerPool:
             )
         self._done.put((call, value))
 
-    def finished(self) -> list[tuple[int, Any]]:
-        """Block until a call returns; every call returned by now, as (id, outcomes or error)."""
-        done = [self._done.get()]
+    def finished(self, on_wait: Callable[[], None] | None = None) -> list[tuple[int, Any]]:
+        """Block until a call returns; every call returned by now, as (id, outcomes or error).
+
+        ``on_wait`` runs every ``WAIT_POLL_S`` while nothing returns (the
+        controller watches for hung segments there, and for a lost lease).
+        """
+        while True:
+            try:
+                done = [self._done.get(timeout=WAIT_POLL_S)]
+                break
+            except queue.Empty:
+                if on_wait is not None:
+                    on_wait()
         while True:
             try:
                 done.append(self._done.get_nowait())
@@ -145,6 +160,7 @@ class RunnerPool:
         out = []
         for call, value in done:
             runner = self._calls.pop(call, None)
+            self.started.pop(call, None)
             if runner is None:
                 continue  # cancelled
             runner.queued -= 1
@@ -152,6 +168,7 @@ class RunnerPool:
                 self._dead_workers.add(runner.worker)
                 self.runners = [r for r in self.runners if r.worker != runner.worker]
             out.append((call, value))
+        self._mark_started()
         if any(isinstance(v, CallFailed) and v.worker_lost for _, v in out):
             self.refresh()
         return out
@@ -161,6 +178,25 @@ class RunnerPool:
         for runner in self._calls.values():
             runner.queued -= 1
         self._calls.clear()
+        self.started.clear()
+
+    def _mark_started(self) -> None:
+        """A runner runs its calls in order: the oldest one it still has is running."""
+        now = time.monotonic()
+        heads: dict[int, int] = {}
+        for call, runner in self._calls.items():
+            heads.setdefault(id(runner), call)  # dicts keep submission order
+        for call in heads.values():
+            self.started.setdefault(call, now)
+
+    def worker_of(self, call: int) -> str | None:
+        runner = self._calls.get(call)
+        return runner.worker if runner else None
+
+    def restart_worker(self, worker: str) -> None:
+        """End a worker's process (its calls then fail as lost, its parked trainables
+        are gone); its nanny starts it again, as after any worker loss."""
+        self.client.run(exit_worker_process, workers=[worker], wait=False, on_error="ignore")
 
     def close(self) -> None:
         self.cancel()

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from popflow.flows.trial_table import TrialRecord
-from popflow.infra.experiment_log import ExperimentLog
+from popflow.infra.experiment_log import DamagedCommit, ExperimentLog
 from popflow.infra.jsonutil import dumps
 from popflow.infra.storage import Storage
 
@@ -155,7 +155,10 @@ def rebuild_tails(storage: Storage, commit: dict[str, Any], log: ExperimentLog) 
     tails: dict[str, list[dict[str, Any]]] = {tid: [] for tid in need}
     policy: list[Any] = []
     for seq in reversed([n for n in log.commit_numbers() if n <= commit["seq"]]):
-        older = log.read(seq)
+        try:
+            older = log.read(seq)
+        except DamagedCommit:  # never continued from: its lines did not happen
+            continue
         for tid, n in need.items():
             if len(tails[tid]) < n:
                 tails[tid] = older["results"].get(tid, []) + tails[tid]

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from popflow.infra.jsonutil import jsonable
 from popflow.schedulers import Action, Decision, Exploit, Trial, TrialScheduler, TrialStatus
 from popflow.tasks.specs import CheckpointRecord, checkpoint_path
 
@@ -112,6 +113,20 @@ class TrialRecord:
             generation=t["generation"],
             csv_header=t["csv_header"],
         )
+
+
+def clone_into(target: TrialRecord, source: TrialRecord, exploit: Exploit) -> list[Any]:
+    """Carry out an exploit on the records: ``target`` restores from ``source``'s
+    checkpoint (unless they are one trial) with the explored config; its lineage
+    grows by the exploit's policy entry, which is returned."""
+    if source is not target:
+        target.restore, target.restore_iteration = source.restore, source.restore_iteration
+        target.generation += 1
+    target.trial.config = exploit.new_config
+    target.trial.experiment_tag = exploit.new_tag
+    entry = jsonable(exploit.policy_entry())
+    target.lineage = [*source.lineage, entry] if source is not target else [*target.lineage, entry]
+    return entry
 
 
 def fall_back_from(records: list[TrialRecord], path: str) -> str | None:

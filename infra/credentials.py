@@ -21,9 +21,22 @@ def secret_values(options: Mapping[str, Any]) -> list[str]:
     for k, v in options.items():
         if isinstance(v, Mapping):
             found += secret_values(v)
-        elif isinstance(v, str) and len(v) >= 4 and any(h in str(k).lower() for h in _SECRET_HINTS):
+        elif isinstance(v, str) and len(v) >= 4 and is_secret_key(k):
             found.append(v)
     return sorted(set(found), key=len, reverse=True)
+
+
+def is_secret_key(key: object) -> bool:
+    return any(h in str(key).lower() for h in _SECRET_HINTS)
+
+
+def without_secrets(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` (nested too) without the entries whose key names a credential."""
+    return {
+        k: without_secrets(v) if isinstance(v, Mapping) else v
+        for k, v in options.items()
+        if not is_secret_key(k)
+    }
 
 
 def redact(text: str, secrets: list[str]) -> str:

@@ -1,14 +1,24 @@
-"""One driver per experiment: a lease object with an owner and an expiry, kept in storage.
+"""One driver per experiment, by fencing: numbered leases created only if absent.
 
-The driver that runs an experiment holds ``.popflow/lease.json`` and renews it
-from a background thread. Another driver refuses to start while the lease is
-live; an expired lease (its driver died) is taken over. On the same host, a
-lease whose owner process no longer exists is taken over at once, so a resume
-right after a crash does not wait for the expiry.
+A driver takes the experiment by creating ``.popflow/lease/<epoch>.json``
+for the next epoch with a create-if-absent write (local disk: a hard link,
+which fails if the name exists; S3: a conditional PUT, ``If-None-Match: *``).
+Of two drivers starting at the same instant exactly one creates it; the other
+is refused. The holder renews its lease file from a background thread; a
+driver may take over when the newest lease is released, expired, or held by
+a process that is provably gone (same host: no such process, a zombie, or a
+pid reused by another process).
 
-Object stores give no compare-and-swap through fsspec, so two drivers starting
-within the same instant could both write; each re-reads the lease after
-writing and only the one that finds itself the owner goes on.
+Taking over never relies on the old driver noticing in time. Each commit
+carries its writer's epoch and is itself created only if absent
+(:mod:`popflow.infra.experiment_log`); before each round's writes the holder
+checks that no newer lease exists (:meth:`Lease.check`). A driver that finds
+a newer epoch, there or when renewing, raises :class:`LeaseLost` and writes
+nothing more.
+
+On a store without conditional writes the lease falls back to write, then
+read back (two drivers starting within the same instant could both go on);
+popflow says so in a warning.
 """
 
 from __future__ import annotations
@@ -26,76 +36,149 @@ from popflow.infra.storage import Storage
 
 logger = logging.getLogger(__name__)
 
-LEASE_FILE = ".popflow/lease.json"
+LEASE_DIR = ".popflow/lease"
+#: Lease files older than the newest by more than this are removed.
+_KEEP_EPOCHS = 2
 
 
 class LeaseHeldError(RuntimeError):
     """Another live driver owns the experiment."""
 
 
-def _pid_alive(pid: int) -> bool:
+class LeaseLost(RuntimeError):
+    """A newer driver took the experiment over; this one must write nothing more."""
+
+
+def lease_path(epoch: int) -> str:
+    return f"{LEASE_DIR}/{epoch:08d}.json"
+
+
+def lease_holder(storage: Storage) -> dict[str, Any] | None:
+    """The newest lease of the experiment at ``storage`` while it is held (not released
+    nor expired); None when no driver holds it."""
+    lease = Lease(storage)
+    epochs = lease._epochs()
+    current = lease._read(epochs[-1]) if epochs else None
+    if not current or current.get("released") or current.get("expires", 0) < time.time():
+        return None
+    return current
+
+
+def _process_start(pid: int) -> str | None:
+    """When ``pid`` started (clock ticks since boot), or None if there is no such live
+    process; a zombie (killed, not yet reaped) counts as gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None if os.path.isdir("/proc") else _alive_without_proc(pid)
+    fields = stat.rsplit(")", 1)[1].split()  # the name in parentheses may hold spaces
+    state, start = fields[0], fields[19]
+    return None if state in ("Z", "X") else start
+
+
+def _alive_without_proc(pid: int) -> str | None:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return False
+        return None
     except PermissionError:
-        return True
-    return True
+        pass
+    return "?"
 
 
 class Lease:
+    """The experiment's lease, for this driver: ``with Lease(storage, ttl_s): ...``."""
+
     def __init__(self, storage: Storage, ttl_s: float = 60.0) -> None:
-        if ttl_s <= 0:
-            raise ValueError(f"`lease_ttl` is {ttl_s}, but must be > 0")
+        if not ttl_s > 0:
+            raise ValueError(f"`lease_ttl` is {ttl_s!r}, but must be > 0")
         self.storage = storage
         self.ttl_s = ttl_s
-        self.owner = {"host": socket.gethostname(), "pid": os.getpid(), "id": uuid.uuid4().hex}
+        pid = os.getpid()
+        self.owner = {
+            "host": socket.gethostname(),
+            "pid": pid,
+            "start": _process_start(pid),
+            "id": uuid.uuid4().hex,
+        }
+        self.epoch = 0
+        self._lost: str | None = None  # why, once a newer driver is seen
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _read(self) -> dict[str, Any] | None:
+    # -- reading -------------------------------------------------------------
+    def _epochs(self) -> list[int]:
+        names = self.storage.listdir(LEASE_DIR)
+        return sorted(int(n[:8]) for n in names if n.endswith(".json") and n[:8].isdigit())
+
+    def _read(self, epoch: int) -> dict[str, Any] | None:
         try:
-            return json.loads(self.storage.read_bytes(LEASE_FILE))
+            return json.loads(self.storage.read_bytes(lease_path(epoch)))
         except FileNotFoundError:
             return None
         except ValueError:
-            return None  # a torn lease is no lease
+            return {}  # a torn lease file is an expired lease
 
-    def _write(self) -> None:
-        body = {**self.owner, "expires": time.time() + self.ttl_s}
-        self.storage.write_text(json.dumps(body), LEASE_FILE)
-
-    def _stale(self, lease: dict[str, Any]) -> bool:
-        if lease.get("expires", 0) < time.time():
+    def _gone(self, lease: dict[str, Any]) -> bool:
+        """Whether ``lease``'s holder no longer holds it."""
+        if lease.get("released") or lease.get("expires", 0) < time.time():
             return True
-        same_host = lease.get("host") == self.owner["host"]
-        return same_host and not _pid_alive(int(lease.get("pid", -1)))
+        if lease.get("host") != self.owner["host"]:
+            return False  # another machine's process: only its expiry tells
+        start = _process_start(int(lease.get("pid", -1)))
+        return start is None or (lease.get("start") not in (None, start))
 
+    def _body(self, **extra: Any) -> str:
+        return json.dumps(
+            {**self.owner, "epoch": self.epoch, "expires": time.time() + self.ttl_s, **extra}
+        )
+
+    # -- taking and keeping --------------------------------------------------
     def acquire(self) -> None:
-        current = self._read()
-        if (
-            current is not None
-            and current.get("id") != self.owner["id"]
-            and not self._stale(current)
-        ):
+        epochs = self._epochs()
+        newest = epochs[-1] if epochs else 0
+        current = self._read(newest) if newest else None
+        if current is not None and not self._gone(current):
             raise LeaseHeldError(
                 f"experiment at {self.storage.url} is being run by pid {current.get('pid')} on "
                 f"{current.get('host')} (lease valid for another "
-                f"{current['expires'] - time.time():.0f} s); two drivers must never write one "
-                "experiment"
+                f"{current.get('expires', 0) - time.time():.0f} s); two drivers must never write "
+                "one experiment"
             )
-        self._write()
-        if (self._read() or {}).get("id") != self.owner["id"]:
+        self.epoch = newest + 1
+        if not self.storage.create_text(self._body(), lease_path(self.epoch)):
             raise LeaseHeldError(
-                f"another driver took the lease of {self.storage.url} at the same time"
+                f"another driver took the lease of {self.storage.url} at the same time "
+                f"(epoch {self.epoch})"
             )
+        for old in epochs[: max(0, len(epochs) - _KEEP_EPOCHS + 1)]:
+            self.storage.remove_file(lease_path(old))
         self._thread = threading.Thread(target=self._renew, name="popflow-lease", daemon=True)
         self._thread.start()
+
+    def check(self, fresh: bool = True) -> None:
+        """Raise :class:`LeaseLost` if a newer driver has taken the experiment over.
+
+        ``fresh``: look in storage (one request); else only at what the renewal
+        thread last saw.
+        """
+        if fresh and self._lost is None and self.storage.exists(lease_path(self.epoch + 1)):
+            self._lost = f"driver epoch {self.epoch + 1} took the experiment over"
+        if self._lost is not None:
+            raise LeaseLost(
+                f"this driver (epoch {self.epoch}) lost the lease of {self.storage.url}: "
+                f"{self._lost}; it stops and writes nothing more"
+            )
 
     def _renew(self) -> None:
         while not self._stop.wait(self.ttl_s / 3):
             try:
-                self._write()
+                if self.storage.exists(lease_path(self.epoch + 1)):
+                    self._lost = f"driver epoch {self.epoch + 1} took the experiment over"
+                    logger.error("experiment at %s: %s", self.storage.url, self._lost)
+                    return
+                self.storage.write_text(self._body(), lease_path(self.epoch))
             except Exception:  # keep trying; the lease only lapses after ttl
                 logger.exception("renewing the experiment lease failed")
 
@@ -103,8 +186,12 @@ class Lease:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        if (self._read() or {}).get("id") == self.owner["id"]:
-            self.storage.remove(LEASE_FILE)
+        if self.epoch and self._lost is None:
+            try:
+                if not self.storage.exists(lease_path(self.epoch + 1)):
+                    self.storage.write_text(self._body(released=True), lease_path(self.epoch))
+            except Exception:  # it expires by itself
+                logger.exception("releasing the experiment lease failed")
 
     def __enter__(self) -> Lease:
         self.acquire()

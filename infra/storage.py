@@ -27,7 +27,7 @@ Each call that is retried is idempotent (a whole PUT, a GET, a listing, a
 delete that tolerates "already gone"), so a retry after an ambiguous failure
 (the request reached the server, the answer did not come back) neither
 duplicates nor loses data. Appends on object stores are a read, then one PUT
-of the whole new content (:mod:`popflow.infra.object_append`).
+of the whole new content (:mod:`popflow.infra.object_writes`).
 
 Credentials in ``storage_options`` never appear in reprs, log records or
 error messages (:mod:`popflow.infra.credentials` masks them wherever a message
@@ -43,15 +43,15 @@ import os
 import posixpath
 import random
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from popflow.infra import local_files
 from popflow.infra.credentials import Hidden, redact, secret_values
-from popflow.infra.object_append import ObjectAppends
+from popflow.infra.object_writes import ObjectWrites
 from popflow.infra.retry import RetryPolicy, backoff_delay
 from popflow.infra.storage_errors import (
     StorageError,
@@ -63,6 +63,7 @@ from popflow.infra.storage_errors import (
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
 
 __all__ = ["RetryPolicy", "Storage", "StorageError"]
 
@@ -101,7 +102,7 @@ class Storage:
         s3 = self.protocol in ("s3", "s3a")
         self._read_kwargs = {"max_concurrency": 1} if s3 else {}
         self._conditional_puts = s3  # If-Match on PUT: appends skip the read
-        self._appends: ObjectAppends | None = None  # made per process, on first use
+        self._appends: ObjectWrites | None = None  # made per process, on first use
         self.root = os.path.abspath(root) if self.is_local else root.rstrip("/")
         self._fs: fsspec.AbstractFileSystem | None = fs
         self._rng: random.Random | None = None
@@ -288,31 +289,58 @@ class Storage:
         target = self.path(*parts)
         self._forget_tails(target)
         if self.is_local:
-            self._call("write", target, lambda: _replace_file(target, data, durable))
+            self._call("write", target, lambda: local_files.replace_file(target, data, durable))
         else:
             self._call("write", target, lambda: self.fs.pipe_file(target, data))
 
     def write_text(self, text: str, *parts: str, durable: bool = False) -> None:
         self.write_bytes(text.encode("utf-8"), *parts, durable=durable)
 
+    def create_bytes(self, data: bytes, *parts: str, durable: bool = False) -> bool:
+        """Publish ``data`` only if nothing is at ``parts`` yet; False if something is.
+
+        Of several writers creating one name at the same instant exactly one
+        succeeds (local disk: a hard link, which fails on an existing name;
+        object stores: :meth:`ObjectWrites.create
+        <popflow.infra.object_writes.ObjectWrites.create>`, a conditional PUT).
+        ``durable`` as for :meth:`write_bytes`.
+        """
+        target = self.path(*parts)
+        self._forget_tails(target)
+        if self.is_local:
+            return self._call(
+                "create", target, lambda: local_files.create_file(target, data, durable)
+            )
+        return self._object_writes().create(target, data)
+
+    def create_text(self, text: str, *parts: str, durable: bool = False) -> bool:
+        return self.create_bytes(text.encode("utf-8"), *parts, durable=durable)
+
     def append_text(self, text: str, *parts: str) -> int:
         """Append ``text`` and return the new size in bytes.
 
         Local files are appended in place (not retried: a repeated append could
         duplicate). Object stores have no append: the object is rewritten whole
-        by one PUT (:mod:`popflow.infra.object_append`; fine for the small logs
+        by one PUT (:mod:`popflow.infra.object_writes`; fine for the small logs
         we append to).
         """
         data = text.encode("utf-8")
         target = self.path(*parts)
         if self.is_local:
-            return self._call("append", target, lambda: _append_file(target, data), retry=False)
-        return self._object_appends().append(target, data)
+            return self._call(
+                "append", target, lambda: local_files.append_file(target, data), retry=False
+            )
+        return self._object_writes().append(target, data)
 
-    def _object_appends(self) -> ObjectAppends:
+    def _object_writes(self) -> ObjectWrites:
         if self._appends is None:
-            self._appends = ObjectAppends(
-                self._call, self._put_object, self._read_object, self._conditional_puts
+            self._appends = ObjectWrites(
+                self._call,
+                self._put_object,
+                self._read_object,
+                lambda path: self.fs.exists(path),
+                self._conditional_puts,
+                self.url,
             )
         return self._appends
 
@@ -327,7 +355,7 @@ class Storage:
         self._forget_tails(target)
         if self.is_local:
             with contextlib.suppress(FileNotFoundError):
-                self._call("truncate", target, lambda: _truncate_file(target, length))
+                self._call("truncate", target, lambda: local_files.truncate_file(target, length))
             return
         try:
             data = self._call("truncate", target, lambda: self._read_object(target))
@@ -385,41 +413,3 @@ class Storage:
         self._forget_tails(p)
         with contextlib.suppress(FileNotFoundError):
             self._call("remove", p, lambda: self.fs.rm_file(p))
-
-
-# -- local-disk primitives (one attempt each; Storage._call retries and reports) ----
-
-
-def _replace_file(target: str, data: bytes, durable: bool) -> None:
-    """Write ``data`` to a temporary sibling, then rename it over ``target``.
-
-    On any failure (a full disk included) the temporary file is removed and
-    ``target`` keeps its previous content.
-    """
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:  # a failed write leaves no temporary file behind
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
-
-
-def _append_file(target: str, data: bytes) -> int:
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    with open(target, "ab") as f:
-        f.write(data)
-        f.flush()
-        return f.tell()
-
-
-def _truncate_file(target: str, length: int) -> None:
-    if os.path.getsize(target) > length:  # never extend (as on object stores)
-        with open(target, "r+b") as f:
-            f.truncate(length)

@@ -40,7 +40,7 @@ import numpy as np
 
 from popflow.schedulers.trial import Trial
 from popflow.schedulers.trial_scheduler import Action, TrialScheduler, score
-from popflow.schedulers.validation import check_positive
+from popflow.schedulers.validation import check_bool, check_finite_positive, check_rung_count
 
 logger = logging.getLogger(__name__)
 
@@ -138,8 +138,9 @@ class AsyncHyperBandScheduler(TrialScheduler):
         *,
         rng: np.random.Generator | None = None,
     ) -> None:
-        check_positive("max_t", max_t)
-        check_positive("grace_period", grace_period)
+        check_finite_positive("max_t", max_t)
+        check_finite_positive("grace_period", grace_period)
+        check_bool("stop_last_trials", stop_last_trials)
         if grace_period > max_t:
             raise ValueError(
                 f"`grace_period` is {grace_period!r}, but must be <= `max_t` ({max_t!r})"
@@ -150,6 +151,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
             )
         if not reduction_factor > 1:
             raise ValueError(f"`reduction_factor` is {reduction_factor!r}, but must be > 1")
+        check_rung_count(reduction_factor, max_t, grace_period)
         if isinstance(brackets, bool) or not isinstance(brackets, int):
             raise ValueError(f"`brackets` is {brackets!r}, but must be an integer > 0")
         if brackets <= 0:

@@ -40,6 +40,7 @@ import numpy as np
 
 from popflow.schedulers.trial import Trial, TrialStatus
 from popflow.schedulers.trial_scheduler import Action, Decision, TrialScheduler, score
+from popflow.schedulers.validation import check_bool, check_finite_positive, check_rung_count
 
 logger = logging.getLogger(__name__)
 
@@ -54,14 +55,14 @@ class Rung(NamedTuple):
 
 
 def _check_args(max_t: Any, reduction_factor: Any) -> None:
-    if isinstance(max_t, bool) or not isinstance(max_t, Real) or not max_t > 0:
-        raise ValueError(f"`max_t` is {max_t!r}, but must be > 0")
+    check_finite_positive("max_t", max_t)
     if (
         isinstance(reduction_factor, bool)
         or not isinstance(reduction_factor, Real)
         or not reduction_factor > 1
     ):
         raise ValueError(f"`reduction_factor` is {reduction_factor!r}, but must be > 1")
+    check_rung_count(reduction_factor, max_t)
 
 
 def hyperband_plan(max_t: float, reduction_factor: float) -> list[list[Rung]]:
@@ -222,6 +223,7 @@ class HyperBandScheduler(TrialScheduler):
         self.time_attr = time_attr
         self._max_t = max_t
         self._reduction_factor = reduction_factor
+        check_bool("stop_last_trials", stop_last_trials)
         self._stop_last_trials = stop_last_trials
         self._plan = hyperband_plan(max_t, reduction_factor)
         self._brackets: list[_Bracket] = []

@@ -48,6 +48,7 @@ import numpy as np
 
 from popflow.schedulers.trial import Trial, TrialStatus
 from popflow.schedulers.trial_scheduler import Action, TrialScheduler, score
+from popflow.schedulers.validation import check_bool
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +126,7 @@ class MedianStoppingRule(TrialScheduler):
             or not min_time_slice >= 0
         ):
             raise ValueError(f"`min_time_slice` is {min_time_slice!r}, but must be >= 0")
+        check_bool("hard_stop", hard_stop)
         super().__init__(metric=metric, mode=mode, rng=rng)
         self.time_attr = time_attr
         self._grace_period = grace_period

@@ -33,6 +33,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from numbers import Real
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,7 @@ from popflow.schedulers.trial_scheduler import (
     is_nan,
     score,
 )
+from popflow.schedulers.validation import check_bool
 
 __all__ = ["PopulationBasedTraining", "explore", "quantiles"]
 
@@ -168,6 +170,14 @@ class PopulationBasedTraining(TrialScheduler):
                 f"`perturbation_factors` is {perturbation_factors!r}, "
                 "but must hold at least one factor"
             )
+        if not all(isinstance(f, Real) and not isinstance(f, bool) for f in perturbation_factors):
+            raise TypeError(
+                f"`perturbation_factors` is {perturbation_factors!r}, but must hold numbers "
+                "(factors such as 1.2 and 0.8)"
+            )
+        for flag, value in (("synch", synch), ("log_config", log_config)):
+            check_bool(flag, value)
+        check_bool("require_attrs", require_attrs)
         self.time_attr = time_attr
         self.synchronous = synch
         self.pause_is_barrier = synch

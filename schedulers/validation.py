@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from numbers import Real
 from typing import Any
 
@@ -15,3 +16,34 @@ def check_positive(name: str, value: Any) -> None:
     """ValueError naming ``name`` unless ``value`` is a real number > 0 (bools are not)."""
     if isinstance(value, bool) or not isinstance(value, Real) or not value > 0:
         raise ValueError(f"`{name}` is {value!r}, but must be > 0")
+
+
+def check_bool(name: str, value: Any) -> None:
+    """TypeError naming ``name`` unless ``value`` is True or False ("no" is not False)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"`{name}` is {value!r}, but must be True or False")
+
+
+def check_finite_positive(name: str, value: Any) -> None:
+    """ValueError naming ``name`` unless ``value`` is a finite real number > 0."""
+    check_positive(name, value)
+    if not math.isfinite(value):
+        raise ValueError(f"`{name}` is {value!r}, but must be finite")
+
+
+#: Rungs (or brackets) a successive-halving plan may have; past this, a reduction
+#: factor barely above 1 would make a constructor run for minutes.
+MAX_RUNGS = 1000
+
+
+def check_rung_count(reduction_factor: float, max_t: float, min_t: float = 1.0) -> None:
+    """ValueError when ``min_t * eta**k <= max_t`` holds for more than MAX_RUNGS values of k."""
+    if max_t <= min_t:
+        return
+    rungs = math.floor(math.log(max_t / min_t) / math.log(reduction_factor)) + 1
+    if rungs > MAX_RUNGS:
+        raise ValueError(
+            f"`reduction_factor` is {reduction_factor!r} with `max_t` {max_t!r} (from "
+            f"{min_t!r}): that makes {rungs:,} rungs, but popflow allows at most "
+            f"{MAX_RUNGS:,}; use a larger reduction_factor or a smaller max_t"
+        )

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from popflow.infra.checkpoint_store import MANIFEST, fetch_checkpoint
-from popflow.infra.credentials import Hidden
+from popflow.infra.credentials import Hidden, without_secrets
 from popflow.infra.storage import Storage
 
 #: Where a dict returned by ``Trainable.save_checkpoint`` is kept inside the folder.
@@ -21,6 +21,10 @@ DICT_CHECKPOINT_FILE = "_dict_checkpoint.pkl"
 
 class Checkpoint:
     """A checkpoint folder at ``path`` (a local folder or an fsspec URL).
+
+    Its ``storage_options`` never show in its repr, and its pickled form (what
+    Prefect stores of a parameter or result, what Dask sends) leaves out every
+    credential.
 
     >>> import tempfile
     >>> d = tempfile.mkdtemp()
@@ -39,6 +43,16 @@ class Checkpoint:
     def storage_options(self) -> dict[str, Any]:
         """The fsspec options to read a remote checkpoint (credentials: never log them)."""
         return self._options.value
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a checkpoint handed on (a Prefect parameter or result, a pickle) carries no
+        # credentials: where it is read again they come from the AWS chain, or from
+        # storage_options given anew
+        return {"path": self.path, "options": without_secrets(self.storage_options)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.path = state["path"]
+        self._options = Hidden(dict(state["options"]))
 
     @classmethod
     def from_directory(cls, path: str | os.PathLike[str]) -> Checkpoint:

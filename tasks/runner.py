@@ -13,6 +13,7 @@ between segments (:mod:`popflow.tasks.live`).
 from __future__ import annotations
 
 import asyncio
+import os
 import pickle
 from concurrent.futures import ThreadPoolExecutor
 
@@ -71,3 +72,9 @@ def pack_specs(specs: list[SegmentSpec]) -> bytes:
             if b"__main__" not in blob:
                 return blob
     return cloudpickle.dumps(specs)
+
+
+async def exit_worker_process() -> None:
+    """End this worker's process at once (``Client.run``): a segment that hangs in user
+    code cannot be interrupted any other way. The nanny starts the worker again."""
+    os._exit(70)

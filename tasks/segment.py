@@ -21,6 +21,7 @@ from typing import Any
 
 from popflow.infra.checkpoint_store import CheckpointError, fetch_checkpoint
 from popflow.infra.cluster import current_worker_address
+from popflow.infra.storage_errors import StorageError
 from popflow.tasks.live import Live, LiveClass, LiveFunction, UserCodeError, is_parked, park, take
 from popflow.tasks.progress import ProgressClock
 from popflow.tasks.seeding import isolate_dask_sampling, seed_globals
@@ -129,12 +130,15 @@ def _run_segment(
         else:
             live.discard()
         return run.outcome
-    except Exception as exc:
+    except BaseException as exc:  # SystemExit or KeyboardInterrupt in user code included:
+        # they end this trial, never the worker that runs the others
         outcome = run.outcome if run is not None else SegmentOutcome(trial_id=spec.trial_id)
         outcome.reason = EndReason.ERROR
         outcome.error = exc.args[0] if isinstance(exc, UserCodeError) else traceback.format_exc()
         if isinstance(exc, CheckpointError) and run is None:
             outcome.bad_checkpoint = spec.restore
+        if isinstance(exc, StorageError):
+            outcome.storage_failure = exc
         logger.warning("trial %s failed:\n%s", spec.trial_id, outcome.error)
         if live is not None:
             try:

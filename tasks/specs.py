@@ -14,6 +14,7 @@ from enum import Enum, StrEnum
 from typing import Any
 
 from popflow.infra.storage import Storage
+from popflow.infra.storage_errors import StorageError
 
 StopCondition = Mapping[str, Any] | Callable[[str, dict[str, Any]], bool] | None
 
@@ -99,4 +100,7 @@ class SegmentOutcome:
     live_token: str | None = None  # the trainable is parked on ``worker`` under this token
     worker: str | None = None
     bad_checkpoint: str | None = None  # the restore checkpoint failed its check on load
+    #: storage failed for good (a full disk, a permission, retries ran out): the run's
+    #: failure, not the trial's
+    storage_failure: StorageError | None = None
     seconds: float = 0.0  # the segment's wall time on the worker, set-up and saves included

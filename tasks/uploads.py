@@ -22,6 +22,7 @@ from typing import Any
 
 from popflow.infra.checkpoint_store import publish_checkpoint
 from popflow.infra.storage import Storage
+from popflow.infra.storage_errors import StorageError
 from popflow.tasks.specs import EndReason, SegmentOutcome
 
 TRANSFER_THREADS = 4  # per worker process, shared by its runners
@@ -79,7 +80,9 @@ class Uploads:
         for outcome, future in pending:
             try:
                 future.result()
-            except Exception:
+            except Exception as exc:
+                if isinstance(exc, StorageError):  # the run's failure (a full disk, say)
+                    outcome.storage_failure = exc
                 if outcome.reason == EndReason.ERROR:
                     continue
                 outcome.reason = EndReason.ERROR

@@ -79,6 +79,7 @@ def prefect_server() -> Iterator[str]:
         wait_until_healthy(url, proc)
         with temporary_settings(updates={PREFECT_API_URL: url}):
             os.environ["PREFECT_API_URL"] = url  # for subprocesses the tests start
+            os.environ["POPFLOW_TEST_PREFECT_HOME"] = home  # where the server keeps its data
             yield url
     finally:
         from prefect.logging.handlers import APILogWorker

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from trainables import ParityTrainable
 
-import popflow.infra.storage as storage_module
+import popflow.infra.local_files as local_files
 from popflow import CheckpointConfig, run
 from popflow.infra.experiment_log import ExperimentLog
 from popflow.infra.storage import Storage
@@ -87,6 +87,8 @@ def inject(kill_at: str | None) -> None:
         seq = original_commit(self, payload)
         if kind == "commit-after" and seq == target:
             die()
+        if kind == "stop-after" and seq == target:  # a driver that stalls (SIGSTOP): alive, silent
+            os.kill(os.getpid(), signal.SIGSTOP)
         return seq
 
     ExperimentLog.commit = commit
@@ -110,7 +112,7 @@ def inject(kill_at: str | None) -> None:
         return wrapper
 
     if kind == "enospc":  # the disk fills up: a permanent storage error, no SIGKILL
-        original_append = storage_module._append_file
+        original_append = local_files.append_file
 
         def full_disk(path, data):
             log = committed.get("log")
@@ -118,12 +120,12 @@ def inject(kill_at: str | None) -> None:
                 raise OSError(errno.ENOSPC, "No space left on device", path)
             return original_append(path, data)
 
-        storage_module._append_file = full_disk
+        local_files.append_file = full_disk
     elif kind == "append":
         Storage.append_text = after_target(Storage.append_text)
     elif kind == "remove":
         Storage.remove = after_target(Storage.remove)
-    elif kind not in ("commit-before", "commit-after", "enospc"):
+    elif kind not in ("commit-before", "commit-after", "stop-after", "enospc"):
         raise SystemExit(f"unknown kill point {kill_at}")
 
 
@@ -133,26 +135,34 @@ def main() -> None:
     parser.add_argument("name")
     parser.add_argument("scheduler")
     parser.add_argument("--kill-at")
+    parser.add_argument("--lease-ttl", type=float, default=60.0)
+    parser.add_argument("--pad-bytes", type=int, default=0, help="checkpoint size")
+    parser.add_argument("--num-to-keep", type=int, default=2)
     args = parser.parse_args()
     inject(args.kill_at)
     values = iter([10, 20, 40, 30])
     run(
         ParityTrainable,
-        {"a": sample_from(lambda _: next(values)), "c": 1},
+        {"a": sample_from(lambda _: next(values)), "c": 1, "pad": args.pad_bytes},
         scheduler=scheduler(args.scheduler),
         metric="mean_accuracy",
         mode="max",
         num_samples=1 if args.scheduler == "replay" else 4,
         stop={"training_iteration": ITERATIONS},
         checkpoint_config=CheckpointConfig(
-            checkpoint_frequency=1, num_to_keep=2, checkpoint_score_attribute="mean_accuracy"
+            checkpoint_frequency=1,
+            num_to_keep=args.num_to_keep,
+            checkpoint_score_attribute="mean_accuracy",
         ),
         storage=args.storage,
         storage_options=json.loads(os.environ.get("POPFLOW_TEST_STORAGE_OPTIONS", "null")),
         name=args.name,
         seed=0,
         n_workers=2,
-        commit_interval=0.05,
+        # asynchronous schedulers: a commit per batch of results, so that a kill point
+        # "commit N" is reached by construction, however fast the machine
+        commit_interval=1e-6,
+        lease_ttl=args.lease_ttl,
         resume="auto",
     )
 

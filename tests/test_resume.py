@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-from popflow.infra.experiment_log import ExperimentLog
-from popflow.infra.lease import LEASE_FILE
+from popflow.infra.experiment_log import ExperimentLog, decode_commit
+from popflow.infra.lease import lease_holder, lease_path
 from popflow.infra.storage import Storage
 from popflow.tasks.progress import comparable
 
@@ -27,9 +27,14 @@ POPFLOW = os.path.join(os.path.dirname(sys.executable), "popflow")
 
 
 def drive(
-    storage: str, name: str, scheduler: str, kill_at: str | None = None, env: dict | None = None
+    storage: str,
+    name: str,
+    scheduler: str,
+    kill_at: str | None = None,
+    env: dict | None = None,
+    extra: list[str] | None = None,
 ) -> int:
-    cmd = [sys.executable, DRIVER, storage, name, scheduler]
+    cmd = [sys.executable, DRIVER, storage, name, scheduler, *(extra or [])]
     if kill_at:
         cmd += ["--kill-at", kill_at]
     proc = subprocess.run(
@@ -83,7 +88,7 @@ def test_synch_pbt_killed_at_21_points_ends_identical(prefect_server, tmp_path):
     drive(crashed, "exp", "pbt_synch")  # the last resume runs to the end
     assert kills == len(KILL_PLAN), f"only {kills} of the planned kills happened"
     assert read_experiment(os.path.join(crashed, "exp")) == reference
-    assert not os.path.exists(os.path.join(crashed, "exp", LEASE_FILE))
+    assert lease_holder(Storage(os.path.join(crashed, "exp"))) is None
 
 
 @pytest.mark.parametrize("scheduler", ["pbt_async", "asha", "hyperband", "median", "fifo"])
@@ -141,8 +146,9 @@ def test_a_live_lease_keeps_a_second_driver_out(tmp_path):
         first.release()
     second = Lease(storage, ttl_s=30)
     second.acquire()  # released: free again
+    assert lease_holder(storage)["id"] == second.owner["id"]
     second.release()
-    assert not storage.exists(LEASE_FILE)
+    assert lease_holder(storage) is None
 
 
 def test_lease_of_a_dead_driver_is_taken_over(tmp_path):
@@ -156,7 +162,7 @@ def test_lease_of_a_dead_driver_is_taken_over(tmp_path):
         check=True,
     )
     stale = {"host": os.uname().nodename, "pid": int(dead.stdout), "id": "x", "expires": 4e9}
-    storage.write_text(json.dumps(stale), LEASE_FILE)
+    storage.write_text(json.dumps(stale), lease_path(1))
     lease = Lease(storage, ttl_s=30)
     lease.acquire()  # same host, owner process gone: no need to wait for the expiry
     lease.release()
@@ -206,8 +212,8 @@ def test_truncated_checkpoint_is_detected_and_not_used(prefect_server, tmp_path)
     drive(storage, "exp", "fifo")
     events = []
     for name in sorted(os.listdir(os.path.join(path, ".popflow", "commits"))):
-        with open(os.path.join(path, ".popflow", "commits", name)) as f:
-            events += json.load(f)["events"]
+        with open(os.path.join(path, ".popflow", "commits", name), "rb") as f:
+            events += decode_commit(f.read())["events"]
     assert any(e.startswith(f"[corrupt checkpoint] {victim['restore']}") for e in events), events
     final = read_experiment(path)
     assert set(final["status"]) == {"TERMINATED"} and final["checkpoints_ok"]

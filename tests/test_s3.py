@@ -17,7 +17,7 @@ import s3fs
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 from s3fs.errors import translate_boto_error
 
-import popflow.infra.storage as storage_module
+import popflow.infra.local_files as local_files
 from popflow.infra.credentials import redact, secret_values
 from popflow.infra.retry import RetryPolicy, backoff_delay
 from popflow.infra.storage import Storage
@@ -668,7 +668,7 @@ def test_full_disk_keeps_the_old_object_and_leaves_no_temp_file(tmp_path, monkey
         opened.append(path)
         return FullDisk(path, mode)
 
-    monkeypatch.setattr(storage_module, "open", full_open, raising=False)
+    monkeypatch.setattr(local_files, "open", full_open, raising=False)
     target = s.path("commits", "00000001.json")
     with pytest.raises(StorageError) as info:
         s.write_bytes(b"new state that does not fit" * 1000, "commits", "00000001.json")

@@ -11,6 +11,8 @@ from trainables import ParityTrainable
 
 from popflow import CheckpointConfig, run
 from popflow.infra.checkpoint_store import MANIFEST, fetch_checkpoint
+from popflow.infra.experiment_log import decode_commit
+from popflow.infra.lease import lease_holder
 from popflow.infra.storage import Storage
 from popflow.schedulers import PopulationBasedTraining, sample_from
 
@@ -79,10 +81,10 @@ def test_synch_pbt_on_s3_then_resume_returns_the_same(
     assert [c.rsplit("/", 1)[1] for c in commits] == [
         f"{i:08d}.json" for i in range(1, len(commits) + 1)
     ]
-    final = json.loads(fs.cat_file(commits[-1]))
+    final = decode_commit(fs.cat_file(commits[-1]))
     assert {t["status"] for t in final["trials"]} == {"TERMINATED"}
     assert fs.exists(f"{exp}/.popflow/experiment.json")
-    assert not fs.exists(f"{exp}/.popflow/lease.json")  # released at the end
+    assert lease_holder(Storage(exp, options)) is None  # released at the end
     everything = fs.find(exp)
     assert not [p for p in everything if ".tmp-" in p or ".old-" in p]
     # every checkpoint the final commit keeps is complete and verifies

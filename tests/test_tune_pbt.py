@@ -16,6 +16,7 @@ from trainables import (
 )
 
 from popflow import CheckpointConfig, run
+from popflow.infra.experiment_log import decode_commit
 from popflow.schedulers import PopulationBasedTraining, sample_from
 
 
@@ -139,8 +140,8 @@ def test_retention_keeps_what_is_still_needed(tune_env):
     exp = results.experiment_path
     commits = sorted(os.listdir(os.path.join(exp, ".popflow", "commits")))
     for name in commits:
-        with open(os.path.join(exp, ".popflow", "commits", name)) as f:
-            state = json.load(f)
+        with open(os.path.join(exp, ".popflow", "commits", name), "rb") as f:
+            state = decode_commit(f.read())
         for t in state["trials"]:
             kept = [c["name"] for c in t["checkpoints"]]
             # the best and the newest at most, plus what some trial restores from

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
+import threading
+import time
 from typing import Any
 
 import flakyfs  # noqa: F401  (registers flaky:// with fsspec in every process that runs these)
@@ -22,7 +25,9 @@ class ParityTrainable(Trainable):
         return {"mean_accuracy": self.iteration + 1 + self.a, "a": self.a}
 
     def save_checkpoint(self, checkpoint_dir: str) -> dict[str, Any]:
-        return {"a": self.a}
+        # config "pad": that many bytes more in each checkpoint (a full-disk test fills up)
+        pad = self.config.get("pad", 0)
+        return {"a": self.a, "pad": b"x" * pad} if pad else {"a": self.a}
 
     def load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.a = checkpoint["a"]
@@ -148,3 +153,33 @@ def _unpickle_in(pid: int) -> StopOnlyOnTheDriver:
     stop = StopOnlyOnTheDriver.__new__(StopOnlyOnTheDriver)
     stop.pid = pid
     return stop
+
+
+class Misbehaving(ParityTrainable):
+    """ParityTrainable that, at iteration ``config["at"]``, does ``config["how"]``:
+    "exit" (sys.exit), "interrupt" (KeyboardInterrupt), "string" (reports its metric as
+    a string), "hang" (a step that never returns), "fail" (raises, every time);
+    ``config["times"]`` appends the wall time of each set-up (each attempt)."""
+
+    def setup(self, config: dict[str, Any]) -> None:
+        super().setup(config)
+        if config.get("times"):
+            with open(config["times"], "a") as f:
+                f.write(f"{time.time()}\n")
+
+    def step(self) -> dict[str, Any]:
+        result = super().step()
+        if self.iteration + 1 != self.config.get("at"):
+            return result
+        how = self.config["how"]
+        if how == "exit":
+            sys.exit(3)
+        if how == "interrupt":
+            raise KeyboardInterrupt
+        if how == "string":
+            result["mean_accuracy"] = "high"
+        if how == "hang":
+            threading.Event().wait()
+        if how == "fail":
+            raise RuntimeError("deterministic failure")
+        return result

@@ -1,0 +1,48 @@
+"""How segments are packed into runner calls.
+
+A runner call costs the driver ~1 ms here, more than a very short segment.
+Asynchronous dispatch packs segments measured shorter than
+``PACK_BELOW_SECONDS`` into one call, up to that much work per call; and a
+call only holds trials whose trainables are parked on one worker (the call
+goes there).
+"""
+
+from __future__ import annotations
+
+import math
+
+from popflow.flows.trial_table import TrialRecord
+
+PACK_BELOW_SECONDS = 0.05
+
+
+def pack_size(segment_seconds: float | None, unfinished: int, slots: int) -> int:
+    """How many segments one asynchronous runner call carries.
+
+    1 until segments are measured (``segment_seconds``, a moving average)
+    shorter than ``PACK_BELOW_SECONDS``; then enough to reach it, but never so
+    many that a slot would lack its two queued calls (every ``unfinished``
+    trial in flight at most).
+    """
+    if segment_seconds is None or segment_seconds >= PACK_BELOW_SECONDS:
+        return 1
+    want = math.ceil(PACK_BELOW_SECONDS / max(segment_seconds, 1e-4))
+    return max(1, min(want, math.ceil(unfinished / (2 * slots))))
+
+
+def packs(recs: list[TrialRecord], size: int) -> list[list[TrialRecord]]:
+    """Split ``recs`` into runner calls of up to ``size``: trials parked on one worker
+    together, trials without a live trainable filling the gaps."""
+    by_worker: dict[str, list[TrialRecord]] = {}
+    cold: list[TrialRecord] = []
+    for rec in recs:
+        if rec.live:
+            by_worker.setdefault(rec.live[1], []).append(rec)
+        else:
+            cold.append(rec)
+    out = [g[i : i + size] for g in by_worker.values() for i in range(0, len(g), size)]
+    for pack in out:
+        while cold and len(pack) < size:
+            pack.append(cold.pop(0))
+    out += [cold[i : i + size] for i in range(0, len(cold), size)]
+    return out

@@ -1,0 +1,174 @@
+"""One driver, provably: leases and commits are created only if absent, and a driver
+that a newer one has taken over stops, writing nothing more."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from test_resume import DRIVER, drive, read_experiment
+
+from popflow.infra.experiment_log import CommitConflict, ExperimentLog
+from popflow.infra.lease import Lease, LeaseHeldError, LeaseLost, lease_holder, lease_path
+from popflow.infra.storage import Storage
+
+TRIES = 30
+
+
+def _contender(url: str, options: dict | None, start, done, results) -> None:
+    """One of two processes taking the same lease at the same instant, TRIES times."""
+    for i in range(TRIES):
+        storage = Storage(f"{url}/race-{i}", options)
+        lease = Lease(storage, ttl_s=60)
+        start.wait()  # both call acquire() at once
+        try:
+            lease.acquire()
+            won = True
+        except LeaseHeldError:
+            won = False
+        results.put((i, won))
+        done.wait()  # neither releases before both have tried
+        if won:
+            lease.release()
+
+
+def race(url: str, options: dict | None = None) -> list[int]:
+    """Winners per try when two processes acquire one lease at the same instant."""
+    ctx = multiprocessing.get_context("spawn")
+    start, done, results = ctx.Barrier(2), ctx.Barrier(2), ctx.Queue()
+    procs = [
+        ctx.Process(target=_contender, args=(url, options, start, done, results)) for _ in range(2)
+    ]
+    for p in procs:
+        p.start()
+    winners = [0] * TRIES
+    for _ in range(2 * TRIES):
+        i, won = results.get(timeout=120)
+        winners[i] += won
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    return winners
+
+
+def test_two_drivers_acquiring_at_once_on_local_disk_never_both_win(tmp_path):
+    assert race(str(tmp_path)) == [1] * TRIES
+
+
+def test_two_drivers_acquiring_at_once_on_s3_never_both_win(s3_server, s3_url):
+    _, options = s3_server
+    assert race(s3_url, options) == [1] * TRIES
+
+
+def test_a_commit_is_never_written_twice(tmp_path):
+    storage = Storage(str(tmp_path))
+    first, second = ExperimentLog(storage), ExperimentLog(storage)
+    first.epoch, second.epoch = 1, 2
+    second.commit({"trials": [], "round": 0})
+    with pytest.raises(CommitConflict, match="written by driver epoch 2") as info:
+        first.commit({"trials": [], "round": 0})
+    assert info.value.epoch == 2
+    assert ExperimentLog(storage).latest()["epoch"] == 2
+
+
+def test_a_driver_taken_over_fails_its_check_and_its_renewal_stops(tmp_path):
+    storage = Storage(str(tmp_path))
+    old = Lease(storage, ttl_s=60)
+    old.acquire()
+    old.check()  # still the holder
+    # a newer driver's lease (as after this one stalled past its expiry)
+    storage.create_text('{"epoch": 2, "expires": 4e9}', lease_path(old.epoch + 1))
+    with pytest.raises(LeaseLost, match="lost the lease"):
+        old.check()
+    old.release()  # it leaves the newer lease alone
+    assert storage.read_text(lease_path(2)) == '{"epoch": 2, "expires": 4e9}'
+
+
+def test_a_zombie_driver_does_not_hold_its_lease(tmp_path):
+    """SIGKILLed but not reaped by its parent: the process still shows, as a zombie."""
+    storage = Storage(str(tmp_path))
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from popflow.infra.lease import Lease; "
+            "from popflow.infra.storage import Storage; "
+            "Lease(Storage(sys.argv[1]), ttl_s=600).acquire(); print('held', flush=True); "
+            "time.sleep(600)",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == "held"
+        with pytest.raises(LeaseHeldError):
+            Lease(storage, ttl_s=600).acquire()  # alive: it holds the lease
+        os.kill(child.pid, signal.SIGKILL)
+        while _state(child.pid) != "Z":  # wait for the kill to land (no reaping)
+            time.sleep(0.01)
+        lease = Lease(storage, ttl_s=600)
+        lease.acquire()  # a zombie holds nothing: taken over at once, not after 600 s
+        assert lease_holder(storage)["pid"] == os.getpid()
+        lease.release()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_stalled_driver_taken_over_stops_and_the_run_is_as_if_uninterrupted(
+    prefect_server, tmp_path
+):
+    """Split brain: driver A stalls (SIGSTOP) past its lease, B resumes and finishes,
+    then A goes on (SIGCONT): A must stop at once, and the experiment must be exactly
+    an uninterrupted run's."""
+    storage = str(tmp_path / "crashed")
+    ttl = 3.0
+    stalled = subprocess.Popen(
+        [
+            DRIVER_PY,
+            DRIVER,
+            storage,
+            "exp",
+            "pbt_synch",
+            "--kill-at",
+            "stop-after:6",
+            "--lease-ttl",
+            str(ttl),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        while _state(stalled.pid) != "T":  # it stops itself right after commit 6
+            assert stalled.poll() is None, stalled.stderr.read()[-3000:]
+            time.sleep(0.05)
+        holder = lease_holder(Storage(os.path.join(storage, "exp")))
+        assert holder is not None and holder["pid"] == stalled.pid
+        time.sleep(max(0.0, holder["expires"] - time.time()) + 0.2)  # its lease runs out
+        drive(storage, "exp", "pbt_synch", env={})  # B takes over and finishes
+        os.kill(stalled.pid, signal.SIGCONT)
+        _, err = stalled.communicate(timeout=120)
+    finally:
+        if stalled.poll() is None:
+            os.killpg(stalled.pid, signal.SIGKILL)
+    assert stalled.returncode != 0
+    assert "LeaseLost" in err and "lost the lease" in err, err[-3000:]
+    drive(str(tmp_path / "ref"), "exp", "pbt_synch")
+    assert read_experiment(os.path.join(storage, "exp")) == read_experiment(
+        str(tmp_path / "ref" / "exp")
+    )
+
+
+DRIVER_PY = sys.executable
