@@ -33,7 +33,9 @@ BENCHMARKS = REPO / "benchmarks"
 RESULTS_DIR = REPO / "bench-results"
 RESULT_PREFIX = "RESULT_JSON "
 
-for _path in (str(REPO), str(EXAMPLES), str(BENCHMARKS)):
+# popflow itself is installed; the repository root stays off the path (its popflow/
+# folder is only the facade of the installed layers)
+for _path in (str(EXAMPLES), str(BENCHMARKS)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
