@@ -6,48 +6,43 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def _staged(target: str, data: bytes, durable: bool) -> Iterator[str]:
+    """``data`` in a temporary sibling of ``target`` (fsynced if ``durable``), removed
+    afterwards whatever happens (a full disk included)."""
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        yield tmp
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
 
 
 def replace_file(target: str, data: bytes, durable: bool) -> None:
-    """Write ``data`` to a temporary sibling, then rename it over ``target``.
-
-    On any failure (a full disk included) the temporary file is removed and
-    ``target`` keeps its previous content.
-    """
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
+    """Publish ``data`` at ``target`` by renaming a temporary sibling over it; on any
+    failure ``target`` keeps its previous content."""
+    with _staged(target, data, durable) as tmp:
         os.replace(tmp, target)
-    except BaseException:  # a failed write leaves no temporary file behind
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
 
 
 def create_file(target: str, data: bytes, durable: bool) -> bool:
-    """Write ``data`` to a temporary sibling, then hard-link it to ``target`` (atomic,
+    """Publish ``data`` at ``target`` by hard-linking a temporary sibling to it (atomic,
     and refused if ``target`` exists); False if it does."""
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
+    with _staged(target, data, durable) as tmp:
         try:
             os.link(tmp, target)
         except FileExistsError:
             return False
         return True
-    finally:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
 
 
 def append_file(target: str, data: bytes) -> int:
