@@ -40,7 +40,9 @@ from collections import Counter
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.join(HERE, "..", "tests")
 sys.path.insert(0, TESTS)
+sys.path.insert(0, HERE)
 
+from common import PrefectServer  # noqa: E402
 from test_resume import read_experiment  # noqa: E402
 
 from popflow.infra.lease import lease_holder  # noqa: E402
@@ -49,11 +51,25 @@ from popflow.infra.storage import Storage  # noqa: E402
 DRIVER = os.path.join(TESTS, "crash_driver.py")
 ARGS = ["--num-to-keep", "1", "--lease-ttl", "3", "--pad-bytes", "20000"]
 FAULTS = ("kill", "stall", "worker")
+PREFECT_URL = [""]  # the Prefect server every driver reports to (started in main)
+
+
+def wait_until_holding(proc: subprocess.Popen, experiment: str) -> bool:
+    """Wait until ``proc`` holds the experiment's lease (it is training); False if it
+    ended first."""
+    storage = Storage(experiment)
+    while proc.poll() is None:
+        holder = lease_holder(storage)
+        if holder is not None and holder.get("pid") == proc.pid:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def start(storage: str, scheduler: str, fault_log: str) -> subprocess.Popen:
     env = {
         **os.environ,
+        "PREFECT_API_URL": PREFECT_URL[0],
         "POPFLOW_TEST_STORAGE_OPTIONS": json.dumps({"failure_rate": 0.1, "fault_log": fault_log}),
     }
     return subprocess.Popen(
@@ -116,15 +132,17 @@ def run_experiment(scheduler: str, root: str, rng: random.Random, episodes: int)
         assert "StorageError" in err, err[-2000:]
         faults["disk-full"] += 1
         os.remove(filler)
+        plan = rng.sample(FAULTS * episodes, episodes)  # every kind, in a random order
         for _ in range(episodes):
             proc = start(storage, scheduler, fault_log)
             drivers += 1
-            time.sleep(rng.uniform(1.0, 6.0))
+            if wait_until_holding(proc, f"{mount}/results/exp"):
+                time.sleep(rng.uniform(0.1, 1.2))  # a random moment of its training
             if proc.poll() is not None:
                 if proc.returncode == 0:
                     break
                 continue
-            kind = rng.choice(FAULTS)
+            kind = plan.pop()
             if kind == "kill":
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
@@ -143,10 +161,13 @@ def run_experiment(scheduler: str, root: str, rng: random.Random, episodes: int)
                     time.sleep(max(0.0, holder["expires"] - time.time()) + 0.2)
                 second = start(storage, scheduler, fault_log)
                 drivers += 1
-                time.sleep(rng.uniform(1.0, 4.0))
+                if wait_until_holding(second, f"{mount}/results/exp"):  # it took over
+                    time.sleep(rng.uniform(0.2, 2.0))
                 os.kill(proc.pid, signal.SIGCONT)
                 _, err = proc.communicate(timeout=600)
                 lease_lost += proc.returncode != 0 and "LeaseLost" in err
+                if proc.returncode == 0 or "LeaseLost" not in err:
+                    print(f"stalled driver: rc {proc.returncode}\n{err[-1500:]}", file=sys.stderr)
                 proc = second
                 proc.wait(timeout=600)
             faults[kind] += 1
@@ -164,6 +185,7 @@ def run_experiment(scheduler: str, root: str, rng: random.Random, episodes: int)
             faults["transient storage error"] = sum(1 for _ in f)
         result = read_experiment(f"{mount}/results/exp")
     finally:
+        subprocess.run(["cp", "-r", f"{mount}/results", f"{root}/results"], check=False)
         subprocess.run(["umount", "-l", mount], check=False)
     return {
         "faults": dict(faults),
@@ -197,16 +219,22 @@ def lost_objects(run: dict) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--episodes", type=int, default=8, help="faults per experiment, at most")
+    parser.add_argument("--episodes", type=int, default=6, help="faults per experiment, at most")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     rows = []
+    server = PrefectServer()
+    PREFECT_URL[0] = server.url
     for scheduler in ("pbt_synch", "asha"):
         with tempfile.TemporaryDirectory(prefix=f"popflow-chaos-{scheduler}-") as root:
             start_s = time.time()
             out = run_experiment(scheduler, root, rng, args.episodes)
             ref = reference(scheduler, root)
             res = out["result"]
+            if scheduler == "pbt_synch" and res != ref:  # keep what went wrong to look at
+                keep = f"/tmp/popflow-chaos-failed-{scheduler}"
+                subprocess.run(["rm", "-rf", keep], check=False)
+                subprocess.run(["cp", "-r", root, keep], check=False)
             rows.append(
                 {
                     "scheduler": scheduler,
@@ -222,6 +250,7 @@ def main() -> None:
                 }
             )
             print(json.dumps(rows[-1]), flush=True)
+    server.close()
     print()
     for row in rows:
         identical = row["identical to an uninterrupted run"]
