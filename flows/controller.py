@@ -167,6 +167,7 @@ class Controller:
             checkpoint_at_end=self.spec.checkpoint_at_end,
             taken=frozenset(c.name for c in rec.checkpoints) | self.janitor.deleting(rec.dirname),
             live_token=rec.live[0] if rec.live else None,
+            lease_epoch=self.lease.epoch if self.lease is not None else 0,
         )
 
     def _pack_size(self, slots: int) -> int:

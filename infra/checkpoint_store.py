@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from popflow.infra.storage import Storage
@@ -47,9 +48,17 @@ def _local_files(local_dir: str) -> dict[str, dict[str, Any]]:
 
 
 def publish_checkpoint(
-    storage: Storage, local_dir: str, rel_path: str, metadata: dict[str, Any]
+    storage: Storage,
+    local_dir: str,
+    rel_path: str,
+    metadata: dict[str, Any],
+    fence: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Upload ``local_dir`` to ``rel_path`` and make it visible atomically.
+
+    ``fence`` runs just before the checkpoint becomes visible (and on object
+    stores before an old version is hidden); it raises to stop a publish of a
+    driver that another has taken over (:func:`popflow.infra.lease.fence`).
 
     Re-publishing the same path (a retried segment) replaces what was there;
     only uncommitted checkpoints are ever re-published, so no reader holds them.
@@ -68,6 +77,12 @@ def publish_checkpoint(
         except BaseException:  # leave no half-copied folder behind
             storage.remove(tmp)
             raise
+        if fence is not None:
+            try:
+                fence()
+            except BaseException:
+                storage.remove(tmp)
+                raise
         if storage.exists(rel_path):
             trash = f"{rel_path}.old-{uuid.uuid4().hex[:8]}"
             storage.rename((rel_path,), (trash,))
@@ -79,8 +94,12 @@ def publish_checkpoint(
         # A checkpoint exists once its manifest does, and only the files its manifest
         # lists belong to it: objects of an earlier version that the new one does
         # not overwrite are ignored, and go when the checkpoint folder is removed.
+        if fence is not None:
+            fence()
         storage.remove_file(rel_path, MANIFEST)
         storage.put_dir(local_dir, rel_path)
+        if fence is not None:
+            fence()
         storage.write_bytes(manifest_bytes, rel_path, MANIFEST)
     return manifest
 

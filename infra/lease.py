@@ -53,6 +53,16 @@ def lease_path(epoch: int) -> str:
     return f"{LEASE_DIR}/{epoch:08d}.json"
 
 
+def fence(storage: Storage, epoch: int) -> None:
+    """Raise :class:`LeaseLost` if a driver newer than ``epoch`` holds the experiment
+    (workers call it before publishing a checkpoint for the driver of ``epoch``)."""
+    if epoch and storage.exists(lease_path(epoch + 1)):
+        raise LeaseLost(
+            f"driver epoch {epoch + 1} took {storage.url} over; a segment of driver epoch "
+            f"{epoch} publishes nothing more"
+        )
+
+
 def lease_holder(storage: Storage) -> dict[str, Any] | None:
     """The newest lease of the experiment at ``storage`` while it is held (not released
     nor expired); None when no driver holds it."""

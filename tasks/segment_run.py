@@ -8,10 +8,12 @@ publishes checkpoints to storage (on object stores beside training, through
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from popflow.infra.checkpoint_store import publish_checkpoint
 from popflow.infra.jsonutil import jsonable
+from popflow.infra.lease import fence
 from popflow.tasks.progress import ProgressClock
 from popflow.tasks.specs import (
     CheckpointNeed,
@@ -110,8 +112,9 @@ class SegmentRun:
         self.outcome.checkpoints.append(
             CheckpointRecord(name, self.clock.iteration, metadata["result"])
         )
-        storage = self.spec.storage
+        storage, epoch = self.spec.storage, self.spec.lease_epoch
+        guard = functools.partial(fence, storage, epoch) if epoch else None
         if self.uploads is not None and not storage.is_local:
-            self.uploads.submit(self.outcome, storage, local_dir, rel_path, metadata)
+            self.uploads.submit(self.outcome, storage, local_dir, rel_path, metadata, guard)
         else:  # a local publish is a copy and a rename: no thread to wait for
-            publish_checkpoint(storage, local_dir, rel_path, metadata)
+            publish_checkpoint(storage, local_dir, rel_path, metadata, guard)

@@ -81,6 +81,7 @@ class SegmentSpec:
     checkpoint_at_end: bool = True
     taken: frozenset[str] = frozenset()  # checkpoint names this trial has or is deleting
     live_token: str | None = None  # continue the trainable this worker parked under it
+    lease_epoch: int = 0  # the driver's lease: no checkpoint is published once a newer exists
 
 
 @dataclass

@@ -17,6 +17,7 @@ import shutil
 import tempfile
 import threading
 import traceback
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -39,9 +40,15 @@ def transfer_threads() -> ThreadPoolExecutor:
         return _pool
 
 
-def _publish_staged(storage: Storage, staged: str, rel_path: str, metadata: dict[str, Any]) -> None:
+def _publish_staged(
+    storage: Storage,
+    staged: str,
+    rel_path: str,
+    metadata: dict[str, Any],
+    guard: Callable[[], None] | None,
+) -> None:
     try:
-        publish_checkpoint(storage, staged, rel_path, metadata)
+        publish_checkpoint(storage, staged, rel_path, metadata, guard)
     finally:
         shutil.rmtree(staged, ignore_errors=True)
 
@@ -59,6 +66,7 @@ class Uploads:
         local_dir: str,
         rel_path: str,
         metadata: dict[str, Any],
+        guard: Callable[[], None] | None = None,
     ) -> None:
         staged = tempfile.mkdtemp(prefix="popflow-upload-")
         try:
@@ -66,7 +74,9 @@ class Uploads:
         except BaseException:
             shutil.rmtree(staged, ignore_errors=True)
             raise
-        future = transfer_threads().submit(_publish_staged, storage, staged, rel_path, metadata)
+        future = transfer_threads().submit(
+            _publish_staged, storage, staged, rel_path, metadata, guard
+        )
         self._pending.append((outcome, future))
 
     def finish(self) -> list[SegmentOutcome]:

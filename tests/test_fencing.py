@@ -172,3 +172,28 @@ def test_a_stalled_driver_taken_over_stops_and_the_run_is_as_if_uninterrupted(
 
 
 DRIVER_PY = sys.executable
+
+
+def test_a_taken_over_drivers_worker_publishes_no_checkpoint(tmp_path):
+    """The new driver's checkpoint at a name the old driver's worker also reaches
+    stays as it is: the old worker's publish is fenced off, leaving nothing behind."""
+    from popflow.infra.checkpoint_store import fetch_checkpoint, publish_checkpoint
+    from popflow.infra.lease import fence
+
+    storage = Storage(str(tmp_path))
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    (ours / "state").write_text("new driver")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "state").write_text("old driver")
+    storage.create_text("{}", lease_path(2))  # driver 2 took over from driver 1
+    publish_checkpoint(storage, str(ours), "trial/checkpoint_000001", {"by": 2})
+    with pytest.raises(LeaseLost, match="driver epoch 2 took"):
+        publish_checkpoint(
+            storage, str(theirs), "trial/checkpoint_000001", {"by": 1}, lambda: fence(storage, 1)
+        )
+    assert fetch_checkpoint(storage, "trial/checkpoint_000001", str(tmp_path / "out")) == {"by": 2}
+    assert (tmp_path / "out" / "state").read_text() == "new driver"
+    assert storage.listdir("trial") == ["checkpoint_000001"]  # no temporary folder left
+    fence(storage, 2)  # the holder itself is not fenced
