@@ -69,9 +69,12 @@ def lease_holder(storage: Storage) -> dict[str, Any] | None:
     lease = Lease(storage)
     epochs = lease._epochs()
     current = lease._read(epochs[-1]) if epochs else None
-    if not current or current.get("released") or current.get("expires", 0) < time.time():
-        return None
-    return current
+    return None if not current or _lapsed(current) else current
+
+
+def _lapsed(lease: dict[str, Any]) -> bool:
+    """Released by its holder, or past its expiry."""
+    return bool(lease.get("released")) or lease.get("expires", 0) < time.time()
 
 
 def _process_start(pid: int) -> str | None:
@@ -132,7 +135,7 @@ class Lease:
 
     def _gone(self, lease: dict[str, Any]) -> bool:
         """Whether ``lease``'s holder no longer holds it."""
-        if lease.get("released") or lease.get("expires", 0) < time.time():
+        if _lapsed(lease):
             return True
         if lease.get("host") != self.owner["host"]:
             return False  # another machine's process: only its expiry tells

@@ -136,7 +136,7 @@ def test_a_stalled_driver_taken_over_stops_and_the_run_is_as_if_uninterrupted(
     ttl = 3.0
     stalled = subprocess.Popen(
         [
-            DRIVER_PY,
+            sys.executable,
             DRIVER,
             storage,
             "exp",
@@ -169,9 +169,6 @@ def test_a_stalled_driver_taken_over_stops_and_the_run_is_as_if_uninterrupted(
     assert read_experiment(os.path.join(storage, "exp")) == read_experiment(
         str(tmp_path / "ref" / "exp")
     )
-
-
-DRIVER_PY = sys.executable
 
 
 def test_a_taken_over_drivers_worker_publishes_no_checkpoint(tmp_path):
