@@ -424,7 +424,8 @@ class Controller:
                 "results": results,
                 "policy": policy,
                 "policy_total": self.logs.policy_total,
-            }
+            },
+            logs_written=self.logs.written,
         )
         self.janitor.committed(retired, wait=final)
         self.last_commit = {"results": sum(map(len, results.values())), "events": self._events}

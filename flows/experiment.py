@@ -130,7 +130,8 @@ def _take_over(log: ExperimentLog) -> tuple[dict[str, Any], bool]:
             events=[f"[takeover] driver epoch {log.epoch} continues from commit {previous['seq']}"],
         )
         try:
-            seq = log.commit(marker)
+            # in full (the newest may be damaged); the logs are brought up to date after it
+            seq = log.commit(marker, snapshot=True, logs_written=False)
         except CommitConflict as conflict:
             if conflict.epoch is not None and conflict.epoch > log.epoch:
                 raise  # a newer driver: this one has lost already

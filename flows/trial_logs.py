@@ -106,6 +106,11 @@ class TrialLogs:
         self._touched, self._lineage_changed = {}, {}
         return out
 
+    @property
+    def written(self) -> bool:
+        """Every line so far is in the logs (none waits for a flush)."""
+        return not self._deferred and not self._deferred_policies
+
     def _defer(self, parts: tuple[str, ...], text: str) -> None:
         self._deferred[parts] = self._deferred.get(parts, "") + text
 
@@ -156,7 +161,7 @@ def rebuild_tails(storage: Storage, commit: dict[str, Any], log: ExperimentLog) 
     policy: list[Any] = []
     for seq in reversed([n for n in log.commit_numbers() if n <= commit["seq"]]):
         try:
-            older = log.read(seq)
+            older = log.read_record(seq)
         except DamagedCommit:  # never continued from: its lines did not happen
             continue
         for tid, n in need.items():

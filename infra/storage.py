@@ -407,6 +407,22 @@ class Storage:
         with contextlib.suppress(FileNotFoundError):
             self._call("remove", p, lambda: self.fs.rm(p, recursive=True))
 
+    def remove_files(self, names: list[str]) -> None:
+        """Delete these files (relative paths; on object stores one batched request per
+        1000); missing ones are fine."""
+        paths = [self.path(n) for n in names]
+        if not paths:
+            return
+        for p in paths:
+            self._forget_tails(p)
+        if self.is_local:
+            for p in paths:
+                with contextlib.suppress(FileNotFoundError):
+                    self._call("remove", p, lambda p=p: os.remove(p))
+            return
+        with contextlib.suppress(FileNotFoundError):
+            self._call("remove", paths[0], lambda: self.fs.rm(paths))
+
     def remove_file(self, *parts: str) -> None:
         """Delete one file (one DELETE on object stores, no listing); missing is fine."""
         p = self.path(*parts)

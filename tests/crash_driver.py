@@ -81,10 +81,10 @@ def inject(kill_at: str | None) -> None:
 
     original_commit = ExperimentLog.commit
 
-    def commit(self, payload):
+    def commit(self, payload, **kwargs):
         if kind == "commit-before" and self.seq + 1 == target:
             die()
-        seq = original_commit(self, payload)
+        seq = original_commit(self, payload, **kwargs)
         if kind == "commit-after" and seq == target:
             die()
         if kind == "stop-after" and seq == target:  # a driver that stalls (SIGSTOP): alive, silent

@@ -40,7 +40,7 @@ def damage(path: Path, how: str) -> None:
 @pytest.mark.parametrize("how", ["truncated", "garbage", "empty-json", "edited"])
 def test_a_commit_that_fails_its_check_is_damaged(tmp_path, how):
     path = tmp_path / "c.json"
-    path.write_bytes(encode_commit({"seq": 1, "trials": [{"status": "TERMINATED"}]}))
+    path.write_bytes(encode_commit({"seq": 1, "state": {"trials": [{"status": "TERMINATED"}]}}))
     assert decode_commit(path.read_bytes())["seq"] == 1
     damage(path, how)
     with pytest.raises(DamagedCommit):

@@ -11,7 +11,7 @@ from trainables import ParityTrainable
 
 from popflow import CheckpointConfig, run
 from popflow.infra.checkpoint_store import MANIFEST, fetch_checkpoint
-from popflow.infra.experiment_log import decode_commit
+from popflow.infra.experiment_log import ExperimentLog
 from popflow.infra.lease import lease_holder
 from popflow.infra.storage import Storage
 from popflow.schedulers import PopulationBasedTraining, sample_from
@@ -78,10 +78,12 @@ def test_synch_pbt_on_s3_then_resume_returns_the_same(
         for i in (1, 2, 3):
             assert fs.exists(f"{trial}/checkpoint_{i:06d}/{MANIFEST}")
     commits = sorted(fs.ls(f"{exp}/.popflow/commits"))
+    first = int(commits[0].rsplit("/", 1)[1][:8])
     assert [c.rsplit("/", 1)[1] for c in commits] == [
-        f"{i:08d}.json" for i in range(1, len(commits) + 1)
+        f"{i:08d}.json" for i in range(first, first + len(commits))
     ]
-    final = decode_commit(fs.cat_file(commits[-1]))
+    final = ExperimentLog(Storage(f"s3://{exp}", options)).latest()
+    assert final is not None and final["seq"] == first + len(commits) - 1
     assert {t["status"] for t in final["trials"]} == {"TERMINATED"}
     assert fs.exists(f"{exp}/.popflow/experiment.json")
     assert lease_holder(Storage(exp, options)) is None  # released at the end

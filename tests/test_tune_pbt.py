@@ -16,7 +16,8 @@ from trainables import (
 )
 
 from popflow import CheckpointConfig, run
-from popflow.infra.experiment_log import decode_commit
+from popflow.infra.experiment_log import ExperimentLog
+from popflow.infra.storage import Storage
 from popflow.schedulers import PopulationBasedTraining, sample_from
 
 
@@ -138,10 +139,9 @@ def test_retention_keeps_what_is_still_needed(tune_env):
         **tune_env,
     )
     exp = results.experiment_path
-    commits = sorted(os.listdir(os.path.join(exp, ".popflow", "commits")))
-    for name in commits:
-        with open(os.path.join(exp, ".popflow", "commits", name), "rb") as f:
-            state = decode_commit(f.read())
+    log = ExperimentLog(Storage(exp))
+    for seq in log.commit_numbers():
+        state = log.read(seq)
         for t in state["trials"]:
             kept = [c["name"] for c in t["checkpoints"]]
             # the best and the newest at most, plus what some trial restores from
