@@ -111,6 +111,17 @@ def workers_of(pid: int) -> list[int]:
     return out
 
 
+def wait_for_workers(proc: subprocess.Popen) -> list[int]:
+    """The driver's worker processes, once its cluster has started (it takes the lease
+    first); [] if it ended before."""
+    while proc.poll() is None:
+        workers = workers_of(proc.pid)
+        if workers:
+            return workers
+        time.sleep(0.05)
+    return []
+
+
 def run_experiment(scheduler: str, root: str, rng: random.Random, episodes: int) -> dict:
     mount = os.path.join(root, "disk")
     os.makedirs(mount)
@@ -138,18 +149,20 @@ def run_experiment(scheduler: str, root: str, rng: random.Random, episodes: int)
             drivers += 1
             if wait_until_holding(proc, f"{mount}/results/exp"):
                 time.sleep(rng.uniform(0.1, 1.2))  # a random moment of its training
-            if proc.poll() is not None:
+            kind = plan[-1]
+            workers = wait_for_workers(proc) if kind == "worker" else []
+            if proc.poll() is not None:  # it ended before the fault
+                _, err = proc.communicate()
                 if proc.returncode == 0:
                     break
+                faults["unplanned driver failure"] += 1
+                print(err[-2000:], file=sys.stderr)
                 continue
-            kind = plan.pop()
+            plan.pop()
             if kind == "kill":
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
             elif kind == "worker":
-                workers = workers_of(proc.pid)
-                if not workers:
-                    continue
                 os.kill(rng.choice(workers), signal.SIGKILL)
                 proc.wait(timeout=600)
             else:  # stall past the lease, a second driver takes over, the first wakes

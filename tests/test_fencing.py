@@ -3,6 +3,7 @@ that a newer one has taken over stops, writing nothing more."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import signal
@@ -126,49 +127,64 @@ def _state(pid: int) -> str:
         return f.read().rsplit(")", 1)[1].split()[0]
 
 
-def test_a_stalled_driver_taken_over_stops_and_the_run_is_as_if_uninterrupted(
-    prefect_server, tmp_path
-):
-    """Split brain: driver A stalls (SIGSTOP) past its lease, B resumes and finishes,
-    then A goes on (SIGCONT): A must stop at once, and the experiment must be exactly
-    an uninterrupted run's."""
-    storage = str(tmp_path / "crashed")
+def split_brain(storage: str, options: dict | None) -> tuple[int, str]:
+    """Driver A stalls (SIGSTOP) right after commit 6, past its lease; B resumes and
+    finishes; then A goes on (SIGCONT). A's return code and stderr."""
+    env = {**os.environ, "POPFLOW_TEST_STORAGE_OPTIONS": json.dumps(options)}
     ttl = 3.0
+    cmd = [sys.executable, DRIVER, storage, "exp", "pbt_synch"]
     stalled = subprocess.Popen(
-        [
-            sys.executable,
-            DRIVER,
-            storage,
-            "exp",
-            "pbt_synch",
-            "--kill-at",
-            "stop-after:6",
-            "--lease-ttl",
-            str(ttl),
-        ],
+        [*cmd, "--kill-at", "stop-after:6", "--lease-ttl", str(ttl)],
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        env=env,
     )
     try:
         while _state(stalled.pid) != "T":  # it stops itself right after commit 6
             assert stalled.poll() is None, stalled.stderr.read()[-3000:]
             time.sleep(0.05)
-        holder = lease_holder(Storage(os.path.join(storage, "exp")))
+        holder = lease_holder(Storage(f"{storage}/exp", options))
         assert holder is not None and holder["pid"] == stalled.pid
         time.sleep(max(0.0, holder["expires"] - time.time()) + 0.2)  # its lease runs out
-        drive(storage, "exp", "pbt_synch", env={})  # B takes over and finishes
+        drive(storage, "exp", "pbt_synch", env=env)  # B takes over and finishes
         os.kill(stalled.pid, signal.SIGCONT)
         _, err = stalled.communicate(timeout=120)
     finally:
         if stalled.poll() is None:
             os.killpg(stalled.pid, signal.SIGKILL)
-    assert stalled.returncode != 0
+    drive(f"{storage}-ref", "exp", "pbt_synch", env=env)  # an uninterrupted run beside it
+    return stalled.returncode, err
+
+
+def test_a_stalled_driver_taken_over_stops_and_the_run_is_as_if_uninterrupted(
+    prefect_server, tmp_path
+):
+    """Split brain on local disk: A must stop at once, and the experiment must be exactly
+    an uninterrupted run's."""
+    storage = str(tmp_path / "crashed")
+    rc, err = split_brain(storage, None)
+    assert rc != 0
     assert "LeaseLost" in err and "lost the lease" in err, err[-3000:]
-    drive(str(tmp_path / "ref"), "exp", "pbt_synch")
-    assert read_experiment(os.path.join(storage, "exp")) == read_experiment(
-        str(tmp_path / "ref" / "exp")
-    )
+    assert read_experiment(f"{storage}/exp") == read_experiment(f"{storage}-ref/exp")
+
+
+def test_a_stalled_driver_taken_over_on_s3_stops_and_the_run_is_as_if_uninterrupted(
+    prefect_server, s3_server, s3_url
+):
+    """The same split brain on moto's S3 server (leases and commits by conditional PUT)."""
+    import s3fs
+    from test_s3_tune import _experiment_on_s3
+
+    _, options = s3_server
+    storage = f"{s3_url}/crashed"
+    rc, err = split_brain(storage, options)
+    assert rc != 0
+    assert "LeaseLost" in err and "lost the lease" in err, err[-3000:]
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
+    crashed = _experiment_on_s3(fs, f"{storage}/exp".removeprefix("s3://"))
+    reference = _experiment_on_s3(fs, f"{storage}-ref/exp".removeprefix("s3://"))
+    assert crashed == reference and len(crashed["trials"]) == 4
 
 
 def test_a_taken_over_drivers_worker_publishes_no_checkpoint(tmp_path):
