@@ -5,7 +5,7 @@ every checkpoint kept (``num_to_keep=None``, the default: the trial table grows
 by one checkpoint per member per round). The same run for ``--short`` and
 ``--long`` iterations, each in a fresh subprocess on local disk; the runner
 counts every commit object the driver writes (its bytes and the time to
-encode and publish it) by wrapping ``ExperimentLog.commit``.
+encode and publish it, ``common.CommitRecorder``).
 
 Targets (issue "Durability at the edges" / "Fast from the first second"):
 - commit bytes written, long / short run: about long/short (linear in the
@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import emit, python, run_json, scratch_dir, table, verdict, write_json
+from common import CommitRecorder, emit, python, run_json, scratch_dir, table, verdict, write_json
 
 from popflow.tasks import Trainable
 
@@ -52,22 +52,9 @@ class Counter(Trainable):
 
 def runner(args: argparse.Namespace) -> None:
     from popflow import run
-    from popflow.infra.experiment_log import ExperimentLog
     from popflow.schedulers import PopulationBasedTraining
 
-    sizes: list[int] = []
-    seconds: list[float] = []
-    commit = ExperimentLog.commit
-
-    def counted(self: ExperimentLog, payload: dict[str, Any], **kwargs: Any) -> int:
-        start = time.perf_counter()
-        seq = commit(self, payload, **kwargs)
-        seconds.append(time.perf_counter() - start)
-        sizes.append(self.storage.size(self.commit_path(seq)))
-        return seq
-
-    ExperimentLog.commit = counted  # type: ignore[method-assign]
-    with scratch_dir("popflow-bench-commits-") as storage:
+    with scratch_dir("popflow-bench-commits-") as storage, CommitRecorder() as commits:
         start = time.perf_counter()
         run(
             Counter,
@@ -99,10 +86,10 @@ def runner(args: argparse.Namespace) -> None:
         {
             "iterations": args.iterations,
             "run_s": wall,
-            "commits_written": len(sizes),
-            "commit_bytes_written": sum(sizes),
-            "largest_commit_bytes": max(sizes),
-            "mean_commit_ms": 1000 * sum(seconds) / len(seconds),
+            "commits_written": len(commits.sizes),
+            "commit_bytes_written": sum(commits.sizes),
+            "largest_commit_bytes": max(commits.sizes),
+            "mean_commit_ms": 1000 * sum(commits.seconds) / len(commits.seconds),
             "commits_kept": len(kept),
             "commit_bytes_kept": sum(kept),
             "other_bytes": other,

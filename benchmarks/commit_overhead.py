@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import PrefectServer, write_json
+from common import CommitRecorder, PrefectServer, write_json
 
 from popflow.infra.checkpoint_store import publish_checkpoint
 from popflow.infra.storage import Storage
@@ -87,24 +87,24 @@ def tune_rounds(storage: str, options: dict | None, rounds: int, client: object)
         hyperparam_mutations={"c": [1, 2, 3]},
         synch=True,
     )
-    run(
-        OneSecondRound,
-        param_space={},
-        scheduler=pbt,
-        metric="score",
-        mode="max",
-        num_samples=MEMBERS,
-        stop={"training_iteration": rounds},
-        checkpoint_config=CheckpointConfig(checkpoint_frequency=1, num_to_keep=2),
-        storage=storage,
-        storage_options=options,
-        name="rounds",
-        seed=0,
-        dask_address=client,
-    )
-    log = Storage(storage, options).child("rounds", ".popflow", "commits")
-    times = [json.loads(log.read_bytes(n))["time"] for n in sorted(log.listdir(""))]
-    return [b - a for a, b in itertools.pairwise(times[1:])]  # round 1 includes set-up
+    with CommitRecorder() as commits:
+        run(
+            OneSecondRound,
+            param_space={},
+            scheduler=pbt,
+            metric="score",
+            mode="max",
+            num_samples=MEMBERS,
+            stop={"training_iteration": rounds},
+            checkpoint_config=CheckpointConfig(checkpoint_frequency=1, num_to_keep=2),
+            storage=storage,
+            storage_options=options,
+            name="rounds",
+            seed=0,
+            dask_address=client,
+        )
+    times = commits.times  # round 1 includes set-up
+    return [b - a for a, b in itertools.pairwise(times[1:])]
 
 
 def end_to_end(options: dict, rounds: int, work: str) -> dict:

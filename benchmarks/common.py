@@ -53,6 +53,39 @@ def load_example(name: str) -> ModuleType:
     return module
 
 
+class CommitRecorder:
+    """Every commit the drivers of this process publish: its wall-clock time, bytes and
+    seconds to encode and publish (the commit log itself keeps only what a resume needs:
+    older commits are pruned). Use as a context manager around ``popflow.run``."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.sizes: list[int] = []
+        self.seconds: list[float] = []
+
+    def __enter__(self) -> CommitRecorder:
+        from popflow.infra.experiment_log import ExperimentLog
+
+        self._original = original = ExperimentLog.commit
+        recorder = self
+
+        def commit(log: ExperimentLog, payload: dict[str, Any], **kwargs: Any) -> int:
+            start = time.perf_counter()
+            seq = original(log, payload, **kwargs)
+            recorder.seconds.append(time.perf_counter() - start)
+            recorder.times.append(float(payload["time"]))
+            recorder.sizes.append(log.storage.size(log.commit_path(seq)))
+            return seq
+
+        ExperimentLog.commit = commit  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from popflow.infra.experiment_log import ExperimentLog
+
+        ExperimentLog.commit = self._original  # type: ignore[method-assign]
+
+
 def emit(result: dict[str, Any]) -> None:
     """Print a runner's figures as the line :func:`run_json` looks for."""
     print(RESULT_PREFIX + json.dumps(result, default=str), flush=True)

@@ -37,6 +37,7 @@ from typing import Any  # noqa: E402
 from common import (  # noqa: E402
     BENCHMARKS,
     RESULTS_DIR,
+    CommitRecorder,
     PrefectServer,
     emit,
     python,
@@ -47,7 +48,6 @@ from common import (  # noqa: E402
     write_json,
 )
 
-from popflow.infra.experiment_log import decode_commit  # noqa: E402
 from popflow.tasks import Trainable  # noqa: E402
 
 OVERHEAD_TARGET_S = 0.15
@@ -110,16 +110,6 @@ def _count_lines(path: str) -> int:
         return sum(1 for line in f if line.strip())
 
 
-def _commit_times(experiment: str) -> list[float]:
-    """Wall-clock times of the experiment's commits (the first is the set-up, before round 1)."""
-    folder = os.path.join(experiment, ".popflow", "commits")
-    times = []
-    for name in sorted(os.listdir(folder)):
-        with open(os.path.join(folder, name), "rb") as f:
-            times.append(float(decode_commit(f.read())["time"]))
-    return times
-
-
 def runner_noop(args: argparse.Namespace) -> None:
     from popflow.infra.cluster import dask_client
 
@@ -140,10 +130,12 @@ def runner_noop(args: argparse.Namespace) -> None:
                         _noop_tune(1, synch, storage, f"{mode}_1_{rep}", dask_address=client)
                     )
                     name = f"{mode}_n_{rep}"
-                    ns.append(_noop_tune(args.rounds, synch, storage, name, dask_address=client))
-                    commits = _commit_times(os.path.join(storage, name))
+                    with CommitRecorder() as commits:
+                        ns.append(
+                            _noop_tune(args.rounds, synch, storage, name, dask_address=client)
+                        )
                     # set-up commit .. last commit: the rounds, without flow start and end
-                    between.append((commits[-1] - commits[0]) / args.rounds)
+                    between.append((commits.times[-1] - commits.times[0]) / args.rounds)
                 exploits = _count_lines(os.path.join(storage, f"{mode}_n_0", "pbt_global.txt"))
                 wall_1, wall_n = statistics.median(ones), statistics.median(ns)
                 figures[mode] = {
