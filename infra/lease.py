@@ -56,7 +56,7 @@ def lease_path(epoch: int) -> str:
 def fence(storage: Storage, epoch: int) -> None:
     """Raise :class:`LeaseLost` if a driver newer than ``epoch`` holds the experiment
     (workers call it before publishing a checkpoint for the driver of ``epoch``)."""
-    if epoch and storage.exists(lease_path(epoch + 1)):
+    if epoch and storage.file_exists(lease_path(epoch + 1)):
         raise LeaseLost(
             f"driver epoch {epoch + 1} took {storage.url} over; a segment of driver epoch "
             f"{epoch} publishes nothing more"

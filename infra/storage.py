@@ -227,6 +227,23 @@ class Storage:
         p = self.path(*parts)
         return self._call("exists", p, lambda: self.fs.exists(p))
 
+    def file_exists(self, *parts: str) -> bool:
+        """Whether the file ``parts`` exists: one HEAD on S3 (``exists`` also lists, to
+        find folders: twice the requests for a name that is not there)."""
+        p = self.path(*parts)
+        if not self._conditional_puts:  # local disk, and stores without S3's API
+            return self._call("exists", p, lambda: self.fs.isfile(p))
+        bucket, key, _ = self.fs.split_path(p)
+
+        def head() -> bool:
+            try:
+                self.fs.call_s3("head_object", Bucket=bucket, Key=key)
+            except FileNotFoundError:
+                return False
+            return True
+
+        return self._call("exists", p, head)
+
     def read_bytes(self, *parts: str) -> bytes:
         p = self.path(*parts)
         return self._call("read", p, lambda: self._read_object(p))

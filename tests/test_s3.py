@@ -697,3 +697,20 @@ def test_full_disk_at_fsync_keeps_the_old_object(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert s.read_bytes("f") == b"old"
     assert leftovers(s.root) == []
+
+
+def test_file_exists_is_one_request_for_a_missing_name(s3):
+    """Workers look for a newer lease before each publish: one HEAD, where ``exists``
+    (which also lists, to find folders) takes two for a name that is not there."""
+    s3.write_text("x", "dir", "file")
+    requests: list[str] = []
+    s3.fs.connect()
+    s3.fs.s3.meta.events.register(
+        "before-send.s3", lambda request, **_: requests.append(request.method)
+    )
+    assert s3.file_exists("dir", "file") and requests == ["HEAD"]
+    requests.clear()
+    assert not s3.file_exists("dir", "missing") and requests == ["HEAD"]
+    requests.clear()
+    assert not s3.exists("dir", "missing") and len(requests) == 2  # what it saves
+    assert not s3.file_exists("dir")  # a folder is no file

@@ -249,3 +249,11 @@ def test_object_store_append_truncate_and_listdir(memory_storage):
     s.write_bytes(b"x", "d", "f")
     assert s.listdir("d") == ["f"]
     assert list(s.walk_files()) == ["d/f", "log"]
+
+
+def test_file_exists_sees_files_not_folders(tmp_path):
+    storage = Storage(str(tmp_path))
+    storage.write_text("x", "dir", "file")
+    assert storage.file_exists("dir", "file")
+    assert not storage.file_exists("dir", "missing")
+    assert not storage.file_exists("dir")
