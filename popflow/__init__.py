@@ -16,6 +16,7 @@ and with it popflow, but never use Prefect.
 """
 
 from popflow.flows import CheckpointConfig, Result, ResultGrid, run
+from popflow.flows.tuner import init
 from popflow.schedulers import (
     ASHAScheduler,
     AsyncHyperBandScheduler,
@@ -58,6 +59,7 @@ __all__ = [
     "choice",
     "get_checkpoint",
     "grid_search",
+    "init",
     "lograndint",
     "loguniform",
     "qloguniform",

@@ -179,7 +179,10 @@ def test_the_public_surface() -> None:
     from popflow.schedulers import ASHAScheduler
 
     assert popflow.ASHAScheduler is ASHAScheduler
-    assert not hasattr(popflow, "tune")  # reserved for Ray Tune's namespace module
+    from popflow import tune
+    from popflow.tune.schedulers import ASHAScheduler as RayNamed
+
+    assert RayNamed is ASHAScheduler and tune.Tuner and tune.TuneConfig and tune.RunConfig
 
 
 def test_importing_popflow_does_not_import_prefect() -> None:

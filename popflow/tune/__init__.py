@@ -1,0 +1,57 @@
+"""Ray Tune's namespace: ``from popflow import tune`` where a script had ``from ray import tune``.
+
+    tuner = tune.Tuner(Trainable, param_space={"lr": tune.loguniform(1e-4, 1e-1)},
+                       tune_config=tune.TuneConfig(metric="loss", mode="min",
+                                                   scheduler=ASHAScheduler()),
+                       run_config=tune.RunConfig(name="exp", stop={"training_iteration": 10}))
+    results = tuner.fit()
+
+What Ray accepts and popflow cannot honour yet raises at once, naming the
+argument (:class:`popflow.flows.tuner.Unsupported`).
+"""
+
+from popflow.flows.config import CheckpointConfig
+from popflow.flows.results import Result, ResultGrid
+from popflow.flows.tuner import FailureConfig, RunConfig, TuneConfig, Tuner, Unsupported
+from popflow.schedulers import (
+    choice,
+    grid_search,
+    lograndint,
+    loguniform,
+    qloguniform,
+    qrandint,
+    quniform,
+    randint,
+    randn,
+    sample_from,
+    uniform,
+)
+from popflow.tasks import Checkpoint, Trainable, get_checkpoint, report
+from popflow.tune import schedulers
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointConfig",
+    "FailureConfig",
+    "Result",
+    "ResultGrid",
+    "RunConfig",
+    "Trainable",
+    "TuneConfig",
+    "Tuner",
+    "Unsupported",
+    "choice",
+    "get_checkpoint",
+    "grid_search",
+    "lograndint",
+    "loguniform",
+    "qloguniform",
+    "qrandint",
+    "quniform",
+    "randint",
+    "randn",
+    "report",
+    "sample_from",
+    "schedulers",
+    "uniform",
+]

@@ -1,0 +1,174 @@
+"""Ray Tune's front door: ``Tuner``/``TuneConfig``/``RunConfig``/``FailureConfig`` and
+``popflow.init`` map onto ``popflow.run``; what popflow cannot honour raises at once."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+from trainables import ParityTrainable
+
+import popflow
+from popflow import run, tune
+from popflow.schedulers import PopulationBasedTraining, sample_from
+from popflow.tune import CheckpointConfig, FailureConfig, RunConfig, TuneConfig, Tuner, Unsupported
+
+#: Ray Tune 2.x's fields and defaults (ray 2.60's dataclasses), popflow's extras last.
+RAY_DEFAULTS = {
+    TuneConfig: {
+        "mode": None,
+        "metric": None,
+        "search_alg": None,
+        "scheduler": None,
+        "num_samples": 1,
+        "max_concurrent_trials": None,
+        "time_budget_s": None,
+        "reuse_actors": False,
+        "trial_name_creator": None,
+        "trial_dirname_creator": None,
+    },
+    RunConfig: {
+        "name": None,
+        "storage_path": None,
+        "storage_filesystem": None,
+        "failure_config": None,
+        "checkpoint_config": None,
+        "sync_config": None,
+        "verbose": None,
+        "stop": None,
+        "callbacks": None,
+        "progress_reporter": None,
+        "log_to_file": False,
+        "local_dir": None,
+    },
+    FailureConfig: {"max_failures": 0, "fail_fast": False},
+    CheckpointConfig: {
+        "num_to_keep": None,
+        "checkpoint_score_attribute": None,
+        "checkpoint_score_order": "max",
+        "checkpoint_frequency": 0,
+        "checkpoint_at_end": None,
+    },
+}
+
+
+@pytest.mark.parametrize("cls", list(RAY_DEFAULTS))
+def test_config_classes_have_rays_fields_and_defaults(cls):
+    fields = {f.name: f.default for f in dataclasses.fields(cls)}
+    ray = RAY_DEFAULTS[cls]
+    assert list(fields)[: len(ray)] == list(ray)
+    assert {k: fields[k] for k in ray} == ray
+
+
+@pytest.mark.parametrize(
+    ("make", "argument"),
+    [
+        (lambda: TuneConfig(search_alg=object()), "search_alg"),
+        (lambda: TuneConfig(max_concurrent_trials=2), "max_concurrent_trials"),
+        (lambda: TuneConfig(time_budget_s=10), "time_budget_s"),
+        (lambda: TuneConfig(trial_name_creator=str), "trial_name_creator"),
+        (lambda: TuneConfig(trial_dirname_creator=str), "trial_dirname_creator"),
+        (lambda: RunConfig(storage_filesystem=object()), "storage_filesystem"),
+        (lambda: RunConfig(sync_config=object()), "sync_config"),
+        (lambda: RunConfig(local_dir="/tmp"), "local_dir"),
+        (lambda: RunConfig(callbacks=[object()]), "callbacks"),
+        (lambda: RunConfig(progress_reporter=object()), "progress_reporter"),
+        (lambda: RunConfig(log_to_file=True), "log_to_file"),
+        (lambda: FailureConfig(fail_fast=True), "fail_fast"),
+        (
+            lambda: Tuner.restore("/nonexistent", ParityTrainable, resume_errored=True),
+            "resume_errored",
+        ),
+        (
+            lambda: Tuner.restore("/nonexistent", ParityTrainable, restart_errored=True),
+            "restart_errored",
+        ),
+    ],
+)
+def test_what_popflow_cannot_honour_raises_at_once_naming_the_argument(make, argument):
+    with pytest.raises(Unsupported, match=f"`{argument}="):
+        make()
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: RunConfig(verbose=7), "`verbose` is 7"),
+        (lambda: TuneConfig(reuse_actors="yes"), "`reuse_actors` must be a bool"),
+        (lambda: Tuner(ParityTrainable, tune_config=RunConfig()), "`tune_config` must be"),
+        (lambda: Tuner(ParityTrainable, run_config=TuneConfig()), "`run_config` must be"),
+        (lambda: Tuner(), "needs a trainable"),
+        (lambda: popflow.init("tcp://x:1", num_cpus=2), "not both"),
+        (lambda: popflow.init(num_cpus=0), "`num_cpus` is 0"),
+    ],
+)
+def test_bad_values_are_refused_with_their_name(make, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        make()
+
+
+def parity_space() -> dict:
+    values = iter([10, 20, 40])
+    return {"a": sample_from(lambda _: next(values)), "c": 1}
+
+
+def parity_pbt() -> PopulationBasedTraining:
+    return PopulationBasedTraining(
+        time_attr="training_iteration",
+        perturbation_interval=1,
+        hyperparam_mutations={"c": lambda: 1},
+        synch=True,
+    )
+
+
+@pytest.fixture
+def initialised(prefect_server, dask_cluster):
+    popflow.init(dask_cluster)  # Ray scripts call ray.init() first; here: the test cluster
+    yield dask_cluster
+    popflow.init()
+
+
+def test_a_tuner_runs_what_run_runs_and_restores(initialised, tmp_path):
+    storage = str(tmp_path / "results")
+    tuner = tune.Tuner(
+        ParityTrainable,
+        param_space=parity_space(),
+        tune_config=tune.TuneConfig(
+            metric="mean_accuracy", mode="max", scheduler=parity_pbt(), num_samples=3, seed=0
+        ),
+        run_config=tune.RunConfig(
+            name="tuner",
+            storage_path=storage,
+            stop={"training_iteration": 3},
+            checkpoint_config=CheckpointConfig(checkpoint_frequency=1),
+            failure_config=FailureConfig(max_failures=1),
+            verbose=0,
+        ),
+    )
+    results = tuner.fit()
+    direct = run(
+        ParityTrainable,
+        parity_space(),
+        scheduler=parity_pbt(),
+        metric="mean_accuracy",
+        mode="max",
+        num_samples=3,
+        stop={"training_iteration": 3},
+        checkpoint_config=CheckpointConfig(checkpoint_frequency=1),
+        storage=storage,
+        name="direct",
+        seed=0,
+        max_failures=1,
+        dask_address=initialised,
+    )
+    assert [r.metrics["mean_accuracy"] for r in results] == [43, 43, 43]
+    assert [r.config for r in results] == [r.config for r in direct]
+    assert results.experiment_path == os.path.join(storage, "tuner")
+
+    path = results.experiment_path
+    assert Tuner.can_restore(path) and not Tuner.can_restore(str(tmp_path / "nothing"))
+    again = Tuner.restore(path, ParityTrainable).fit()  # finished: the same results back
+    assert [r.metrics for r in again] == [r.metrics for r in results]
+    with pytest.raises(ValueError, match="nothing to restore"):
+        Tuner.restore(str(tmp_path / "nothing"), ParityTrainable)
