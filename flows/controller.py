@@ -89,6 +89,8 @@ class Controller:
         self.watch = SegmentWatch(spec.segment_timeout_s)
         self.missing_metric = MissingMetric(self.scheduler.metric, type(self.scheduler).__name__)
         self.last_commit: dict[str, Any] = {"results": 0, "events": []}
+        #: the trial whose error ended the experiment (``fail_fast``)
+        self.failed_fast: TrialRecord | None = None
         isolate_dask_sampling()
 
     # -- plan ------------------------------------------------------------------
@@ -262,8 +264,10 @@ class Controller:
                         continue
                     break
                 self._reduce_all(self._returned())
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= deadline or self.failed_fast:
                     break
+        if self.failed_fast:
+            self._stop_all()
         self._flush_discards()
         more = (
             bool(self.in_flight)
@@ -386,6 +390,25 @@ class Controller:
         self.storage.write_text(outcome.error or "", rec.dirname, "error.txt")
         self._events.append(f"[error] {rec.trial_id}")
         logger.error("trial %s errored:\n%s", rec.trial_id, outcome.error)
+        if self.spec.fail_fast and self.failed_fast is None:
+            self.failed_fast = rec
+
+    def _stop_all(self) -> None:
+        """``fail_fast``: a trial errored; end every other trial where it stands."""
+        assert self.failed_fast is not None
+        self.pool.cancel()  # segments in flight: their results are not taken
+        self.in_flight.clear()
+        stopped = [r for r in self.records if r.trial.is_live]
+        for rec in stopped:
+            rec.trial.status = TrialStatus.TERMINATED
+            self.scheduler.on_trial_remove(rec.trial)
+            self._discard_live(rec)
+        self._events.append(f"[fail_fast] {self.failed_fast.trial_id} errored; stopped the rest")
+        logger.error(
+            "fail_fast: trial %s errored; stopping the experiment (%d trials stopped)",
+            self.failed_fast.trial_id,
+            len(stopped),
+        )
 
     def _drop_bad_checkpoint(self, path: str, error: str | None) -> bool:
         """Stop using a checkpoint that failed its check (False: no earlier one to use)."""

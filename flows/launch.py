@@ -50,6 +50,7 @@ def run(
     resume: bool | str = False,
     lease_ttl: float = 60.0,
     segment_timeout_s: float | None = None,
+    fail_fast: bool | str = False,
 ) -> ResultGrid:
     """Tune ``trainable`` over ``param_space`` with ``scheduler``; Ray Tune's ``Tuner.fit``.
 
@@ -78,6 +79,9 @@ def run(
       any failure: ``max_failures`` retries apply) and restarts its worker
       process; None waits for ever (a segment running far longer than its
       peers is warned about).
+    - ``fail_fast``: True ends the experiment at the first trial error (after
+      its ``max_failures`` retries; the trials still running are stopped and
+      the run is finished); "raise" then raises :class:`TrialError`.
     - ``log_flush_interval``: on object stores, seconds between rewrites of
       result.json / progress.csv / pbt_global.txt (each commit holds its own
       results, so nothing is lost in between); local files are appended at once.
@@ -104,6 +108,7 @@ def run(
         resume=resume or ("auto" if is_flow_retry() else False),
         lease_ttl=lease_ttl,
         segment_timeout_s=segment_timeout_s,
+        fail_fast=fail_fast,
     )
     _ship_by_value(spec.trainable)
     tune_flow = prefect_objects().tune_flow

@@ -62,6 +62,15 @@ def round_summary(controller: Controller) -> str:
     )
 
 
+class TrialError(RuntimeError):
+    """``fail_fast="raise"``: a trial errored, and the experiment ended with it."""
+
+    def __init__(self, trial_id: str, error: str) -> None:
+        last = (error.strip().splitlines() or ["?"])[-1]
+        super().__init__(f"trial {trial_id} errored (fail_fast='raise'): {last}\n{error}")
+        self.trial_id = trial_id
+
+
 def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | None) -> ResultGrid:
     """Run (or resume) the experiment ``spec`` describes, on ``cluster``.
 
@@ -89,6 +98,9 @@ def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | N
             finally:
                 controller.cancel()
                 pool.close()
+        failed = controller.failed_fast
+    if failed is not None and spec.fail_fast == "raise":
+        raise TrialError(failed.trial_id, failed.error or "")
     records = experiment.records
     grid = results_of(records, experiment.storage, spec.metric, spec.mode)
     stuck = [r.trial_id for r in records if r.trial.is_live]

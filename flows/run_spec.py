@@ -61,6 +61,7 @@ class RunSpec:
     resume: bool | str
     lease_ttl: float
     segment_timeout_s: float | None = None
+    fail_fast: bool | str = False
 
     @property
     def metric(self) -> str | None:
@@ -97,6 +98,7 @@ class RunSpec:
             "log_flush_interval": self.log_flush_interval,
             "lease_ttl": self.lease_ttl,
             "segment_timeout_s": self.segment_timeout_s,
+            "fail_fast": self.fail_fast,
         }
 
 
@@ -254,6 +256,7 @@ def run_spec(
     resume: bool | str,
     lease_ttl: float,
     segment_timeout_s: float | None = None,
+    fail_fast: bool | str = False,
 ) -> RunSpec:
     """Check ``popflow.run``'s arguments; the spec they describe."""
     scheduler = scheduler if scheduler is not None else FIFOScheduler()
@@ -282,6 +285,8 @@ def run_spec(
             f"`resources_per_trial` is {resources_per_trial!r}, but must be a dict such as "
             '{"cpu": 2, "gpu": 1} or None'
         )
+    if not (isinstance(fail_fast, bool) or fail_fast == "raise"):
+        raise ValueError(f"`fail_fast` is {fail_fast!r}, but must be False, True or 'raise'")
     resources = dask_resources(resources_per_trial)
     if not scheduler.set_search_properties(metric, mode):
         raise ValueError(
@@ -308,4 +313,5 @@ def run_spec(
         resume=resume,
         lease_ttl=lease_ttl,
         segment_timeout_s=segment_timeout_s,
+        fail_fast=fail_fast,
     )

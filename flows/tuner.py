@@ -46,12 +46,7 @@ class FailureConfig:
     """Ray's ``FailureConfig``: ``max_failures`` retries per trial (-1: forever)."""
 
     max_failures: int = 0
-    fail_fast: bool | str = False
-
-    def __post_init__(self) -> None:
-        _refuse(
-            "fail_fast", self.fail_fast, False, "leave it False for now (issue: Ray's front door)"
-        )
+    fail_fast: bool | str = False  # True: end at the first trial error; "raise": raise it too
 
 
 @dataclass(frozen=True)
@@ -214,6 +209,7 @@ class Tuner:
                 name=rc.name,
                 seed=tc.seed,
                 max_failures=failure.max_failures,
+                fail_fast=failure.fail_fast,
                 **cluster_arguments(),
             )
         finally:

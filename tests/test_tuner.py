@@ -7,12 +7,20 @@ import dataclasses
 import os
 
 import pytest
-from trainables import ParityTrainable
+from trainables import FlakyTrainable, ParityTrainable
 
 import popflow
 from popflow import run, tune
-from popflow.schedulers import PopulationBasedTraining, sample_from
-from popflow.tune import CheckpointConfig, FailureConfig, RunConfig, TuneConfig, Tuner, Unsupported
+from popflow.schedulers import PopulationBasedTraining, grid_search, sample_from
+from popflow.tune import (
+    CheckpointConfig,
+    FailureConfig,
+    RunConfig,
+    TrialError,
+    TuneConfig,
+    Tuner,
+    Unsupported,
+)
 
 #: Ray Tune 2.x's fields and defaults (ray 2.60's dataclasses), popflow's extras last.
 RAY_DEFAULTS = {
@@ -75,7 +83,6 @@ def test_config_classes_have_rays_fields_and_defaults(cls):
         (lambda: RunConfig(callbacks=[object()]), "callbacks"),
         (lambda: RunConfig(progress_reporter=object()), "progress_reporter"),
         (lambda: RunConfig(log_to_file=True), "log_to_file"),
-        (lambda: FailureConfig(fail_fast=True), "fail_fast"),
         (
             lambda: Tuner.restore("/nonexistent", ParityTrainable, resume_errored=True),
             "resume_errored",
@@ -172,3 +179,32 @@ def test_a_tuner_runs_what_run_runs_and_restores(initialised, tmp_path):
     assert [r.metrics for r in again] == [r.metrics for r in results]
     with pytest.raises(ValueError, match="nothing to restore"):
         Tuner.restore(str(tmp_path / "nothing"), ParityTrainable)
+
+
+@pytest.mark.parametrize("fail_fast", [True, "raise"])
+def test_fail_fast_ends_the_experiment_at_the_first_error(tune_env, fail_fast):
+    """One trial errors at iteration 3; the others would run 10,000 iterations."""
+    kwargs = dict(
+        param_space={"fail_at": grid_search([None, 3, None])},
+        stop={"training_iteration": 10_000},
+        checkpoint_config=CheckpointConfig(checkpoint_frequency=1),  # 1-iteration segments
+        metric="score",
+        mode="max",
+        name=f"fail-fast-{fail_fast}",
+        fail_fast=fail_fast,
+        **tune_env,
+    )
+    if fail_fast == "raise":
+        with pytest.raises(TrialError, match="boom at iteration 3"):
+            run(FlakyTrainable, **kwargs)
+        return
+    results = run(FlakyTrainable, **kwargs)
+    assert results.num_errors == 1
+    assert [r.status for r in results] == ["TERMINATED", "ERROR", "TERMINATED"]
+    assert all(r.metrics["training_iteration"] < 1000 for r in results if r.status != "ERROR")
+    assert "boom at iteration 3" in str(results[1].error)
+
+
+def test_fail_fast_is_checked():
+    with pytest.raises(ValueError, match="`fail_fast` is 'yes'"):
+        run(FlakyTrainable, fail_fast="yes")

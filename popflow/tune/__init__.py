@@ -11,6 +11,7 @@ argument (:class:`popflow.flows.tuner.Unsupported`).
 """
 
 from popflow.flows.config import CheckpointConfig
+from popflow.flows.prefect_flow import TrialError
 from popflow.flows.results import Result, ResultGrid
 from popflow.flows.tuner import FailureConfig, RunConfig, TuneConfig, Tuner, Unsupported
 from popflow.schedulers import (
@@ -37,6 +38,7 @@ __all__ = [
     "ResultGrid",
     "RunConfig",
     "Trainable",
+    "TrialError",
     "TuneConfig",
     "Tuner",
     "Unsupported",
