@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -35,3 +38,31 @@ class CheckpointConfig:
             raise ValueError(
                 f"`checkpoint_score_order` is {self.checkpoint_score_order!r}, but must be 'max' or 'min'"
             )
+
+
+#: Resources set by :func:`with_resources`, by trainable (the object itself is returned).
+_RESOURCES: weakref.WeakKeyDictionary[Any, dict[str, float]] = weakref.WeakKeyDictionary()
+
+
+def with_resources(trainable: Any, resources: Mapping[str, float]) -> Any:
+    """Ray's ``tune.with_resources``: every trial of ``trainable`` holds ``resources``
+    (``{"cpu": 2, "gpu": 1}``, as ``resources_per_trial``, which wins if given too).
+
+    Returns ``trainable`` itself, so the last call for a trainable counts.
+    Ray's placement groups and per-config callables are not supported.
+    """
+    if not isinstance(resources, Mapping):
+        raise TypeError(
+            f"`resources` must be a dict such as {{'cpu': 2, 'gpu': 1}}, got {resources!r} "
+            "(placement groups and callables are Ray-only)"
+        )
+    _RESOURCES[trainable] = dict(resources)
+    return trainable
+
+
+def resources_of(trainable: Any) -> dict[str, float] | None:
+    """What :func:`with_resources` set for ``trainable`` (None: nothing)."""
+    try:
+        return _RESOURCES.get(trainable)
+    except TypeError:  # not weak-referenceable: never registered
+        return None

@@ -17,7 +17,7 @@ from typing import Any
 import cloudpickle
 from distributed import Client
 
-from popflow.flows.config import CheckpointConfig
+from popflow.flows.config import CheckpointConfig, resources_of
 from popflow.flows.prefect_flow import is_flow_retry, prefect_objects
 from popflow.flows.results import ResultGrid
 from popflow.flows.run_spec import run_spec
@@ -99,7 +99,9 @@ def run(
         name=name,
         seed=seed,
         max_failures=max_failures,
-        resources_per_trial=resources_per_trial,
+        resources_per_trial=(
+            resources_per_trial if resources_per_trial is not None else resources_of(trainable)
+        ),
         dask_address=dask_address,
         n_workers=n_workers,
         commit_interval=commit_interval,

@@ -208,3 +208,18 @@ def test_fail_fast_ends_the_experiment_at_the_first_error(tune_env, fail_fast):
 def test_fail_fast_is_checked():
     with pytest.raises(ValueError, match="`fail_fast` is 'yes'"):
         run(FlakyTrainable, fail_fast="yes")
+
+
+def test_with_resources_sets_what_each_trial_holds(tune_env):
+    try:
+        trainable = tune.with_resources(FlakyTrainable, {"cpu": 10_000})
+        assert trainable is FlakyTrainable
+        with pytest.raises(ValueError, match=r"needing \{'CPU': 10000.0\}"):
+            run(trainable, stop={"training_iteration": 1}, name="too-big", **tune_env)
+        tune.with_resources(FlakyTrainable, {"cpu": 20_000})  # the last call counts
+        with pytest.raises(ValueError, match=r"needing \{'CPU': 20000.0\}"):
+            run(FlakyTrainable, stop={"training_iteration": 1}, name="bigger", **tune_env)
+    finally:
+        tune.with_resources(FlakyTrainable, {})  # other tests use FlakyTrainable too
+    with pytest.raises(TypeError, match="must be a dict"):
+        tune.with_resources(FlakyTrainable, lambda config: {"cpu": 1})

@@ -10,7 +10,7 @@ What Ray accepts and popflow cannot honour yet raises at once, naming the
 argument (:class:`popflow.flows.tuner.Unsupported`).
 """
 
-from popflow.flows.config import CheckpointConfig
+from popflow.flows.config import CheckpointConfig, with_resources
 from popflow.flows.prefect_flow import TrialError
 from popflow.flows.results import Result, ResultGrid
 from popflow.flows.tuner import FailureConfig, RunConfig, TuneConfig, Tuner, Unsupported
@@ -56,4 +56,5 @@ __all__ = [
     "sample_from",
     "schedulers",
     "uniform",
+    "with_resources",
 ]
