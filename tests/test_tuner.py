@@ -223,3 +223,21 @@ def test_with_resources_sets_what_each_trial_holds(tune_env):
         tune.with_resources(FlakyTrainable, {})  # other tests use FlakyTrainable too
     with pytest.raises(TypeError, match="must be a dict"):
         tune.with_resources(FlakyTrainable, lambda config: {"cpu": 1})
+
+
+def test_mock_trainable_climbs_its_sigmoid_and_checkpoints(tmp_path):
+    import math
+
+    from popflow.tune.utils.mock_trainable import MyTrainableClass
+
+    agent = MyTrainableClass({"width": 4, "height": 10})
+    rewards = [agent.step()["episode_reward_mean"] for _ in range(3)]
+    assert rewards == [10 * math.tanh(t / 4) for t in (1, 2, 3)]
+    agent.save_checkpoint(str(tmp_path))
+    again = MyTrainableClass({"width": 4, "height": 10, "mock_error": True})
+    again.load_checkpoint(str(tmp_path))
+    assert again.step()["episode_reward_mean"] == 10 * math.tanh(4 / 4)  # restored: no error
+    fresh = MyTrainableClass({"mock_error": True})
+    fresh.step()
+    with pytest.raises(RuntimeError, match="failing on purpose"):
+        fresh.step()

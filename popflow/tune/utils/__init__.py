@@ -1,0 +1,1 @@
+"""``ray.tune.utils``: the helpers Ray Tune's own examples use."""
