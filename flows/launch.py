@@ -18,7 +18,7 @@ import cloudpickle
 from distributed import Client
 
 from popflow.flows.config import CheckpointConfig, resources_of
-from popflow.flows.prefect_flow import is_flow_retry, prefect_objects
+from popflow.flows.prefect_flow import is_flow_retry, prefect_objects, quiet_embedded_server
 from popflow.flows.results import ResultGrid
 from popflow.flows.run_spec import run_spec
 from popflow.infra.cluster import ClusterStart
@@ -113,6 +113,7 @@ def run(
         fail_fast=fail_fast,
     )
     _ship_by_value(spec.trainable)
+    quiet_embedded_server()
     tune_flow = prefect_objects().tune_flow
     if spec.dask_address is not None:
         return tune_flow(spec.name, spec, spec.dask_address)

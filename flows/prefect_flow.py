@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from typing import Any, NamedTuple
 
 from distributed import Client
 
 from popflow.flows.controller import Controller
-from popflow.flows.experiment import open_experiment
+from popflow.flows.experiment import Experiment, open_experiment
 from popflow.flows.results import ResultGrid, results_of
 from popflow.flows.run_spec import RunSpec
 from popflow.flows.runner_pool import RunnerPool
@@ -62,6 +63,44 @@ def round_summary(controller: Controller) -> str:
     )
 
 
+def _announce(spec: RunSpec, experiment: Experiment) -> None:
+    """Where the experiment lives and its seed, first thing in the flow run's logs."""
+    from prefect import get_run_logger
+    from prefect.exceptions import MissingContextError
+
+    try:
+        run_logger: Any = get_run_logger()
+    except MissingContextError:
+        run_logger = logger
+    if experiment.finished:
+        state = "already finished; returning its results"
+    elif experiment.resumed_from is not None:
+        state = f"resuming after round {experiment.resumed_from['round']}"
+    else:
+        state = f"{len(experiment.records)} trials"
+    run_logger.info(
+        "%s: %s; results in %s (seed %d)", spec.name, state, experiment.storage.url, experiment.seed
+    )
+
+
+#: Prefect's setting for its server's telemetry service.
+ANALYTICS = "PREFECT_SERVER_ANALYTICS_ENABLED"
+
+
+def quiet_embedded_server() -> None:
+    """Start Prefect's embedded server (no ``PREFECT_API_URL``) without its telemetry
+    service, which prints ``Failed to send telemetry`` offline and a ``database is
+    locked`` traceback under load. A user's own setting (environment or profile) is kept."""
+    from prefect.context import get_settings_context
+    from prefect.settings import get_current_settings
+
+    if get_current_settings().api.url or ANALYTICS in os.environ:
+        return
+    if any(getattr(k, "name", "") == ANALYTICS for k in get_settings_context().profile.settings):
+        return
+    os.environ[ANALYTICS] = "false"
+
+
 class TrialError(RuntimeError):
     """``fail_fast="raise"``: a trial errored, and the experiment ended with it."""
 
@@ -82,6 +121,7 @@ def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | N
     """
     resume = spec.resume or ("auto" if is_flow_retry() else False)
     with open_experiment(spec, resume) as experiment:
+        _announce(spec, experiment)
         if experiment.finished:
             return results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
         with dask_client(cluster, spec.n_workers) as client:

@@ -1,0 +1,69 @@
+"""What a newcomer sees: a Ray Tune script on the embedded default prints where its results
+go and its seed, and no Prefect telemetry noise."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+SCRIPT = textwrap.dedent(
+    """
+    from popflow import tune
+
+
+    def objective(config):
+        for step in range(3):
+            tune.report({"score": config["x"] * step})
+
+
+    if __name__ == "__main__":
+        tuner = tune.Tuner(
+            objective,
+            param_space={"x": tune.grid_search([1, 2])},
+            tune_config=tune.TuneConfig(metric="score", mode="max", seed=7),
+            run_config=tune.RunConfig(name="newcomer", storage_path="results"),
+        )
+        print("best", tuner.fit().get_best_result().config)
+    """
+)
+
+
+def test_the_embedded_default_shows_path_and_seed_and_no_telemetry(tmp_path):
+    (tmp_path / "script.py").write_text(SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")  # the user's own, fresh
+    proc = subprocess.run(
+        [sys.executable, "script.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "best {'x': 2}" in out
+    path = tmp_path / "results" / "newcomer"
+    assert f"newcomer: 2 trials; results in {path} (seed 7)" in out
+    assert "telemetry" not in out.lower() and "database is locked" not in out
+
+
+def test_a_users_own_telemetry_setting_is_kept(monkeypatch):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from popflow.flows.prefect_flow import ANALYTICS, quiet_embedded_server
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):  # the embedded default
+        monkeypatch.setenv(ANALYTICS, "true")
+        quiet_embedded_server()
+        assert os.environ[ANALYTICS] == "true"
+        monkeypatch.delenv(ANALYTICS)
+        quiet_embedded_server()
+        assert os.environ[ANALYTICS] == "false"
+    with temporary_settings(updates={PREFECT_API_URL: "http://127.0.0.1:1/api"}):
+        monkeypatch.delenv(ANALYTICS)
+        quiet_embedded_server()  # the user's own server: nothing to change
+        assert ANALYTICS not in os.environ
