@@ -38,6 +38,7 @@ from popflow.flows.runner_pool import CallFailed, RunnerPool
 from popflow.flows.trial_logs import TrialLogs
 from popflow.flows.trial_table import TrialRecord, TrialTable, clone_into, fall_back_from
 from popflow.schedulers import Action, Exploit, Trial, TrialStatus
+from popflow.schedulers.stoppers import Stopper
 from popflow.tasks.live import discard_parked_soon
 from popflow.tasks.seeding import DRIVER, isolate_dask_sampling, seed_globals, segment_seed
 from popflow.tasks.specs import EndReason, SegmentOutcome, SegmentSpec, checkpoint_path
@@ -91,6 +92,11 @@ class Controller:
         self.last_commit: dict[str, Any] = {"results": 0, "events": []}
         #: the trial whose error ended the experiment (``fail_fast``)
         self.failed_fast: TrialRecord | None = None
+        #: Ray's ``Stopper`` passed as ``stop``: it sees every result here, on the driver
+        self.stopper = spec.stop if isinstance(spec.stop, Stopper) else None
+        if self.stopper is not None and resumed.get("stopper") is not None:
+            self.stopper.set_state(resumed["stopper"])
+        self._stop_all_asked = False
         isolate_dask_sampling()
 
     # -- plan ------------------------------------------------------------------
@@ -162,9 +168,10 @@ class Controller:
             restore=rec.restore,
             time_attr=self.scheduler.time_attr,
             target=target,
-            # without a scheduler milestone, end segments at checkpoints so progress is committed
-            max_iterations=freq if (target is None and freq) else None,
-            stop=self.spec.stop,
+            # without a scheduler milestone, end segments at checkpoints so progress is
+            # committed; a stopper (on the driver) sees every result before the next step
+            max_iterations=(freq or (1 if self.stopper else None)) if target is None else None,
+            stop=None if self.stopper is not None else self.spec.stop,
             checkpoint_frequency=freq,
             checkpoint_at_end=self.spec.checkpoint_at_end,
             taken=frozenset(c.name for c in rec.checkpoints) | self.janitor.deleting(rec.dirname),
@@ -264,9 +271,11 @@ class Controller:
                         continue
                     break
                 self._reduce_all(self._returned())
-                if time.monotonic() >= deadline or self.failed_fast:
+                if time.monotonic() >= deadline or self.failed_fast or self._stop_all_asked:
                     break
-        if self.failed_fast:
+        if self.stopper is not None and not self._stop_all_asked and self.stopper.stop_all():
+            self._stop_all_asked = True  # e.g. a timeout that no result checked
+        if self.failed_fast or self._stop_all_asked:
             self._stop_all()
         self._flush_discards()
         more = (
@@ -314,6 +323,14 @@ class Controller:
         action = Action.CONTINUE
         for i, result in enumerate(outcome.results):
             self._record(rec, result)
+            if self._stopped_by_stopper(rec, result):
+                dropped = len(outcome.results) - i - 1
+                if dropped:
+                    logger.debug(
+                        "trial %s stopped; dropping %d later results", rec.trial_id, dropped
+                    )
+                terminal = True
+                break
             if terminal and i == len(outcome.results) - 1:
                 break  # Ray: a result meeting a stop condition goes to on_trial_complete only
             action = self.table.report(rec.trial, result).action
@@ -328,6 +345,17 @@ class Controller:
         held = rec.trial.status == TrialStatus.PAUSED and self.scheduler.pause_is_barrier
         if rec.trial.status != TrialStatus.PENDING and not held:
             self._discard_live(rec)  # paused for long or ended: free the worker's memory
+
+    def _stopped_by_stopper(self, rec: TrialRecord, result: dict[str, Any]) -> bool:
+        """Ask the stopper about ``result``: True ends the trial there (as a stop condition);
+        its ``stop_all`` ends the experiment after this round's results."""
+        if self.stopper is None:
+            return False
+        stop = self.stopper(rec.trial_id, result)
+        if not self._stop_all_asked and self.stopper.stop_all():
+            self._stop_all_asked = True
+            self._events.append(f"[stop_all] {type(self.stopper).__name__} ended the experiment")
+        return bool(stop)
 
     def _seed_user_code(self) -> None:
         """Reseed the driver's global RNGs before a scheduler call.
@@ -394,8 +422,8 @@ class Controller:
             self.failed_fast = rec
 
     def _stop_all(self) -> None:
-        """``fail_fast``: a trial errored; end every other trial where it stands."""
-        assert self.failed_fast is not None
+        """End every live trial where it stands: a trial errored (``fail_fast``), or the
+        stopper's ``stop_all`` said so."""
         self.pool.cancel()  # segments in flight: their results are not taken
         self.in_flight.clear()
         stopped = [r for r in self.records if r.trial.is_live]
@@ -403,12 +431,12 @@ class Controller:
             rec.trial.status = TrialStatus.TERMINATED
             self.scheduler.on_trial_remove(rec.trial)
             self._discard_live(rec)
-        self._events.append(f"[fail_fast] {self.failed_fast.trial_id} errored; stopped the rest")
-        logger.error(
-            "fail_fast: trial %s errored; stopping the experiment (%d trials stopped)",
-            self.failed_fast.trial_id,
-            len(stopped),
-        )
+        if self.failed_fast is not None:
+            why = f"fail_fast: trial {self.failed_fast.trial_id} errored"
+        else:
+            why = f"{type(self.stopper).__name__}.stop_all()"
+        self._events.append(f"[stopped] {why}; {len(stopped)} trials stopped")
+        logger.warning("%s; stopping the experiment (%d trials stopped)", why, len(stopped))
 
     def _drop_bad_checkpoint(self, path: str, error: str | None) -> bool:
         """Stop using a checkpoint that failed its check (False: no earlier one to use)."""
@@ -447,6 +475,7 @@ class Controller:
                 "results": results,
                 "policy": policy,
                 "policy_total": self.logs.policy_total,
+                "stopper": self.stopper.get_state() if self.stopper is not None else None,
             },
             logs_written=self.logs.written,
         )

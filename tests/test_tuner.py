@@ -201,7 +201,8 @@ def test_fail_fast_ends_the_experiment_at_the_first_error(tune_env, fail_fast):
     results = run(FlakyTrainable, **kwargs)
     assert results.num_errors == 1
     assert [r.status for r in results] == ["TERMINATED", "ERROR", "TERMINATED"]
-    assert all(r.metrics["training_iteration"] < 1000 for r in results if r.status != "ERROR")
+    # a trial may not have started before the error ended the run: no metrics at all
+    assert all(r.metrics.get("training_iteration", 0) < 1000 for r in results)
     assert "boom at iteration 3" in str(results[1].error)
 
 

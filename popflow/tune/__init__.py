@@ -28,7 +28,7 @@ from popflow.schedulers import (
     uniform,
 )
 from popflow.tasks import Checkpoint, Trainable, get_checkpoint, report
-from popflow.tune import schedulers
+from popflow.tune import schedulers, stopper
 
 __all__ = [
     "Checkpoint",
@@ -55,6 +55,7 @@ __all__ = [
     "report",
     "sample_from",
     "schedulers",
+    "stopper",
     "uniform",
     "with_resources",
 ]
