@@ -23,6 +23,7 @@ import math
 import time
 from typing import Any
 
+from popflow.flows.early_end import EarlyEnd
 from popflow.flows.experiment import Experiment
 from popflow.flows.guards import (
     MissingMetric,
@@ -38,7 +39,6 @@ from popflow.flows.runner_pool import CallFailed, RunnerPool
 from popflow.flows.trial_logs import TrialLogs
 from popflow.flows.trial_table import TrialRecord, TrialTable, clone_into, fall_back_from
 from popflow.schedulers import Action, Exploit, Trial, TrialStatus
-from popflow.schedulers.stoppers import Stopper
 from popflow.tasks.live import discard_parked_soon
 from popflow.tasks.seeding import DRIVER, isolate_dask_sampling, seed_globals, segment_seed
 from popflow.tasks.specs import EndReason, SegmentOutcome, SegmentSpec, checkpoint_path
@@ -90,13 +90,7 @@ class Controller:
         self.watch = SegmentWatch(spec.segment_timeout_s)
         self.missing_metric = MissingMetric(self.scheduler.metric, type(self.scheduler).__name__)
         self.last_commit: dict[str, Any] = {"results": 0, "events": []}
-        #: the trial whose error ended the experiment (``fail_fast``)
-        self.failed_fast: TrialRecord | None = None
-        #: Ray's ``Stopper`` passed as ``stop``: it sees every result here, on the driver
-        self.stopper = spec.stop if isinstance(spec.stop, Stopper) else None
-        if self.stopper is not None and resumed.get("stopper") is not None:
-            self.stopper.set_state(resumed["stopper"])
-        self._stop_all_asked = False
+        self.early_end = EarlyEnd(spec, resumed)
         isolate_dask_sampling()
 
     # -- plan ------------------------------------------------------------------
@@ -158,6 +152,7 @@ class Controller:
     def _spec(self, rec: TrialRecord) -> SegmentSpec:
         target = self.scheduler.next_milestone(rec.trial)
         freq = self.spec.checkpoint_config.checkpoint_frequency
+        stopper = self.early_end.stopper
         return SegmentSpec(
             trainable=self.spec.trainable,
             trial_id=rec.trial_id,
@@ -170,8 +165,8 @@ class Controller:
             target=target,
             # without a scheduler milestone, end segments at checkpoints so progress is
             # committed; a stopper (on the driver) sees every result before the next step
-            max_iterations=(freq or (1 if self.stopper else None)) if target is None else None,
-            stop=None if self.stopper is not None else self.spec.stop,
+            max_iterations=(freq or (1 if stopper else None)) if target is None else None,
+            stop=None if stopper is not None else self.spec.stop,
             checkpoint_frequency=freq,
             checkpoint_at_end=self.spec.checkpoint_at_end,
             taken=frozenset(c.name for c in rec.checkpoints) | self.janitor.deleting(rec.dirname),
@@ -271,11 +266,10 @@ class Controller:
                         continue
                     break
                 self._reduce_all(self._returned())
-                if time.monotonic() >= deadline or self.failed_fast or self._stop_all_asked:
+                if time.monotonic() >= deadline or self.early_end.due:
                     break
-        if self.stopper is not None and not self._stop_all_asked and self.stopper.stop_all():
-            self._stop_all_asked = True  # e.g. a timeout that no result checked
-        if self.failed_fast or self._stop_all_asked:
+        self.early_end.check()
+        if self.early_end.due:
             self._stop_all()
         self._flush_discards()
         more = (
@@ -323,7 +317,7 @@ class Controller:
         action = Action.CONTINUE
         for i, result in enumerate(outcome.results):
             self._record(rec, result)
-            if self._stopped_by_stopper(rec, result):
+            if self.early_end.stops(rec.trial_id, result):
                 dropped = len(outcome.results) - i - 1
                 if dropped:
                     logger.debug(
@@ -345,17 +339,6 @@ class Controller:
         held = rec.trial.status == TrialStatus.PAUSED and self.scheduler.pause_is_barrier
         if rec.trial.status != TrialStatus.PENDING and not held:
             self._discard_live(rec)  # paused for long or ended: free the worker's memory
-
-    def _stopped_by_stopper(self, rec: TrialRecord, result: dict[str, Any]) -> bool:
-        """Ask the stopper about ``result``: True ends the trial there (as a stop condition);
-        its ``stop_all`` ends the experiment after this round's results."""
-        if self.stopper is None:
-            return False
-        stop = self.stopper(rec.trial_id, result)
-        if not self._stop_all_asked and self.stopper.stop_all():
-            self._stop_all_asked = True
-            self._events.append(f"[stop_all] {type(self.stopper).__name__} ended the experiment")
-        return bool(stop)
 
     def _seed_user_code(self) -> None:
         """Reseed the driver's global RNGs before a scheduler call.
@@ -418,12 +401,10 @@ class Controller:
         self.storage.write_text(outcome.error or "", rec.dirname, "error.txt")
         self._events.append(f"[error] {rec.trial_id}")
         logger.error("trial %s errored:\n%s", rec.trial_id, outcome.error)
-        if self.spec.fail_fast and self.failed_fast is None:
-            self.failed_fast = rec
+        self.early_end.errored(rec)
 
     def _stop_all(self) -> None:
-        """End every live trial where it stands: a trial errored (``fail_fast``), or the
-        stopper's ``stop_all`` said so."""
+        """End every live trial where it stands (:mod:`popflow.flows.early_end`)."""
         self.pool.cancel()  # segments in flight: their results are not taken
         self.in_flight.clear()
         stopped = [r for r in self.records if r.trial.is_live]
@@ -431,10 +412,7 @@ class Controller:
             rec.trial.status = TrialStatus.TERMINATED
             self.scheduler.on_trial_remove(rec.trial)
             self._discard_live(rec)
-        if self.failed_fast is not None:
-            why = f"fail_fast: trial {self.failed_fast.trial_id} errored"
-        else:
-            why = f"{type(self.stopper).__name__}.stop_all()"
+        why = self.early_end.why
         self._events.append(f"[stopped] {why}; {len(stopped)} trials stopped")
         logger.warning("%s; stopping the experiment (%d trials stopped)", why, len(stopped))
 
@@ -475,7 +453,7 @@ class Controller:
                 "results": results,
                 "policy": policy,
                 "policy_total": self.logs.policy_total,
-                "stopper": self.stopper.get_state() if self.stopper is not None else None,
+                "stopper": self.early_end.state(),
             },
             logs_written=self.logs.written,
         )

@@ -138,7 +138,7 @@ def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | N
             finally:
                 controller.cancel()
                 pool.close()
-        failed = controller.failed_fast
+        failed = controller.early_end.failed
     if failed is not None and spec.fail_fast == "raise":
         raise TrialError(failed.trial_id, failed.error or "")
     records = experiment.records
