@@ -2,21 +2,39 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from multiprocessing import spawn
+from typing import Any, NamedTuple
 
 from distributed import Client, LocalCluster
 
 logger = logging.getLogger(__name__)
 
 
+#: The cores the embedded cluster cuts into workers (None: this machine's); ``popflow.init``.
+_CORES: int | None = None
+
+
+def use_cores(cores: int | None) -> None:
+    """Ray's ``ray.init(num_cpus=N)``: embedded clusters started after this use ``cores``
+    CPUs (None: the machine's)."""
+    global _CORES
+    _CORES = cores
+
+
 def default_workers() -> int:
+    """The cores the embedded cluster uses: :func:`use_cores`'s, else this machine's."""
+    if _CORES is not None:
+        return _CORES
     return max(
         1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     )
@@ -33,36 +51,154 @@ def detect_gpus() -> int:
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
-def embedded_resources(n_workers: int) -> dict[str, float]:
-    """What each embedded worker offers: its share of the cores and of the GPUs."""
-    resources = {"CPU": max(1.0, default_workers() / n_workers)}
-    gpus = detect_gpus()
-    if gpus:
-        resources["GPU"] = gpus / n_workers
-    return resources
+class EmbeddedSize(NamedTuple):
+    """How the embedded cluster is cut: ``n_workers`` processes, each offering ``resources``."""
+
+    n_workers: int
+    resources: dict[str, float]
 
 
-def _embedded_workers(n_workers: int | None) -> int:
-    n = n_workers or default_workers()
+def embedded_size(
+    cores: int, trial_cpu: float | None, n_workers: int | None, gpus: int = 0
+) -> EmbeddedSize:
+    """Cut ``cores`` into workers so that a trial needing ``trial_cpu`` CPUs fits one, as
+    in Ray, where such a trial fits whenever it fits the machine.
+
+    ``n = n_workers`` if given (the user's choice; a trial too big for it fails
+    fast in :func:`slots_per_worker`), else ``n = max(1, floor(cores / trial_cpu))``
+    for ``trial_cpu > 1``, else one worker per core. Each worker offers
+    ``CPU = max(1, cores / n)`` and ``GPU = gpus / n``.
+
+    >>> embedded_size(2, 2.0, None)
+    EmbeddedSize(n_workers=1, resources={'CPU': 2.0})
+    >>> embedded_size(16, 1.5, None, gpus=2)
+    EmbeddedSize(n_workers=10, resources={'CPU': 1.6, 'GPU': 0.2})
+    """
+    if n_workers is not None:
+        n = n_workers
+    elif trial_cpu is not None and trial_cpu > 1:
+        n = max(1, math.floor(cores / trial_cpu))
+    else:
+        n = cores
     if n < 1:
         raise ValueError(f"`n_workers` is {n}, but must be >= 1")
-    return n
+    resources = {"CPU": max(1.0, cores / n)}
+    if gpus:
+        resources["GPU"] = gpus / n
+    return EmbeddedSize(n, resources)
 
 
-def _local_cluster(n: int) -> LocalCluster:
-    """The embedded cluster: ``n`` process workers with one thread each (one
-    segment per process at a time), each declaring its share of the machine
-    as Dask resources ``CPU`` and ``GPU``."""
+def _cpu(trial: Mapping[str, float] | None) -> float | None:
+    return (trial or {}).get("CPU")
+
+
+def _size_for(n_workers: int | None, trial: Mapping[str, float] | None) -> EmbeddedSize:
+    """The embedded cluster for trials needing ``trial`` (Dask's names) on this machine."""
+    return embedded_size(default_workers(), _cpu(trial), n_workers, detect_gpus())
+
+
+#: The name distributed's nanny gives the worker processes it starts
+#: (``distributed.nanny.WorkerProcess.start``), first start and restarts alike.
+WORKER_PROCESS_NAME = "Dask Worker process (from Nanny)"
+
+
+def worker_preparation_data(
+    get_preparation_data: Callable[[str], dict[str, Any]], name: str
+) -> dict[str, Any]:
+    """multiprocessing's preparation data for a child named ``name``, less the user's
+    ``__main__`` if the child is a Dask worker process.
+
+    A spawned or forkserver child runs the parent's main script again (as
+    ``__mp_main__``) to unpickle what came from it; popflow's trainables travel
+    by cloudpickle (``__main__``'s by value), so a worker needs none of it, and a
+    script without ``if __name__ == "__main__":`` would start tune again in
+    every worker. ``sys_path`` and ``dir`` stay: the user's own modules next to
+    the script still import.
+    """
+    data = get_preparation_data(name)
+    if name == WORKER_PROCESS_NAME:
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)  # `python -m package.script`
+    return data
+
+
+class _WorkersWithoutMain:
+    """Keeps ``multiprocessing.spawn.get_preparation_data`` wrapped by
+    :func:`worker_preparation_data` while any embedded cluster is open in this
+    process (its nanny may restart a worker at any time), and restores it when
+    the last one closes.
+
+    multiprocessing offers no per-process hook: both the spawn and the forkserver
+    start methods call this module function by name with the child's process
+    name, in the parent, so the wrapper recognises Dask's worker processes by
+    that name and leaves every other child alone. Another LocalCluster's workers
+    started in this process meanwhile lose ``__main__`` too; Dask pickles
+    ``__main__``'s objects by value, so they need it no more than ours.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # clusters start and close on several threads
+        self._users = 0
+        self._original: Callable[[str], dict[str, Any]] | None = None
+        self._wrapper: Callable[[str], dict[str, Any]] | None = None
+
+    def acquire(self) -> None:
+        with self._lock:
+            if self._users == 0:
+                self._original = spawn.get_preparation_data
+                # the original bound in, so a spawn racing the last close still works
+                self._wrapper = functools.partial(self._preparation_data, self._original)
+                spawn.get_preparation_data = self._wrapper
+            self._users += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users:
+                return
+            # someone wrapped it after us: leave theirs (ours inside it passes through)
+            if spawn.get_preparation_data is self._wrapper:
+                spawn.get_preparation_data = self._original
+            self._original = self._wrapper = None
+
+    def _preparation_data(
+        self, original: Callable[[str], dict[str, Any]], name: str
+    ) -> dict[str, Any]:
+        if self._users:  # else inert: the last embedded cluster closed under another's wrap
+            return worker_preparation_data(original, name)
+        return original(name)
+
+
+_WITHOUT_MAIN = _WorkersWithoutMain()
+
+
+def _local_cluster(size: EmbeddedSize) -> LocalCluster:
+    """The embedded cluster: ``size.n_workers`` process workers with one thread each
+    (one segment per process at a time), each declaring ``size.resources`` as Dask
+    resources ``CPU`` and ``GPU``; they do not run the user's main script. Close it
+    with :func:`_close_local_cluster`."""
     # the embedded scheduler lives in this process; its INFO chatter is not the user's business
     logging.getLogger("distributed").setLevel(logging.WARNING)
-    return LocalCluster(
-        n_workers=n,
-        threads_per_worker=1,
-        processes=True,
-        dashboard_address=":0",  # a free port: never collide with another cluster's 8787
-        resources=embedded_resources(n),
-        silence_logs=logging.WARNING,
-    )
+    _WITHOUT_MAIN.acquire()
+    try:
+        return LocalCluster(
+            n_workers=size.n_workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=":0",  # a free port: never collide with another cluster's 8787
+            resources=size.resources,
+            silence_logs=logging.WARNING,
+        )
+    except BaseException:
+        _WITHOUT_MAIN.release()
+        raise
+
+
+def _close_local_cluster(cluster: LocalCluster) -> None:
+    try:
+        cluster.close()
+    finally:
+        _WITHOUT_MAIN.release()
 
 
 class ClusterStart:
@@ -73,22 +209,32 @@ class ClusterStart:
     waits for it when it first needs the cluster. The starter closes it.
     """
 
-    def __init__(self, n_workers: int | None = None) -> None:
-        self.n_workers = _embedded_workers(n_workers)
+    def __init__(
+        self, n_workers: int | None = None, resources: Mapping[str, float] | None = None
+    ) -> None:
+        """``resources``: what one trial holds, in Dask's names (``RunSpec.resources``);
+        the workers are sized so that it fits one (:func:`embedded_size`)."""
+        # the count now (it checks n_workers and names the cluster); the GPUs, which
+        # take nvidia-smi to count, while Prefect creates the flow run
+        self.n_workers = embedded_size(default_workers(), _cpu(resources), n_workers).n_workers
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="popflow-cluster-start")
-        self._future = self._thread.submit(_local_cluster, self.n_workers)
+        self._future = self._thread.submit(lambda: _local_cluster(_size_for(n_workers, resources)))
+        self._closed = False
 
     def cluster(self) -> LocalCluster:
         return self._future.result()
 
     def close(self) -> None:
+        if self._closed:
+            return  # closing twice must not release the main-script patch twice
+        self._closed = True
         try:
             cluster = self._future.result()
         except Exception:
             return  # it never started; the flow has raised why
         finally:
             self._thread.shutdown()
-        cluster.close()
+        _close_local_cluster(cluster)
 
     def __repr__(self) -> str:
         return f"<embedded LocalCluster of {self.n_workers} workers>"
@@ -98,9 +244,11 @@ class ClusterStart:
 def dask_client(
     address: str | Client | ClusterStart | None = None,
     n_workers: int | None = None,
+    resources: Mapping[str, float] | None = None,
 ) -> Iterator[Client]:
     """Yield a client: to ``address`` if given, else to a new LocalCluster torn down on exit
-    (see :func:`_local_cluster`; one worker per core by default)."""
+    (see :func:`_local_cluster`; sized for trials holding ``resources``, one worker per
+    core by default)."""
     if isinstance(address, Client):
         yield address
         return
@@ -112,12 +260,12 @@ def dask_client(
         with Client(address) as client:
             yield client
         return
-    cluster = _local_cluster(_embedded_workers(n_workers))
+    cluster = _local_cluster(_size_for(n_workers, resources))
     try:
         with Client(cluster) as client:
             yield client
     finally:
-        cluster.close()
+        _close_local_cluster(cluster)
 
 
 def dask_resources(per_trial: Mapping[str, float] | None) -> dict[str, float] | None:

@@ -1,0 +1,255 @@
+"""The embedded cluster: a script needs no ``if __name__ == "__main__":`` guard, as with Ray
+(its workers never run the user's main script), and its workers are sized so that a trial
+that fits the machine fits one of them."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import textwrap
+from multiprocessing import spawn
+from pathlib import Path
+
+import pytest
+from distributed import Client
+
+import popflow
+from popflow import run, tune
+from popflow.infra.cluster import (
+    WORKER_PROCESS_NAME,
+    ClusterStart,
+    EmbeddedSize,
+    default_workers,
+    embedded_size,
+    worker_preparation_data,
+)
+
+#: Ray Tune's smallest script, with no main guard.
+GUARDLESS = """
+from popflow import tune
+def train(config):
+    for i in range(3):
+        tune.report({"score": i * config["x"]})
+tuner = tune.Tuner(train, param_space={"x": tune.uniform(0, 1)}, tune_config=tune.TuneConfig(num_samples=2, metric="score", mode="max"))
+print(tuner.fit().get_best_result().config)
+"""
+
+#: A guard-less script whose top level leaves a mark; its only trial hangs on its first
+#: attempt, so its segment times out, the worker's process is ended and its nanny starts
+#: it again, and the retry runs on the restarted worker (there is one worker).
+MARKS_ONCE = """
+import os
+import threading
+
+from popflow import report, run
+
+with open("imported.txt", "a") as f:  # each process that runs this script adds a line
+    f.write(f"{os.getpid()}\\n")
+
+
+def train(config):
+    with open(config["ran"], "a") as f:
+        f.write(f"{os.getpid()}\\n")
+    if not os.path.exists(config["hung"]):
+        open(config["hung"], "w").close()
+        threading.Event().wait()
+    report({"score": 1})
+
+
+results = run(
+    train,
+    {"ran": os.path.abspath("ran.txt"), "hung": os.path.abspath("hung")},
+    n_workers=1,
+    max_failures=1,
+    segment_timeout_s=2,
+    storage="results",
+    name="restart",
+)
+print("statuses", [r.status for r in results])
+print("driver", os.getpid())
+"""
+
+#: The user's own module next to the script, and a script whose trainable uses it.
+HELPERS = """
+def double(x):
+    return 2 * x
+"""
+USES_HELPERS = """
+import os
+
+import helpers
+from popflow import grid_search, report, run
+
+
+def train(config):
+    report({"score": helpers.double(config["x"]), "pid": os.getpid()})
+
+
+results = run(train, {"x": grid_search([1, 2])}, storage="results", name="local_module")
+print("scores", sorted(r.metrics["score"] for r in results))
+print("pids", sorted({r.metrics["pid"] for r in results}))
+print("driver", os.getpid())
+"""
+
+
+def run_script(tmp_path: Path, source: str, embedded_prefect: bool) -> subprocess.CompletedProcess:
+    """``python script.py`` in ``tmp_path``, on the embedded Prefect server unless the
+    session's (``PREFECT_API_URL``, set by the ``prefect_server`` fixture) is wanted."""
+    (tmp_path / "script.py").write_text(textwrap.dedent(source))
+    env = dict(os.environ)
+    if embedded_prefect:
+        env = {k: v for k, v in env.items() if not k.startswith("PREFECT_")}
+        env["PREFECT_HOME"] = str(tmp_path / "prefect-home")  # the user's own, fresh
+    return subprocess.run(
+        [sys.executable, "script.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def printed(proc: subprocess.CompletedProcess, label: str) -> str:
+    """What the script printed after ``label``."""
+    return proc.stdout.split(f"{label} ", 1)[1].splitlines()[0]
+
+
+def test_a_script_without_main_guard_runs_as_with_ray(tmp_path):
+    proc = run_script(tmp_path, GUARDLESS, embedded_prefect=True)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    best = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+    assert set(best) == {"x"} and 0 <= best["x"] <= 1
+    assert "Nanny failed" not in out and "Traceback" not in out, out[-3000:]
+
+
+def test_workers_never_run_the_scripts_top_level_even_when_restarted(prefect_server, tmp_path):
+    proc = run_script(tmp_path, MARKS_ONCE, embedded_prefect=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert printed(proc, "statuses") == "['TERMINATED']"
+    driver = printed(proc, "driver")
+    ran = (tmp_path / "ran.txt").read_text().split()
+    # the hung attempt and the retry, on the worker before and after its restart
+    assert len(ran) == 2 and len(set(ran)) == 2 and driver not in ran
+    assert (tmp_path / "imported.txt").read_text().split() == [driver]
+    assert "Nanny failed" not in out
+
+
+def test_the_users_module_next_to_the_script_imports_on_workers(prefect_server, tmp_path):
+    (tmp_path / "helpers.py").write_text(textwrap.dedent(HELPERS))
+    proc = run_script(tmp_path, USES_HELPERS, embedded_prefect=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert printed(proc, "scores") == "[2, 4]"
+    # it ran on the workers, not the driver
+    assert int(printed(proc, "driver")) not in ast.literal_eval(printed(proc, "pids"))
+
+
+def test_only_dask_worker_processes_lose_main():
+    real = spawn.get_preparation_data
+    other = worker_preparation_data(real, "SomeProcess-1")
+    worker = worker_preparation_data(real, WORKER_PROCESS_NAME)
+    assert {"init_main_from_path", "init_main_from_name"} & set(other)  # pytest's own main
+    assert not {"init_main_from_path", "init_main_from_name"} & set(worker)
+    assert worker["sys_path"] == other["sys_path"] and worker["dir"] == os.getcwd()
+
+
+def _main_file() -> str | None:
+    return getattr(sys.modules["__main__"], "__file__", None)
+
+
+def test_the_patch_lasts_while_any_embedded_cluster_is_open_and_is_then_restored():
+    original = spawn.get_preparation_data
+    first, second = ClusterStart(1), ClusterStart(1)  # starting on two threads at once
+    try:
+        with Client(first.cluster()) as client:
+            assert set(client.run(_main_file).values()) == {None}
+            client.restart()  # the nanny starts a new worker process
+            assert set(client.run(_main_file).values()) == {None}
+        second.cluster()
+        first.close()
+        assert spawn.get_preparation_data is not original  # the second is still open
+    finally:
+        first.close()
+        second.close()
+    assert spawn.get_preparation_data is original
+
+
+@pytest.mark.parametrize(
+    ("cores", "trial_cpu", "n_workers", "gpus", "expected"),
+    [
+        (2, None, None, 0, EmbeddedSize(2, {"CPU": 1.0})),  # one worker per core
+        (2, 1.0, None, 0, EmbeddedSize(2, {"CPU": 1.0})),
+        (2, 0.5, None, 0, EmbeddedSize(2, {"CPU": 1.0})),  # as before: cpu <= 1
+        (2, 2.0, None, 0, EmbeddedSize(1, {"CPU": 2.0})),
+        (2, 3.0, None, 0, EmbeddedSize(1, {"CPU": 2.0})),  # too big: slots_per_worker says so
+        (16, 1.5, None, 2, EmbeddedSize(10, {"CPU": 1.6, "GPU": 0.2})),
+        (8, 4.0, None, 0, EmbeddedSize(2, {"CPU": 4.0})),
+        (2, 2.0, 2, 0, EmbeddedSize(2, {"CPU": 1.0})),  # the user's n_workers is kept
+        (2, None, 4, 0, EmbeddedSize(4, {"CPU": 1.0})),  # never under 1 CPU a worker
+    ],
+)
+def test_embedded_workers_are_sized_for_the_trial(cores, trial_cpu, n_workers, gpus, expected):
+    assert embedded_size(cores, trial_cpu, n_workers, gpus) == expected
+
+
+def test_embedded_size_rejects_no_workers():
+    with pytest.raises(ValueError, match=r"`n_workers` is 0, but must be >= 1"):
+        embedded_size(2, None, 0)
+
+
+def two_reports(config):
+    for i in range(2):
+        tune.report({"score": i})
+
+
+def two_reports_too(config):  # tune.with_resources marks the function itself: not two_reports
+    two_reports(config)
+
+
+@pytest.mark.parametrize("how", ["resources_per_trial", "with_resources"])
+def test_a_trial_needing_every_core_runs_on_the_embedded_cluster(prefect_server, tmp_path, how):
+    cores = default_workers()
+    if how == "with_resources":
+        args = {"trainable": tune.with_resources(two_reports_too, {"cpu": cores})}
+    else:
+        args = {"trainable": two_reports, "resources_per_trial": {"cpu": cores}}
+    results = run(**args, num_samples=2, storage=str(tmp_path), name=how)
+    assert [r.status for r in results] == ["TERMINATED"] * 2
+    assert [r.metrics["training_iteration"] for r in results] == [2, 2]
+
+
+def test_a_trial_bigger_than_the_machine_fails_fast(prefect_server, tmp_path):
+    cores = default_workers()
+    with pytest.raises(
+        ValueError,
+        match=rf"no Dask worker can run a trial needing \{{'CPU': {cores + 1}.0\}}; "
+        rf"workers offer \{{'CPU': {cores}.0",
+    ):
+        run(two_reports, resources_per_trial={"cpu": cores + 1}, storage=str(tmp_path), name="big")
+
+
+def pid_reports(config):
+    tune.report({"pid": os.getpid()})
+
+
+def test_init_num_cpus_sizes_the_embedded_cluster(prefect_server, tmp_path):
+    """Ray's ``ray.init(num_cpus=1)``: one CPU, so one worker runs every trial; and a
+    trial needing 2 CPUs fits once ``num_cpus=2``, whatever the machine."""
+    try:
+        popflow.init(num_cpus=1)
+        one = run(pid_reports, num_samples=3, storage=str(tmp_path), name="one-cpu")
+        assert len({r.metrics["pid"] for r in one}) == 1
+        with pytest.raises(ValueError, match=r"needing \{'CPU': 2.0\}; workers offer \{'CPU': 1.0"):
+            run(pid_reports, resources_per_trial={"cpu": 2}, storage=str(tmp_path), name="x")
+        popflow.init(num_cpus=2)
+        two = run(
+            pid_reports, resources_per_trial={"cpu": 2}, storage=str(tmp_path), name="two-cpu"
+        )
+        assert two[0].status == "TERMINATED"
+    finally:
+        popflow.init()
