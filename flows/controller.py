@@ -2,7 +2,8 @@
 
 - plan: the scheduler picks runnable trials (``choose_trial_to_run``) and
   says how far each may run (``next_milestone``);
-- dispatch: segments run on runner actors (:mod:`popflow.flows.runner_pool`);
+- dispatch: segments run on runner actors (:mod:`popflow.flows.runner_pool`; the calls
+  in flight: :mod:`popflow.flows.runner_calls`);
 - reduce: results go to the scheduler in a fixed order; its decisions change
   the trial table (:mod:`popflow.flows.trial_table`);
 - commit: results, derived logs (:mod:`popflow.flows.trial_logs`) and the
@@ -23,19 +24,21 @@ import math
 import time
 from typing import Any
 
+from popflow.flows.callbacks import Hooks
 from popflow.flows.early_end import EarlyEnd
 from popflow.flows.experiment import Experiment
 from popflow.flows.guards import (
     MissingMetric,
     Retries,
-    SegmentWatch,
     raise_storage_failure,
     result_problem,
 )
 from popflow.flows.packing import pack_size, packs
+from popflow.flows.results import checkpoint_of
 from popflow.flows.retention import Janitor, retire_checkpoints
 from popflow.flows.run_spec import RunSpec
-from popflow.flows.runner_pool import CallFailed, RunnerPool
+from popflow.flows.runner_calls import RunnerCalls
+from popflow.flows.runner_pool import RunnerPool
 from popflow.flows.trial_logs import TrialLogs
 from popflow.flows.trial_table import TrialRecord, TrialTable, clone_into, fall_back_from
 from popflow.schedulers import Action, Exploit, Trial, TrialStatus
@@ -45,8 +48,10 @@ from popflow.tasks.specs import EndReason, SegmentOutcome, SegmentSpec, checkpoi
 
 logger = logging.getLogger(__name__)
 
-#: A trial whose runner calls return nothing this many times in a row errors.
-MAX_CALL_FAILURES = 3
+
+def _started(rec: TrialRecord) -> bool:
+    """The trial has run (for ``max_concurrent_trials``, it counts until it ends)."""
+    return bool(rec.results) or rec.restore is not None or rec.trial.status != TrialStatus.PENDING
 
 
 class Controller:
@@ -60,15 +65,18 @@ class Controller:
         self.pool = pool
         self.seed = experiment.seed
         self.lease = experiment.lease
+        resumed = experiment.resumed_from or {}
+        self.rounds: int = resumed.get("round", 0)
+        self.hooks = Hooks(spec.callbacks, lambda: self.rounds, lambda: self.trials)
+        self.hooks.set_state(resumed.get("callbacks"))
         self.table = TrialTable(
             self.scheduler,
             (r.trial for r in self.records),
             exploit=self._exploit,
             leave=lambda trial: self._discard_live(self.by_id[trial.trial_id]),
             before_call=self._seed_user_code,
+            ended=self.hooks.trial_complete,
         )
-        resumed = experiment.resumed_from or {}
-        self.rounds: int = resumed.get("round", 0)
         self.decisions: int = resumed.get(
             "decisions", 0
         )  # scheduler calls: seed the driver's globals
@@ -80,28 +88,36 @@ class Controller:
             policy_total=resumed.get("policy_total", 0),
         )
         self.janitor = Janitor(self.storage)
-        self.in_flight: dict[int, list[TrialRecord]] = {}  # runner call -> its trials
-        self._failed_calls: dict[str, int] = {}  # trial -> calls in a row that returned nothing
-        self._segment_seconds: float | None = None  # moving average of worker time per segment
+        self.calls = RunnerCalls(pool, spec.segment_timeout_s, self.lease)
         self._clock = max((r.trial.last_train_time for r in self.records), default=0.0)
         self._events: list[str] = []
         self._discards: dict[str, list[str]] = {}  # worker address -> parked tokens to drop
         self.retries = Retries()
-        self.watch = SegmentWatch(spec.segment_timeout_s)
         self.missing_metric = MissingMetric(self.scheduler.metric, type(self.scheduler).__name__)
         self.last_commit: dict[str, Any] = {"results": 0, "events": []}
         self.early_end = EarlyEnd(spec, resumed)
         isolate_dask_sampling()
+        self.hooks.setup(spec.stop, spec.num_samples, len(self.records))
+
+    @property
+    def trials(self) -> list[Trial]:
+        return [r.trial for r in self.records]
 
     # -- plan ------------------------------------------------------------------
     def _runnable(self) -> list[Trial]:
         """Trials the scheduler may choose now (not those waiting out a retry backoff)."""
-        return [
-            r.trial
+        runnable = [
+            r
             for r in self.records
             if r.trial.status in (TrialStatus.PENDING, TrialStatus.PAUSED)
             and self.retries.ready(r.trial_id)
         ]
+        cap = self.spec.max_concurrent_trials
+        if cap is not None:  # Ray's: at most `cap` trials started and not yet ended
+            room = cap - sum(1 for r in self.records if r.trial.is_live and _started(r))
+            fresh = {id(r) for r in [r for r in runnable if not _started(r)][: max(0, room)]}
+            runnable = [r for r in runnable if _started(r) or id(r) in fresh]
+        return [r.trial for r in runnable]
 
     def _pending(self, trial_id: str) -> bool:
         return self.by_id[trial_id].trial.status == TrialStatus.PENDING
@@ -115,23 +131,10 @@ class Controller:
         time.sleep(max(0.0, min(waits) - time.monotonic()))
         return True
 
-    def _waiting(self) -> None:
-        """While the driver waits for runner calls: stop if the lease was lost, and
-        watch for segments that run far longer than their peers."""
-        if self.lease is not None:
-            self.lease.check(fresh=False)
-        self.watch.look(
-            self.pool.started,
-            lambda call: ", ".join(r.trial_id for r in self.in_flight.get(call, [])),
-            self.pool.worker_of,
-            self._segment_seconds or 0.0,
-            self.pool.restart_worker,
-        )
-
     def _plan(self, limit: int | None) -> list[TrialRecord]:
         """Mark the trials the scheduler picks as running, up to ``limit`` in flight."""
         planned: list[TrialRecord] = []
-        while limit is None or self.running + len(planned) < limit:
+        while limit is None or self.calls.running + len(planned) < limit:
             candidates = self._runnable()
             if not candidates:
                 break
@@ -142,12 +145,9 @@ class Controller:
             self._clock += 1
             rec.trial.status = TrialStatus.RUNNING
             rec.trial.last_train_time = self._clock
+            self.hooks.trial_start(rec.trial)
             planned.append(rec)
         return planned
-
-    @property
-    def running(self) -> int:
-        return sum(len(recs) for recs in self.in_flight.values())
 
     def _spec(self, rec: TrialRecord) -> SegmentSpec:
         target = self.scheduler.next_milestone(rec.trial)
@@ -176,55 +176,11 @@ class Controller:
 
     def _pack_size(self, slots: int) -> int:
         unfinished = sum(1 for r in self.records if r.trial.is_live)
-        return pack_size(self._segment_seconds, unfinished, slots)
+        return pack_size(self.calls.segment_seconds, unfinished, slots)
 
     # -- dispatch --------------------------------------------------------------
     def _dispatch(self, recs: list[TrialRecord]) -> None:
-        """One runner call running ``recs``' segments one after the other.
-
-        Trials with a live trainable go to the worker that parked it (if that
-        worker is gone, another restores them from storage); one call only
-        holds trials parked on the same worker.
-        """
-        pinned = next((r.live[1] for r in recs if r.live), None)
-        call = self.pool.submit([self._spec(r) for r in recs], pinned)
-        self.in_flight[call] = recs
-
-    def _returned(self) -> list[SegmentOutcome]:
-        """Block until some runner calls return; their outcomes."""
-        returned = self.pool.finished(on_wait=self._waiting)
-        return [o for call, value in returned for o in self._outcomes(call, value)]
-
-    def _outcomes(
-        self, call: int, value: list[SegmentOutcome] | CallFailed
-    ) -> list[SegmentOutcome]:
-        recs = self.in_flight.pop(call)
-        timed_out = self.watch.returned(call)
-        if timed_out is not None:  # the worker was restarted under it: the trials' error
-            return [SegmentOutcome(trial_id=r.trial_id, error=timed_out) for r in recs]
-        if not isinstance(value, CallFailed):
-            for outcome in value:
-                self._failed_calls.pop(outcome.trial_id, None)
-                seconds = outcome.seconds
-                avg = self._segment_seconds
-                self._segment_seconds = seconds if avg is None else 0.8 * avg + 0.2 * seconds
-            return value
-        # no outcomes (the worker died, or the call could not run there): run
-        # the segments again from storage; a trial whose calls keep failing errors
-        outcomes = []
-        for rec in recs:
-            failed = self._failed_calls.get(rec.trial_id, 0) + 1
-            self._failed_calls[rec.trial_id] = failed
-            if failed >= MAX_CALL_FAILURES:
-                error = f"{value.message} ({failed} times in a row)"
-                outcomes.append(SegmentOutcome(trial_id=rec.trial_id, error=error))
-            else:
-                logger.warning(
-                    "trial %s: %s; running its segment again", rec.trial_id, value.message
-                )
-                rec.live = None
-                rec.trial.status = TrialStatus.PENDING
-        return outcomes
+        self.calls.submit(recs, [self._spec(r) for r in recs])
 
     def run_round(self) -> bool:
         """Run one round; return True while work remains.
@@ -238,6 +194,7 @@ class Controller:
         ``commit_interval`` seconds.
         """
         self.rounds += 1
+        self.hooks.step_begin()
         self.pool.refresh_soon()
         if self.scheduler.synchronous:
             outcomes: list[SegmentOutcome] = []
@@ -246,11 +203,13 @@ class Controller:
                 size = math.ceil(len(planned) / self.pool.slots) if planned else 1
                 for pack in packs(planned, size):
                     self._dispatch(pack)
-                if not self.in_flight:
+                if not self.calls:
                     if not outcomes and self._await_retry():
                         continue
                     break
-                outcomes.extend(self._returned())
+                outcomes.extend(self.calls.returned())
+                if self.calls and self.early_end.over_budget():
+                    return self._out_of_time()  # the round, cut short, runs again on resume
             if not outcomes:
                 return False
             self._reduce_all(outcomes)
@@ -261,24 +220,31 @@ class Controller:
                 size = self._pack_size(slots)
                 for pack in packs(self._plan(limit=2 * slots * size), size):
                     self._dispatch(pack)
-                if not self.in_flight:
+                if not self.calls:
                     if self._await_retry():
                         continue
                     break
-                self._reduce_all(self._returned())
+                self._reduce_all(self.calls.returned())
                 if time.monotonic() >= deadline or self.early_end.due:
+                    break
+                if self.early_end.over_budget():
                     break
         self.early_end.check()
         if self.early_end.due:
             self._stop_all()
+        elif self._more() and self.early_end.over_budget():
+            return self._out_of_time()
         self._flush_discards()
-        more = (
-            bool(self.in_flight)
-            or bool(self._runnable())
-            or bool(self.retries.waiting(self._pending))
-        )
+        self.hooks.step_end()
+        more = self._more()
         self.commit(final=not more)
         return more
+
+    def _more(self) -> bool:
+        """Work remains: segments in flight, trials to run, or retries waiting."""
+        return (
+            bool(self.calls) or bool(self._runnable()) or bool(self.retries.waiting(self._pending))
+        )
 
     # -- reduce ----------------------------------------------------------------
     def _reduce_all(self, outcomes: list[SegmentOutcome]) -> None:
@@ -290,6 +256,7 @@ class Controller:
         rec.results.append(result)
         rec.trial.last_result = result
         self.logs.add_result(rec, result)
+        self.hooks.trial_result(rec.trial, result)
 
     def _reduce(self, outcome: SegmentOutcome) -> None:
         rec = self.by_id[outcome.trial_id]
@@ -310,6 +277,9 @@ class Controller:
             return
         self.retries.succeeded(rec.trial_id)
         rec.checkpoints.extend(outcome.checkpoints)
+        if self.hooks:
+            for ckpt in outcome.checkpoints:
+                self.hooks.checkpoint(rec.trial, checkpoint_of(self.storage, rec, ckpt.name))
         if outcome.checkpoints:
             last = outcome.checkpoints[-1]
             rec.restore, rec.restore_iteration = rec.checkpoint_path(last.name), last.iteration
@@ -392,6 +362,7 @@ class Controller:
                 rec.trial_id, rec.num_failures, max_failures, outcome.error, rec.restore
             )
             rec.trial.status = TrialStatus.PENDING
+            self.hooks.trial_recover(rec.trial)
             return
         for result in outcome.results:
             self._record(rec, result)
@@ -401,20 +372,40 @@ class Controller:
         self.storage.write_text(outcome.error or "", rec.dirname, "error.txt")
         self._events.append(f"[error] {rec.trial_id}")
         logger.error("trial %s errored:\n%s", rec.trial_id, outcome.error)
+        self.hooks.trial_error(rec.trial)
         self.early_end.errored(rec)
 
     def _stop_all(self) -> None:
         """End every live trial where it stands (:mod:`popflow.flows.early_end`)."""
-        self.pool.cancel()  # segments in flight: their results are not taken
-        self.in_flight.clear()
+        self.calls.cancel()  # segments in flight: their results are not taken
         stopped = [r for r in self.records if r.trial.is_live]
         for rec in stopped:
             rec.trial.status = TrialStatus.TERMINATED
             self.scheduler.on_trial_remove(rec.trial)
             self._discard_live(rec)
+            self.hooks.trial_complete(rec.trial)
         why = self.early_end.why
         self._events.append(f"[stopped] {why}; {len(stopped)} trials stopped")
         logger.warning("%s; stopping the experiment (%d trials stopped)", why, len(stopped))
+
+    def _out_of_time(self) -> bool:
+        """``time_budget_s`` is spent: cancel what runs, commit, end the run (not the
+        experiment: its trials wait, as last committed, for a resume)."""
+        self.early_end.end_of_budget()
+        self.calls.cancel()
+        waiting = 0
+        for rec in self.records:
+            if rec.trial.status == TrialStatus.RUNNING:
+                rec.trial.status = TrialStatus.PENDING
+                self._discard_live(rec)
+            waiting += rec.trial.is_live
+        self._events.append(
+            f"[time budget] {self.spec.time_budget_s} s spent; {waiting} trials wait"
+        )
+        self._flush_discards()
+        self.hooks.step_end()
+        self.commit(final=True)
+        return False
 
     def _drop_bad_checkpoint(self, path: str, error: str | None) -> bool:
         """Stop using a checkpoint that failed its check (False: no earlier one to use)."""
@@ -454,6 +445,7 @@ class Controller:
                 "policy": policy,
                 "policy_total": self.logs.policy_total,
                 "stopper": self.early_end.state(),
+                "callbacks": self.hooks.state(),
             },
             logs_written=self.logs.written,
         )
@@ -473,8 +465,7 @@ class Controller:
     # -- end -------------------------------------------------------------------
     def cancel(self) -> None:
         """Stop what is in flight and release every parked trainable."""
-        self.pool.cancel()
-        self.in_flight.clear()
+        self.calls.cancel()
         self.janitor.close()
         for rec in self.records:
             self._discard_live(rec)

@@ -1,4 +1,4 @@
-"""When a run ends before its trials do: ``fail_fast`` and Ray's stoppers.
+"""When a run ends before its trials do: ``fail_fast``, Ray's stoppers, ``time_budget_s``.
 
 A stopper passed as ``stop`` sees every result on the driver (it may end
 that trial there), and its ``stop_all()`` may end the whole experiment; with
@@ -6,10 +6,16 @@ that trial there), and its ``stop_all()`` may end the whole experiment; with
 per result and :meth:`EarlyEnd.errored` per trial error, and ends every
 live trial once :attr:`EarlyEnd.due`. The stopper's state is committed
 (:meth:`EarlyEnd.state`), so a resumed run stops where an uninterrupted one would.
+
+``time_budget_s`` is different: it ends the *run*, not the experiment. Once
+:meth:`EarlyEnd.over_budget`, segments in flight are cancelled, their trials
+wait as they were last committed, and the experiment stays resumable (the
+next ``resume="auto"`` run, a scheduled deployment's, goes on from there).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from popflow.flows.run_spec import RunSpec
@@ -28,6 +34,9 @@ class EarlyEnd:
         #: the trial whose error ended the experiment (``fail_fast``)
         self.failed: TrialRecord | None = None
         self._stop_all = False
+        self.time_budget_s = spec.time_budget_s
+        self._started = time.monotonic()
+        self._spent = False
 
     @property
     def due(self) -> bool:
@@ -53,6 +62,21 @@ class EarlyEnd:
         no result checks)."""
         if self.stopper is not None and not self._stop_all and self.stopper.stop_all():
             self._stop_all = True
+
+    def over_budget(self) -> bool:
+        """This run has used its ``time_budget_s``."""
+        if self.time_budget_s is None:
+            return False
+        return time.monotonic() - self._started >= self.time_budget_s
+
+    def end_of_budget(self) -> None:
+        """The run ends here, at its budget, with work left."""
+        self._spent = True
+
+    @property
+    def spent(self) -> bool:
+        """The run ended at its time budget, with work left."""
+        return self._spent
 
     def errored(self, rec: TrialRecord) -> None:
         """``rec`` errored for good: with ``fail_fast``, the first one ends the run."""

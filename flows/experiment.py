@@ -11,7 +11,9 @@ deleted, lineage files are rewritten from the committed lineage).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import itertools
 import json
 import logging
 import random
@@ -65,6 +67,8 @@ class Experiment:
     resumed_from: dict[str, Any] | None
     finished: bool = False
     lease: Lease | None = None
+    #: the experiment's name: ``spec.name``, or the next free one (:func:`_next_free_name`)
+    name: str = ""
 
 
 @contextmanager
@@ -79,17 +83,21 @@ def open_experiment(spec: RunSpec, resume: bool | str) -> Iterator[Experiment]:
     log = ExperimentLog(storage)
     latest = log.latest()  # DamagedLog if no commit can be used: nothing is changed
     if latest is not None and not resume:
-        state = "a finished" if is_finished(latest) else "an unfinished"
-        raise ValueError(
-            f"{state} experiment named {spec.name!r} already exists at {storage.url}; "
-            "resume it (run(..., resume=True) or `popflow resume`) or choose another `name`"
-        )
+        spec = _next_free_name(spec, "finished" if is_finished(latest) else "unfinished")
+        storage = spec.experiment_storage
+        log = ExperimentLog(storage)
+        latest = None
     if latest is None and resume is True:
         raise ValueError(f"nothing to resume: no committed experiment at {storage.url}")
-    if latest is not None and is_finished(latest):
+    requeue = spec.errored != "skip" and any(
+        t["status"] == TrialStatus.ERROR.value for t in (latest or {}).get("trials", [])
+    )
+    if latest is not None and is_finished(latest) and not requeue:
         logger.info("%s already finished; returning its results", spec.name)
         records = restore_records(storage, latest, log, spec.scheduler)
-        yield Experiment(storage, log, records, _saved_seed(storage), latest, finished=True)
+        yield Experiment(
+            storage, log, records, _saved_seed(storage), latest, finished=True, name=spec.name
+        )
         return
     with Lease(storage, spec.lease_ttl) as lease:
         log.epoch = lease.epoch
@@ -102,6 +110,23 @@ def open_experiment(spec: RunSpec, resume: bool | str) -> Iterator[Experiment]:
             )
         else:
             yield _start(spec, storage, log, lease)
+
+
+def _next_free_name(spec: RunSpec, state: str) -> RunSpec:
+    """A run that is not a resume, under the name of an existing experiment: it starts a
+    new one as ``<name>_2`` (``_3``, ...), leaving the old one as it is."""
+    for k in itertools.count(2):
+        name = f"{spec.name}_{k}"
+        if ExperimentLog(spec.storage.child(name)).latest() is None:
+            logger.warning(
+                "%s already holds an %s experiment; this run starts a new one, %s "
+                "(resume=True, resume='auto' or Tuner.restore continue the old one)",
+                spec.experiment_storage.url,
+                state,
+                name,
+            )
+            return dataclasses.replace(spec, name=name)
+    raise AssertionError("unreachable")
 
 
 def _saved_seed(storage: Storage) -> int:
@@ -147,14 +172,51 @@ def _resume(spec: RunSpec, storage: Storage, log: ExperimentLog, lease: Lease) -
     scheduler.set_rng(experiment_generators(seed).scheduler)
     scheduler.set_state(latest["scheduler"])
     records = restore_records(storage, latest, log, scheduler, remove_orphans=not fell_back)
+    if spec.errored != "skip":
+        records = _requeue_errored(spec, storage, records)
     logger.info("%s: resuming after round %d from %s", spec.name, latest["round"], storage.url)
-    return Experiment(storage, log, records, seed, latest, lease=lease)
+    return Experiment(storage, log, records, seed, latest, lease=lease, name=spec.name)
+
+
+def _requeue_errored(
+    spec: RunSpec, storage: Storage, records: list[TrialRecord]
+) -> list[TrialRecord]:
+    """Ray's ``resume_errored`` (``spec.errored == "resume"``: an errored trial goes on
+    from its last checkpoint) or ``restart_errored`` ("restart": it is replaced by a
+    new trial with its config, from scratch, in a new folder; the old folder stays)."""
+    out = []
+    for rec in records:
+        if rec.trial.status != TrialStatus.ERROR:
+            out.append(rec)
+            continue
+        if spec.errored == "resume":
+            rec.trial.status, rec.error, rec.num_failures = TrialStatus.PENDING, None, 0
+            new = rec
+        else:
+            restarts = 1 + sum(1 for r in records if r.trial_id.startswith(f"{rec.trial_id}_r"))
+            trial_id = f"{rec.trial_id}_r{restarts}"
+            old = rec.trial
+            trial = Trial(
+                trial_id=trial_id,
+                config=old.config,
+                experiment_tag=old.experiment_tag,
+                trainable_name=old.trainable_name,
+                custom_name=f"{old.custom_name}_r{restarts}" if old.custom_name else None,
+            )
+            new = TrialRecord(trial=trial, index=rec.index, dirname=f"{rec.dirname}_r{restarts}")
+            storage.write_text(
+                dumps(trial.config, indent=2, sort_keys=True), new.dirname, "params.json"
+            )
+        spec.scheduler.on_trial_add(new.trial)
+        logger.info("%s: %s errored trial %s", spec.name, spec.errored, rec.trial_id)
+        out.append(new)
+    return out
 
 
 def _start(spec: RunSpec, storage: Storage, log: ExperimentLog, lease: Lease) -> Experiment:
     seed = spec.seed if spec.seed is not None else secrets.randbits(32)
+    records = sample_population(spec, seed)  # a bad trial_*_creator: raise before writing
     save_run_args(storage, spec.run_args(seed))
-    records = sample_population(spec, seed)
     for rec in records:
         storage.write_text(
             dumps(rec.trial.config, indent=2, sort_keys=True), rec.dirname, "params.json"
@@ -179,7 +241,7 @@ def _start(spec: RunSpec, storage: Storage, log: ExperimentLog, lease: Lease) ->
         storage.url,
         seed,
     )
-    return Experiment(storage, log, records, seed, None, lease=lease)
+    return Experiment(storage, log, records, seed, None, lease=lease, name=spec.name)
 
 
 def sample_population(spec: RunSpec, seed: int) -> list[TrialRecord]:
@@ -193,15 +255,42 @@ def sample_population(spec: RunSpec, seed: int) -> list[TrialRecord]:
     np.random.seed(seed % 2**32)
     prefix = hashlib.sha1(spec.name.encode()).hexdigest()[:5]
     records = []
+    name = trainable_name(spec.trainable)
     for variant in resolve_variants(spec.param_space, spec.num_samples, generators.variants):
         trial_id = f"{prefix}_{variant.index:05d}"
         config = scheduler.complete_config(variant.config)
-        trial = Trial(trial_id=trial_id, config=config, experiment_tag=variant.tag)
-        dirname = f"{trainable_name(spec.trainable)}_{trial_id}"
-        records.append(TrialRecord(trial=trial, index=variant.index, dirname=dirname))
+        trial = Trial(
+            trial_id=trial_id, config=config, experiment_tag=variant.tag, trainable_name=name
+        )
+        trial.custom_name = _created("trial_name_creator", spec.trial_name_creator, trial)
+        dirname = _created("trial_dirname_creator", spec.trial_dirname_creator, trial)
+        records.append(
+            TrialRecord(trial=trial, index=variant.index, dirname=dirname or f"{name}_{trial_id}")
+        )
+    dirnames = [r.dirname for r in records]
+    if len(set(dirnames)) < len(dirnames):
+        twice = sorted({d for d in dirnames if dirnames.count(d) > 1})
+        raise ValueError(f"`trial_dirname_creator` gave two trials the same folder: {twice}")
     for rec in records:
         scheduler.on_trial_add(rec.trial)
     return records
+
+
+def _created(argument: str, creator: Any, trial: Trial) -> str | None:
+    """What Ray's ``trial_name_creator``/``trial_dirname_creator`` returns for ``trial``."""
+    if creator is None:
+        return None
+    made = creator(trial)
+    if not isinstance(made, str) or not made.strip():
+        raise ValueError(f"`{argument}` returned {made!r} for {trial.trial_id}; it must be a name")
+    if argument == "trial_dirname_creator" and (
+        "/" in made or "\\" in made or made in (".", "..") or made.startswith(".")
+    ):
+        raise ValueError(
+            f"`{argument}` returned {made!r} for {trial.trial_id}; a trial folder is one "
+            "name (no '/', not starting with '.')"
+        )
+    return made
 
 
 # -- the run's arguments, for `popflow resume` ------------------------------------
@@ -216,7 +305,11 @@ def save_run_args(storage: Storage, args: dict[str, Any]) -> None:
     try:
         data = cloudpickle.dumps(args)
     except Exception as e:
-        logger.warning("`popflow resume` will not work for this experiment: %s", e)
+        if not args.get("callbacks"):
+            logger.warning("`popflow resume` will not work for this experiment: %s", e)
+            return
+        logger.warning("its callbacks cannot be pickled (%s); a resume runs without them", e)
+        save_run_args(storage, {**args, "callbacks": None})
         return
     storage.write_bytes(data, RUN_ARGS_FILE)
 

@@ -24,6 +24,7 @@ from popflow.flows.run_spec import run_spec
 from popflow.infra.cluster import ClusterStart
 from popflow.infra.storage import Storage
 from popflow.schedulers import TrialScheduler
+from popflow.tasks.parameters import parameters_of
 from popflow.tasks.trainable import Trainable
 
 
@@ -51,6 +52,12 @@ def run(
     lease_ttl: float = 60.0,
     segment_timeout_s: float | None = None,
     fail_fast: bool | str = False,
+    time_budget_s: float | None = None,
+    max_concurrent_trials: int | None = None,
+    callbacks: list[Any] | None = None,
+    trial_name_creator: Callable[[Any], str] | None = None,
+    trial_dirname_creator: Callable[[Any], str] | None = None,
+    errored: str = "skip",
 ) -> ResultGrid:
     """Tune ``trainable`` over ``param_space`` with ``scheduler``; Ray Tune's ``Tuner.fit``.
 
@@ -82,6 +89,17 @@ def run(
     - ``fail_fast``: True ends the experiment at the first trial error (after
       its ``max_failures`` retries; the trials still running are stopped and
       the run is finished); "raise" then raises :class:`TrialError`.
+    - ``time_budget_s``: end this run after so many seconds of rounds: segments in
+      flight are cancelled, everything is committed, and the experiment stays
+      unfinished, so ``resume="auto"`` (or ``Tuner.restore``) goes on from there.
+    - ``max_concurrent_trials``: at most so many trials started and not ended at
+      once (Ray's); the others wait, unstarted.
+    - ``callbacks``: Ray's ``tune.Callback`` objects, called on the driver
+      (:mod:`popflow.flows.callbacks`).
+    - ``trial_name_creator``/``trial_dirname_creator``: Ray's: a function of the
+      trial returning its name (``str(trial)``) or its folder's name.
+    - ``errored``: when resuming, what errored trials do: "skip" (stay errored),
+      "resume" (from their last checkpoint) or "restart" (from scratch).
     - ``log_flush_interval``: on object stores, seconds between rewrites of
       result.json / progress.csv / pbt_global.txt (each commit holds its own
       results, so nothing is lost in between); local files are appended at once.
@@ -111,14 +129,23 @@ def run(
         lease_ttl=lease_ttl,
         segment_timeout_s=segment_timeout_s,
         fail_fast=fail_fast,
+        time_budget_s=time_budget_s,
+        max_concurrent_trials=max_concurrent_trials,
+        callbacks=callbacks,
+        trial_name_creator=trial_name_creator,
+        trial_dirname_creator=trial_dirname_creator,
+        errored=errored,
     )
+    params = parameters_of(spec.trainable)
+    if params is not None:  # with_parameters: its objects, once, before any segment is pickled
+        params.store(spec.experiment_storage)
     _ship_by_value(spec.trainable)
     quiet_embedded_server()
     tune_flow = prefect_objects().tune_flow
     if spec.dask_address is not None:
         return tune_flow(spec.name, spec, spec.dask_address)
     # the embedded cluster starts while Prefect creates the flow run
-    cluster = ClusterStart(spec.n_workers)
+    cluster = ClusterStart(spec.n_workers, spec.resources)
     try:
         return tune_flow(spec.name, spec, cluster)
     finally:

@@ -79,7 +79,11 @@ def _announce(spec: RunSpec, experiment: Experiment) -> None:
     else:
         state = f"{len(experiment.records)} trials"
     run_logger.info(
-        "%s: %s; results in %s (seed %d)", spec.name, state, experiment.storage.url, experiment.seed
+        "%s: %s; results in %s (seed %d)",
+        experiment.name,
+        state,
+        experiment.storage.url,
+        experiment.seed,
     )
 
 
@@ -124,7 +128,7 @@ def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | N
         _announce(spec, experiment)
         if experiment.finished:
             return results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
-        with dask_client(cluster, spec.n_workers) as client:
+        with dask_client(cluster, spec.n_workers, spec.resources) as client:
             pool = RunnerPool(client, spec.resources)
             controller = Controller(spec, experiment, pool)
             if experiment.resumed_from is None:
@@ -144,13 +148,24 @@ def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | N
     records = experiment.records
     grid = results_of(records, experiment.storage, spec.metric, spec.mode)
     stuck = [r.trial_id for r in records if r.trial.is_live]
+    if controller.early_end.spent:
+        logger.info(
+            "%s: time budget of %s s spent after round %d; %d trials to go, committed: "
+            "resume (resume='auto', Tuner.restore) goes on from here",
+            experiment.name,
+            spec.time_budget_s,
+            controller.rounds,
+            len(stuck),
+        )
+        return grid
+    controller.hooks.experiment_end()
     if stuck:
         logger.warning(
             "%d trials never finished (the scheduler chose none to run): %s", len(stuck), stuck
         )
     logger.info(
         "%s finished: %d trials, %d errors; %s",
-        spec.name,
+        experiment.name,
         len(grid),
         grid.num_errors,
         spec.scheduler.debug_string(),

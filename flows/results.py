@@ -152,6 +152,28 @@ class ResultGrid(Sequence[Result]):
             raise RuntimeError(f"no trial reported a {finite}{metric!r}; cannot pick a best result")
         return max(scored, key=lambda kr: kr[0])[1]
 
+    # -- Ray's ExperimentAnalysis (what its tune.run returns), on the run's metric and mode --
+    def get_best_config(
+        self, metric: str | None = None, mode: str | None = None, scope: str = "last"
+    ) -> dict[str, Any]:
+        return self.get_best_result(metric, mode, scope).config
+
+    @property
+    def best_config(self) -> dict[str, Any]:
+        return self.get_best_result().config
+
+    @property
+    def best_result(self) -> dict[str, Any]:
+        return self.get_best_result().metrics
+
+    @property
+    def best_checkpoint(self) -> Checkpoint | None:
+        return self.get_best_result().checkpoint
+
+    @property
+    def results_df(self) -> pd.DataFrame:
+        return self.get_dataframe()
+
     def get_dataframe(
         self, filter_metric: str | None = None, filter_mode: str | None = None
     ) -> pd.DataFrame:
@@ -190,13 +212,18 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def checkpoint_of(storage: Storage, rec: TrialRecord, name: str) -> Checkpoint:
+    """The handle of ``rec``'s checkpoint ``name`` (``storage``: the experiment's folder)."""
+    return Checkpoint(storage.full_url(rec.checkpoint_path(name)), storage.storage_options)
+
+
 def results_of(
     records: list[TrialRecord], storage: Storage, metric: str | None, mode: str | None
 ) -> ResultGrid:
     """The grid of an experiment's trials (``storage``: the experiment's folder)."""
 
     def checkpoint(rec: TrialRecord, name: str) -> Checkpoint:
-        return Checkpoint(storage.full_url(rec.checkpoint_path(name)), storage.storage_options)
+        return checkpoint_of(storage, rec, name)
 
     out = []
     for rec in records:

@@ -18,6 +18,7 @@ from typing import Any
 
 from distributed import Client
 
+from popflow.flows.callbacks import check_callbacks
 from popflow.flows.config import CheckpointConfig
 from popflow.infra.cluster import dask_resources
 from popflow.infra.storage import Storage
@@ -62,6 +63,15 @@ class RunSpec:
     lease_ttl: float
     segment_timeout_s: float | None = None
     fail_fast: bool | str = False
+    time_budget_s: float | None = None
+    max_concurrent_trials: int | None = None
+    #: Ray's ``tune.Callback`` objects, called on the driver (never pickled into a commit)
+    callbacks: tuple[Any, ...] = ()
+    trial_name_creator: Callable[[Any], str] | None = None
+    trial_dirname_creator: Callable[[Any], str] | None = None
+    #: on resume, errored trials: "skip" (stay errored), "resume" (from their last
+    #: checkpoint) or "restart" (from scratch); Ray's ``resume_errored``/``restart_errored``
+    errored: str = "skip"
 
     @property
     def metric(self) -> str | None:
@@ -99,6 +109,9 @@ class RunSpec:
             "lease_ttl": self.lease_ttl,
             "segment_timeout_s": self.segment_timeout_s,
             "fail_fast": self.fail_fast,
+            "time_budget_s": self.time_budget_s,
+            "max_concurrent_trials": self.max_concurrent_trials,
+            "callbacks": list(self.callbacks) or None,
         }
 
 
@@ -257,6 +270,12 @@ def run_spec(
     lease_ttl: float,
     segment_timeout_s: float | None = None,
     fail_fast: bool | str = False,
+    time_budget_s: float | None = None,
+    max_concurrent_trials: int | None = None,
+    callbacks: Any = None,
+    trial_name_creator: Callable[[Any], str] | None = None,
+    trial_dirname_creator: Callable[[Any], str] | None = None,
+    errored: str = "skip",
 ) -> RunSpec:
     """Check ``popflow.run``'s arguments; the spec they describe."""
     scheduler = scheduler if scheduler is not None else FIFOScheduler()
@@ -287,6 +306,22 @@ def run_spec(
         )
     if not (isinstance(fail_fast, bool) or fail_fast == "raise"):
         raise ValueError(f"`fail_fast` is {fail_fast!r}, but must be False, True or 'raise'")
+    _check_real("time_budget_s", time_budget_s, low=0, strict=True, optional=True)
+    if max_concurrent_trials is not None and (
+        not _is_int(max_concurrent_trials) or max_concurrent_trials < 0
+    ):
+        raise ValueError(
+            f"`max_concurrent_trials` is {max_concurrent_trials!r}, but must be an int >= 1 "
+            "(0 or None: no limit)"
+        )
+    for argument, creator in (
+        ("trial_name_creator", trial_name_creator),
+        ("trial_dirname_creator", trial_dirname_creator),
+    ):
+        if creator is not None and not callable(creator):
+            raise TypeError(f"`{argument}` is {creator!r}, but must be a function of the trial")
+    if errored not in ("skip", "resume", "restart"):
+        raise ValueError(f"`errored` is {errored!r}, but must be 'skip', 'resume' or 'restart'")
     resources = dask_resources(resources_per_trial)
     if not scheduler.set_search_properties(metric, mode):
         raise ValueError(
@@ -314,4 +349,10 @@ def run_spec(
         lease_ttl=lease_ttl,
         segment_timeout_s=segment_timeout_s,
         fail_fast=fail_fast,
+        time_budget_s=time_budget_s,
+        max_concurrent_trials=max_concurrent_trials or None,
+        callbacks=check_callbacks(callbacks),
+        trial_name_creator=trial_name_creator,
+        trial_dirname_creator=trial_dirname_creator,
+        errored=errored,
     )

@@ -66,6 +66,8 @@ class TrialRecord:
             "config": t.config,
             "status": t.status.value,
             "experiment_tag": t.experiment_tag,
+            "trainable_name": t.trainable_name,
+            "name": t.custom_name,
             "last_train_time": t.last_train_time,
             "num_results": len(self.results),
             "restore": self.restore,
@@ -97,6 +99,8 @@ class TrialRecord:
             status=status,
             last_train_time=t["last_train_time"],
             experiment_tag=t["experiment_tag"],
+            trainable_name=t.get("trainable_name", ""),  # older commits lack both
+            custom_name=t.get("name"),
         )
         trial.last_result = results[-1] if results else {}
         return cls(
@@ -166,6 +170,7 @@ class TrialTable:
     - ``exploit(exploit, reporter)``: carry out one exploit (``reporter``: the
       trial whose result led to it, or None for a barrier's release);
     - ``leave(trial)``: a trial that another trial's decision stopped;
+    - ``ended(trial)``: any trial that ends without error (after ``leave``);
     - ``before_call()``: runs before every scheduler call (the controller
       reseeds the user's global RNGs there, so callables in
       ``hyperparam_mutations`` draw repeatable values).
@@ -178,12 +183,14 @@ class TrialTable:
         exploit: Callable[[Exploit, Trial | None], None],
         leave: Callable[[Trial], None] = _nothing,
         before_call: Callable[[], None] = _nothing,
+        ended: Callable[[Trial], None] = _nothing,
     ) -> None:
         self.scheduler = scheduler
         self.trials = {t.trial_id: t for t in trials}
         self._exploit = exploit
         self._leave = leave
         self._before_call = before_call
+        self._ended = ended
 
     def report(self, trial: Trial, result: dict[str, Any]) -> Decision:
         """Give ``result`` to the scheduler and apply what it decides for other trials.
@@ -213,6 +220,7 @@ class TrialTable:
                 other.status = TrialStatus.TERMINATED
                 self._leave(other)
                 self.scheduler.on_trial_remove(other)
+                self._ended(other)
                 removed = True
         if removed:
             self.release_paused()
@@ -230,6 +238,7 @@ class TrialTable:
         if terminal or action == Action.STOP:
             trial.status = TrialStatus.TERMINATED
             self.scheduler.on_trial_complete(trial, trial.last_result)
+            self._ended(trial)
             self.release_paused()
         elif action == Action.PAUSE:
             trial.status = TrialStatus.PAUSED

@@ -18,6 +18,7 @@ from popflow.flows.config import CheckpointConfig
 from popflow.flows.experiment import load_run_args
 from popflow.flows.launch import run
 from popflow.flows.results import ResultGrid
+from popflow.infra.cluster import use_cores
 from popflow.infra.experiment_log import ExperimentLog
 from popflow.infra.storage import Storage
 from popflow.schedulers import TrialScheduler
@@ -73,11 +74,6 @@ class TuneConfig:
             None,
             "popflow samples `param_space` itself (random and grid search); drop it",
         )
-        later = "leave it unset for now (issue: Ray's front door)"
-        _refuse("max_concurrent_trials", self.max_concurrent_trials, None, later)
-        _refuse("time_budget_s", self.time_budget_s, None, later)
-        _refuse("trial_name_creator", self.trial_name_creator, None, later)
-        _refuse("trial_dirname_creator", self.trial_dirname_creator, None, later)
         if not isinstance(self.reuse_actors, bool):
             raise TypeError(f"`reuse_actors` must be a bool, got {self.reuse_actors!r}")
 
@@ -111,8 +107,12 @@ class RunConfig:
         _refuse("sync_config", self.sync_config, None, "storage is written directly; drop it")
         _refuse("local_dir", self.local_dir, None, "use `storage_path`")
         later = "leave it unset for now (issue: Ray's front door)"
-        _refuse("callbacks", self.callbacks, None, later)
-        _refuse("progress_reporter", self.progress_reporter, None, later)
+        _refuse(
+            "progress_reporter",
+            self.progress_reporter,
+            None,
+            "popflow logs each round (Prefect UI, console); `verbose` 0 quiets it",
+        )
         _refuse("log_to_file", self.log_to_file, False, later)
         if self.verbose is not None and self.verbose not in (0, 1, 2, 3):
             raise ValueError(f"`verbose` is {self.verbose!r}, but must be 0, 1, 2 or 3")
@@ -130,7 +130,6 @@ class _Cluster:
     """What :func:`init` chose for the runs that follow."""
 
     address: Any = None
-    n_workers: int | None = None
 
 
 _CLUSTER = _Cluster()
@@ -138,8 +137,9 @@ _CLUSTER = _Cluster()
 
 def init(address: Any = None, *, num_cpus: int | None = None, **ignored: Any) -> None:
     """Ray's ``ray.init``: ``address`` names a Dask scheduler (or Client) for the runs that
-    follow; otherwise ``num_cpus`` sizes the embedded cluster (one single-threaded
-    process worker per CPU). Ray's other arguments are accepted and logged."""
+    follow; otherwise ``num_cpus`` is the CPUs the embedded cluster cuts into
+    single-threaded process workers (one per CPU, or fewer and bigger when a trial
+    needs more than one). Ray's other arguments are accepted and logged."""
     if address is not None and num_cpus is not None:
         raise ValueError("give `address` (an existing cluster) or `num_cpus`, not both")
     if num_cpus is not None and (
@@ -148,12 +148,14 @@ def init(address: Any = None, *, num_cpus: int | None = None, **ignored: Any) ->
         raise ValueError(f"`num_cpus` is {num_cpus!r}, but must be an int >= 1")
     if ignored:
         logger.info("popflow.init: ignoring %s (Ray-only)", sorted(ignored))
-    _CLUSTER.address, _CLUSTER.n_workers = address, num_cpus
+    _CLUSTER.address = address
+    use_cores(num_cpus)
 
 
 def cluster_arguments() -> dict[str, Any]:
-    """``dask_address``/``n_workers`` for :func:`popflow.run`, as :func:`init` set them."""
-    return {"dask_address": _CLUSTER.address, "n_workers": _CLUSTER.n_workers}
+    """``dask_address`` for :func:`popflow.run`, as :func:`init` set it (its ``num_cpus``
+    went to :func:`popflow.infra.cluster.use_cores`)."""
+    return {"dask_address": _CLUSTER.address}
 
 
 class Tuner:
@@ -182,6 +184,7 @@ class Tuner:
         self.tune_config = tune_config or TuneConfig()
         self.run_config = run_config or RunConfig()
         self._restore: dict[str, Any] | None = None  # run()'s arguments, after restore()
+        self._resume: dict[str, Any] = {}  # tune.run(resume=...): run()'s resume, errored
 
     def fit(self) -> ResultGrid:
         """Run the experiment (or continue it, after :meth:`restore`); its results."""
@@ -210,10 +213,22 @@ class Tuner:
                 seed=tc.seed,
                 max_failures=failure.max_failures,
                 fail_fast=failure.fail_fast,
+                **self._resume,
+                time_budget_s=tc.time_budget_s,
+                max_concurrent_trials=tc.max_concurrent_trials,
+                callbacks=rc.callbacks,
+                trial_name_creator=tc.trial_name_creator,
+                trial_dirname_creator=tc.trial_dirname_creator,
                 **cluster_arguments(),
             )
         finally:
             popflow_logger.setLevel(level)
+
+    def fit_resuming(self, errored: str = "skip") -> ResultGrid:
+        """:meth:`fit`, continuing the experiment if it exists (Ray's ``tune.run(resume=...)``;
+        ``errored``: what its errored trials do, as ``run``'s)."""
+        self._resume = {"resume": "auto", "errored": errored}
+        return self.fit()
 
     @classmethod
     def restore(
@@ -229,9 +244,6 @@ class Tuner:
         """A Tuner that continues the experiment at ``path`` (``<storage_path>/<name>``)
         from its last commit, with the arguments it was started with."""
         _refuse("resume_unfinished", resume_unfinished, True, "leave it True")
-        later = "leave it False for now (issue: Ray's front door)"
-        _refuse("resume_errored", resume_errored, False, later)
-        _refuse("restart_errored", restart_errored, False, later)
         storage = Storage(path, storage_options)
         if ExperimentLog(storage).latest() is None:
             raise ValueError(f"nothing to restore: no committed experiment at {storage.url}")
@@ -246,6 +258,8 @@ class Tuner:
             "storage_options": storage_options,
             "name": name,
             "resume": True,
+            # Ray: resume_errored wins when both are set
+            "errored": "resume" if resume_errored else "restart" if restart_errored else "skip",
         }
         return tuner
 

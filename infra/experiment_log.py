@@ -44,7 +44,15 @@ EXPERIMENT_FILE = f"{LOG_DIR}/experiment.json"
 
 #: What a commit carries forward (in full in a snapshot, as a delta otherwise);
 #: everything else in a commit is about its own round.
-STATE_KEYS = ("trials", "scheduler", "decisions", "derived", "policy_total", "stopper")
+STATE_KEYS = (
+    "trials",
+    "scheduler",
+    "decisions",
+    "derived",
+    "policy_total",
+    "stopper",
+    "callbacks",
+)
 #: Deltas after which a snapshot is written even if they are small: bounds the
 #: objects a resume reads.
 MAX_DELTAS = 1000

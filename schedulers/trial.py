@@ -38,10 +38,19 @@ class Trial:
     last_result: dict[str, Any] = field(default_factory=dict)
     last_train_time: float = 0.0
     experiment_tag: str = ""
+    #: Ray's ``Trial.trainable_name`` (the trainable's ``__name__``)
+    trainable_name: str = ""
+    #: what ``trial_name_creator`` named it (None: ``<trainable_name>_<trial_id>``, Ray's)
+    custom_name: str | None = None
 
     @property
     def is_live(self) -> bool:
         return self.status in (TrialStatus.PENDING, TrialStatus.RUNNING, TrialStatus.PAUSED)
+
+    def __str__(self) -> str:  # Ray's: how callbacks and logs name a trial
+        if self.custom_name is not None:
+            return self.custom_name
+        return f"{self.trainable_name}_{self.trial_id}" if self.trainable_name else self.trial_id
 
     def __hash__(self) -> int:  # trials are keys in scheduler bookkeeping
         return hash(self.trial_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import posixpath
@@ -102,6 +103,17 @@ class Checkpoint:
             with open(dict_file, "rb") as f:
                 return pickle.load(f)
 
+    def load_into(self, trainable: Any) -> None:
+        """Restore ``trainable`` (a :class:`popflow.tune.Trainable`) from this checkpoint:
+        its ``load_checkpoint`` gets the dict its ``save_checkpoint`` returned, or the
+        folder; its ``iteration`` becomes the checkpoint's."""
+        with self.as_directory() as d:
+            load_folder(trainable, d)
+            manifest = os.path.join(d, MANIFEST)
+            if os.path.exists(manifest):
+                with open(manifest) as f:
+                    trainable._iteration = int(json.load(f)["metadata"].get("iteration", 0))
+
     def __repr__(self) -> str:
         return f"Checkpoint({self.path!r})"
 
@@ -110,3 +122,13 @@ class Checkpoint:
 
     def __hash__(self) -> int:
         return hash(self.path)
+
+
+def load_folder(trainable: Any, folder: str) -> None:
+    """``trainable.load_checkpoint`` with what ``save_checkpoint`` left in ``folder``."""
+    dict_file = os.path.join(folder, DICT_CHECKPOINT_FILE)
+    if os.path.exists(dict_file):
+        with open(dict_file, "rb") as f:
+            trainable.load_checkpoint(pickle.load(f))
+    else:
+        trainable.load_checkpoint(folder)

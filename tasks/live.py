@@ -31,7 +31,7 @@ import traceback
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from popflow.tasks.checkpoint import DICT_CHECKPOINT_FILE, Checkpoint
+from popflow.tasks.checkpoint import DICT_CHECKPOINT_FILE, Checkpoint, load_folder
 from popflow.tasks.function_api import run_in_session
 from popflow.tasks.progress import ProgressClock
 from popflow.tasks.specs import CheckpointNeed, EndReason
@@ -65,12 +65,7 @@ class LiveClass:
         self.clock = clock
         self.trainable = trainable_cls(config, trial_id=trial_id)
         if restore_dir is not None:
-            dict_file = os.path.join(restore_dir, DICT_CHECKPOINT_FILE)
-            if os.path.exists(dict_file):
-                with open(dict_file, "rb") as f:
-                    self.trainable.load_checkpoint(pickle.load(f))
-            else:
-                self.trainable.load_checkpoint(restore_dir)
+            load_folder(self.trainable, restore_dir)
         self.trainable._iteration = clock.iteration
 
     def accepts(self, config: dict[str, Any]) -> bool:

@@ -23,6 +23,7 @@ from popflow.infra.checkpoint_store import CheckpointError, fetch_checkpoint
 from popflow.infra.cluster import current_worker_address
 from popflow.infra.storage_errors import StorageError
 from popflow.tasks.live import Live, LiveClass, LiveFunction, UserCodeError, is_parked, park, take
+from popflow.tasks.parameters import parameters_of
 from popflow.tasks.progress import ProgressClock
 from popflow.tasks.seeding import isolate_dask_sampling, seed_globals
 from popflow.tasks.segment_run import SegmentRun
@@ -63,6 +64,9 @@ def _prefetch(specs: list[SegmentSpec]) -> dict[int, Future[Fetched]]:
 def _build(spec: SegmentSpec, fetched: Future[Fetched] | None = None) -> Live:
     """Build the trainable, restored from ``spec.restore`` if given (``fetched``: already
     being downloaded)."""
+    params = parameters_of(spec.trainable)
+    if params is not None:  # with_parameters: its objects come from the experiment's folder
+        params.attach(spec.storage)
     tmp, metadata = fetched.result() if fetched is not None else _fetch(spec)
     restore_dir = os.path.join(tmp, "checkpoint") if spec.restore is not None else None
     owned = False

@@ -21,6 +21,8 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from popflow.tasks.checkpoint import Checkpoint
+
 
 class Trainable:
     """One trial's training state. popflow builds it on a Dask worker for each segment."""
@@ -61,6 +63,17 @@ class Trainable:
         raise NotImplementedError(
             f"{type(self).__name__} must implement load_checkpoint() to resume or clone trials"
         )
+
+    def restore(self, checkpoint: Any) -> None:
+        """Ray's ``Trainable.restore``: load ``checkpoint`` (a :class:`popflow.tune.Checkpoint`,
+        e.g. ``result.checkpoint``, or its path) into this trainable, in one call::
+
+            model = MyTrainable(best.config)
+            model.restore(best.checkpoint)
+        """
+        if not isinstance(checkpoint, Checkpoint):
+            checkpoint = Checkpoint(checkpoint)
+        checkpoint.load_into(self)
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
         """Apply ``new_config`` in place; return True if done (False: build a new object)."""

@@ -115,22 +115,31 @@ def test_every_scheduler_resumes_after_a_crash(prefect_server, tmp_path, schedul
         assert state == read_experiment(str(tmp_path / "ref" / "exp"))
 
 
-def test_unfinished_experiment_refuses_a_fresh_start_and_resumes(prefect_server, tmp_path):
+def test_a_fresh_start_under_a_taken_name_starts_a_new_experiment(prefect_server, tmp_path, capfd):
+    """Re-running a script never fails and never touches the old experiment: the new run
+    is ``<name>_2`` (then ``_3``); resume=True still continues the old one."""
     from trainables import ParityTrainable
 
     from popflow import run
 
     storage = str(tmp_path)
     assert drive(storage, "exp", "fifo", kill_at="commit-after:2") != 0
+    old_commits = sorted(os.listdir(os.path.join(storage, "exp", ".popflow", "commits")))
     kwargs = dict(num_samples=4, stop={"training_iteration": 24}, storage=storage, name="exp")
-    with pytest.raises(ValueError, match="an unfinished experiment named 'exp' already exists"):
-        run(ParityTrainable, {"a": 1, "c": 1}, **kwargs)
+    fresh = run(ParityTrainable, {"a": 1, "c": 1}, **kwargs)
+    assert fresh.experiment_path.endswith("/exp_2")
+    assert (
+        "holds an unfinished experiment; this run starts a new one, exp_2" in capfd.readouterr().err
+    )
+    assert [r.metrics["training_iteration"] for r in fresh] == [24] * 4
+    assert sorted(os.listdir(os.path.join(storage, "exp", ".popflow", "commits"))) == old_commits
     with pytest.raises(ValueError, match="nothing to resume"):
         run(ParityTrainable, {"a": 1}, resume=True, **{**kwargs, "name": "other"})
     drive(storage, "exp", "fifo")
-    # finished: resuming again is a no-op that returns the same results
-    with pytest.raises(ValueError, match="a finished experiment named 'exp' already exists"):
-        run(ParityTrainable, {"a": 1, "c": 1}, **kwargs)
+    # finished: a fresh run goes to the next free name
+    again = run(ParityTrainable, {"a": 1, "c": 1}, **{**kwargs, "stop": {"training_iteration": 2}})
+    assert again.experiment_path.endswith("/exp_3")
+    # and resuming the finished one is a no-op that returns the same results
     commits = sorted(os.listdir(os.path.join(storage, "exp", ".popflow", "commits")))
     results = run(ParityTrainable, {"a": 1, "c": 1}, resume=True, **kwargs)
     assert sorted(os.listdir(os.path.join(storage, "exp", ".popflow", "commits"))) == commits

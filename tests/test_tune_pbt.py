@@ -198,9 +198,13 @@ def test_max_failures_retries_from_last_checkpoint(tune_env, tmp_path):
 
 def test_existing_experiment_is_not_overwritten(tune_env):
     kwargs = dict(num_samples=1, stop={"training_iteration": 1}, name="twice", **tune_env)
-    run(ParityTrainable, {"a": 1}, **kwargs)
-    with pytest.raises(ValueError, match="already exists"):
-        run(ParityTrainable, {"a": 1}, **kwargs)
+    first = run(ParityTrainable, {"a": 1}, **kwargs)
+    second = run(ParityTrainable, {"a": 1}, **{**kwargs, "stop": {"training_iteration": 2}})
+    assert second.experiment_path.endswith("/twice_2")
+    assert first.experiment_path.endswith("/twice")
+    # the first is as it was
+    again = run(ParityTrainable, {"a": 1}, resume=True, **kwargs)
+    assert [r.metrics["training_iteration"] for r in again] == [1]
 
 
 def test_synch_barrier_releases_when_a_trial_finishes_mid_round(tune_env):

@@ -73,23 +73,14 @@ def test_config_classes_have_rays_fields_and_defaults(cls):
     ("make", "argument"),
     [
         (lambda: TuneConfig(search_alg=object()), "search_alg"),
-        (lambda: TuneConfig(max_concurrent_trials=2), "max_concurrent_trials"),
-        (lambda: TuneConfig(time_budget_s=10), "time_budget_s"),
-        (lambda: TuneConfig(trial_name_creator=str), "trial_name_creator"),
-        (lambda: TuneConfig(trial_dirname_creator=str), "trial_dirname_creator"),
         (lambda: RunConfig(storage_filesystem=object()), "storage_filesystem"),
         (lambda: RunConfig(sync_config=object()), "sync_config"),
         (lambda: RunConfig(local_dir="/tmp"), "local_dir"),
-        (lambda: RunConfig(callbacks=[object()]), "callbacks"),
         (lambda: RunConfig(progress_reporter=object()), "progress_reporter"),
         (lambda: RunConfig(log_to_file=True), "log_to_file"),
         (
-            lambda: Tuner.restore("/nonexistent", ParityTrainable, resume_errored=True),
-            "resume_errored",
-        ),
-        (
-            lambda: Tuner.restore("/nonexistent", ParityTrainable, restart_errored=True),
-            "restart_errored",
+            lambda: Tuner.restore("/nonexistent", ParityTrainable, resume_unfinished=False),
+            "resume_unfinished",
         ),
     ],
 )

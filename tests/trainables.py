@@ -183,3 +183,17 @@ class Misbehaving(ParityTrainable):
         if how == "fail":
             raise RuntimeError("deterministic failure")
         return result
+
+
+class SleepyTrainable(ParityTrainable):
+    """ParityTrainable whose every step takes ``config["sleep"]`` seconds (a slow model)."""
+
+    def step(self) -> dict[str, Any]:
+        time.sleep(self.config.get("sleep", 0.0))
+        return super().step()
+
+
+def with_data(config: dict[str, Any], data: Any = None, scale: float = 1.0) -> None:
+    """A function trainable for ``with_parameters``: scores the sum of ``data``."""
+    for _ in range(2):
+        report({"score": float(sum(data)) * scale * config["x"], "pid": os.getpid()})

@@ -10,9 +10,12 @@ What Ray accepts and popflow cannot honour yet raises at once, naming the
 argument (:class:`popflow.flows.tuner.Unsupported`).
 """
 
+from popflow.flows.callbacks import Callback
 from popflow.flows.config import CheckpointConfig, with_resources
 from popflow.flows.prefect_flow import TrialError
 from popflow.flows.results import Result, ResultGrid
+from popflow.flows.tune_run import TuneError
+from popflow.flows.tune_run import tune_run as run
 from popflow.flows.tuner import FailureConfig, RunConfig, TuneConfig, Tuner, Unsupported
 from popflow.schedulers import (
     choice,
@@ -28,9 +31,11 @@ from popflow.schedulers import (
     uniform,
 )
 from popflow.tasks import Checkpoint, Trainable, get_checkpoint, report
-from popflow.tune import schedulers, stopper
+from popflow.tasks.parameters import with_parameters
+from popflow.tune import logger, schedulers, stopper
 
 __all__ = [
+    "Callback",
     "Checkpoint",
     "CheckpointConfig",
     "FailureConfig",
@@ -40,11 +45,13 @@ __all__ = [
     "Trainable",
     "TrialError",
     "TuneConfig",
+    "TuneError",
     "Tuner",
     "Unsupported",
     "choice",
     "get_checkpoint",
     "grid_search",
+    "logger",
     "lograndint",
     "loguniform",
     "qloguniform",
@@ -53,9 +60,11 @@ __all__ = [
     "randint",
     "randn",
     "report",
+    "run",
     "sample_from",
     "schedulers",
     "stopper",
     "uniform",
+    "with_parameters",
     "with_resources",
 ]
