@@ -18,7 +18,8 @@ class CheckpointConfig:
       (the newest N if None); None keeps all. A checkpoint that any trial will
       restore from, or that an exploit chose, is never deleted.
     - ``checkpoint_at_end``: save when the trial ends (class API; default True
-      there, ignored for function trainables, which report their own).
+      there). Function trainables report their own checkpoints: as in Ray,
+      ``checkpoint_at_end=True`` or a ``checkpoint_frequency`` raises for them.
     """
 
     num_to_keep: int | None = None

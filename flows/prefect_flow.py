@@ -3,9 +3,8 @@
 Each round is a Prefect task (visible in the UI, with the round's summary and
 decisions in its logs); the segments inside it are runner-actor calls on
 Dask workers, which never talk to Prefect. The flow and its task are made on
-the first run (:func:`prefect_objects`): every Dask worker imports the user's
-script, and so popflow, and Prefect's import would cost each ~1 s of CPU and
-~45 MB for nothing.
+the first run (:func:`prefect_objects`): every Dask worker imports popflow,
+and Prefect's import would cost each ~1 s of CPU and ~45 MB for nothing.
 """
 
 from __future__ import annotations

@@ -165,6 +165,22 @@ def check_name(name: Any) -> None:
         )
 
 
+def _check_function_checkpoints(config: CheckpointConfig) -> None:
+    """Ray's rule: a function trainable reports its own checkpoints."""
+    if config.checkpoint_at_end:
+        raise ValueError(
+            "'checkpoint_at_end' cannot be used with a function trainable. You should include "
+            "one last call to `tune.report(metrics=..., checkpoint=...)` at the end of your "
+            "training loop to get this behavior."
+        )
+    if config.checkpoint_frequency:
+        raise ValueError(
+            "'checkpoint_frequency' cannot be set for a function trainable. You will need to "
+            "report a checkpoint every `checkpoint_frequency` iterations within your training "
+            "loop using `tune.report(metrics=..., checkpoint=...)` to get this behavior."
+        )
+
+
 def _check_stop(stop: Any) -> None:
     if stop is None or (callable(stop) and not isinstance(stop, Mapping)):
         return
@@ -320,6 +336,8 @@ def run_spec(
     ):
         if creator is not None and not callable(creator):
             raise TypeError(f"`{argument}` is {creator!r}, but must be a function of the trial")
+    if checkpoint_config is not None and is_function_trainable(trainable):
+        _check_function_checkpoints(checkpoint_config)
     if errored not in ("skip", "resume", "restart"):
         raise ValueError(f"`errored` is {errored!r}, but must be 'skip', 'resume' or 'restart'")
     resources = dask_resources(resources_per_trial)

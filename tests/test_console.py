@@ -10,7 +10,11 @@ import textwrap
 
 SCRIPT = textwrap.dedent(
     """
+    import sys
+
     from popflow import tune
+
+    VERBOSE = int(sys.argv[1]) if len(sys.argv) > 1 else None
 
 
     def objective(config):
@@ -23,19 +27,19 @@ SCRIPT = textwrap.dedent(
             objective,
             param_space={"x": tune.grid_search([1, 2])},
             tune_config=tune.TuneConfig(metric="score", mode="max", seed=7),
-            run_config=tune.RunConfig(name="newcomer", storage_path="results"),
+            run_config=tune.RunConfig(name="newcomer", storage_path="results", verbose=VERBOSE),
         )
         print("best", tuner.fit().get_best_result().config)
     """
 )
 
 
-def test_the_embedded_default_shows_path_and_seed_and_no_telemetry(tmp_path):
+def run_script(tmp_path, *args: str) -> str:
     (tmp_path / "script.py").write_text(SCRIPT)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env["PREFECT_HOME"] = str(tmp_path / "prefect-home")  # the user's own, fresh
     proc = subprocess.run(
-        [sys.executable, "script.py"],
+        [sys.executable, "script.py", *args],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -44,10 +48,25 @@ def test_the_embedded_default_shows_path_and_seed_and_no_telemetry(tmp_path):
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
+    return out
+
+
+def test_the_embedded_default_shows_path_and_seed_and_no_telemetry(tmp_path):
+    out = run_script(tmp_path)
     assert "best {'x': 2}" in out
     path = tmp_path / "results" / "newcomer"
     assert f"newcomer: 2 trials; results in {path} (seed 7)" in out
     assert "telemetry" not in out.lower() and "database is locked" not in out
+
+
+def test_verbose_0_keeps_the_console_quiet(tmp_path):
+    out = run_script(tmp_path, "0")
+    assert "best {'x': 2}" in out
+    # Prefect's server start/stop (printed at exit, after the run) at most; no run lines
+    assert [
+        line for line in out.splitlines() if "INFO" in line and "temporary server" not in line
+    ] == []
+    assert "Flow run" not in out and "round 1 committed" not in out
 
 
 def test_a_users_own_telemetry_setting_is_kept(monkeypatch):

@@ -99,6 +99,14 @@ def test_what_popflow_cannot_honour_raises_at_once_naming_the_argument(make, arg
         (lambda: Tuner(), "needs a trainable"),
         (lambda: popflow.init("tcp://x:1", num_cpus=2), "not both"),
         (lambda: popflow.init(num_cpus=0), "`num_cpus` is 0"),
+        (
+            lambda: run(lambda c: None, checkpoint_config=CheckpointConfig(checkpoint_at_end=True)),
+            "'checkpoint_at_end' cannot be used with a function trainable",
+        ),
+        (
+            lambda: run(lambda c: None, checkpoint_config=CheckpointConfig(checkpoint_frequency=2)),
+            "'checkpoint_frequency' cannot be set for a function trainable",
+        ),
     ],
 )
 def test_bad_values_are_refused_with_their_name(make, message):
