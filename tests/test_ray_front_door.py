@@ -192,7 +192,12 @@ def test_time_budget_ends_the_run_resumably_and_resume_goes_on(tune_env):
     path = results.experiment_path
     assert {r.status for r in results} <= {"PENDING", "PAUSED"}
     assert Tuner.can_restore(path) and first.of("end") == []  # the experiment goes on
-    runs, before, later = 1, first, first
+    done = sum(len(r.history) for r in results)
+    # Ray's way back: Tuner.restore takes the run's own arguments (the budget too)
+    results = Tuner.restore(path, SleepyTrainable).fit()
+    assert sum(len(r.history) for r in results) > done
+    first.results = sum(len(r.history) for r in results)  # what the next resume counts on
+    runs, before, later = 2, first, first
     while {r.status for r in results} != {"TERMINATED"}:
         later = Recorder()
         results = run(SleepyTrainable, callbacks=[later], resume="auto", **kwargs)
