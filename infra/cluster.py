@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import functools
+import importlib.util
 import logging
 import math
 import os
@@ -109,17 +111,62 @@ def worker_preparation_data(
     ``__main__`` if the child is a Dask worker process.
 
     A spawned or forkserver child runs the parent's main script again (as
-    ``__mp_main__``) to unpickle what came from it; popflow's trainables travel
-    by cloudpickle (``__main__``'s by value), so a worker needs none of it, and a
-    script without ``if __name__ == "__main__":`` would start tune again in
-    every worker. ``sys_path`` and ``dir`` stay: the user's own modules next to
-    the script still import.
+    ``__mp_main__``) to unpickle what came from it. A script without
+    ``if __name__ == "__main__":`` would start tune again in every worker, so
+    (:func:`main_is_guarded`) its workers do without it: popflow's trainables
+    travel by cloudpickle, ``__main__``'s functions and classes by value.
+    ``sys_path`` and ``dir`` stay: the user's own modules next to the script
+    still import.
     """
     data = get_preparation_data(name)
-    if name == WORKER_PROCESS_NAME:
+    if name == WORKER_PROCESS_NAME and not main_is_guarded(_main_path(data)):
         data.pop("init_main_from_path", None)
         data.pop("init_main_from_name", None)  # `python -m package.script`
     return data
+
+
+def _main_path(data: Mapping[str, Any]) -> str | None:
+    if "init_main_from_path" in data:
+        return str(data["init_main_from_path"])
+    if "init_main_from_name" in data:
+        try:
+            spec = importlib.util.find_spec(str(data["init_main_from_name"]))
+        except (ImportError, ValueError):
+            return None
+        return spec.origin if spec is not None else None
+    return None
+
+
+@functools.lru_cache(maxsize=16)
+def main_is_guarded(path: str | None) -> bool:
+    """Whether the script at ``path`` runs its work under ``if __name__ == "__main__":``.
+
+    Such a script is safe to import in a worker, and is (Dask's usual way: what its
+    objects refer to by name, a ``functools.cache``'d function say, is found
+    there). One without the guard would start tune again in every worker, so its
+    workers do without it.
+    """
+    if path is None:
+        return False
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return False
+    return any(_is_main_guard(node) for node in tree.body)
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
+        return False
+    test = node.test
+    sides = [test.left, *test.comparators]
+    return (
+        len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Eq)
+        and any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides)
+        and any(isinstance(x, ast.Constant) and x.value == "__main__" for x in sides)
+    )
 
 
 class _WorkersWithoutMain:

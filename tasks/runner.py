@@ -44,8 +44,15 @@ class SegmentRunner:
         try:
             specs: list[SegmentSpec] = pickle.loads(blob)
         except Exception as exc:  # not this worker's fault: the driver retries, then errors
+            hint = (
+                '; a script without `if __name__ == "__main__":` is not run on the '
+                "workers: move what its trainable refers to by name into a module, or "
+                "add the guard"
+                if "__main__" in str(exc)
+                else ""
+            )
             raise SpecsUnreadable(
-                f"cannot unpickle the segments: {type(exc).__name__}: {exc}"
+                f"cannot unpickle the segments: {type(exc).__name__}: {exc}{hint}"
             ) from None
         return run_segments(specs, self.worker)
 

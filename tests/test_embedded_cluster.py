@@ -13,7 +13,6 @@ from multiprocessing import spawn
 from pathlib import Path
 
 import pytest
-from distributed import Client
 
 import popflow
 from popflow import run, tune
@@ -23,6 +22,7 @@ from popflow.infra.cluster import (
     EmbeddedSize,
     default_workers,
     embedded_size,
+    main_is_guarded,
     worker_preparation_data,
 )
 
@@ -149,27 +149,74 @@ def test_the_users_module_next_to_the_script_imports_on_workers(prefect_server, 
     assert int(printed(proc, "driver")) not in ast.literal_eval(printed(proc, "pids"))
 
 
-def test_only_dask_worker_processes_lose_main():
-    real = spawn.get_preparation_data
-    other = worker_preparation_data(real, "SomeProcess-1")
-    worker = worker_preparation_data(real, WORKER_PROCESS_NAME)
-    assert {"init_main_from_path", "init_main_from_name"} & set(other)  # pytest's own main
-    assert not {"init_main_from_path", "init_main_from_name"} & set(worker)
+def test_only_dask_worker_processes_lose_a_guardless_main(tmp_path):
+    guardless, guarded = tmp_path / "guardless.py", tmp_path / "guarded.py"
+    guardless.write_text(GUARDLESS)
+    guarded.write_text("import sys\nif __name__ == '__main__':\n    print(sys.argv)\n")
+
+    def preparation_data(script):
+        def get(name):
+            data = spawn.get_preparation_data(name)
+            data.pop("init_main_from_name", None)
+            return {**data, "init_main_from_path": str(script)}
+
+        return get
+
+    other = worker_preparation_data(preparation_data(guardless), "SomeProcess-1")
+    worker = worker_preparation_data(preparation_data(guardless), WORKER_PROCESS_NAME)
+    kept = worker_preparation_data(preparation_data(guarded), WORKER_PROCESS_NAME)
+    assert other["init_main_from_path"] == str(guardless)  # not a Dask worker: untouched
+    assert "init_main_from_path" not in worker
+    assert kept["init_main_from_path"] == str(guarded)  # Dask's usual way: safe to import
     assert worker["sys_path"] == other["sys_path"] and worker["dir"] == os.getcwd()
 
 
-def _main_file() -> str | None:
-    return getattr(sys.modules["__main__"], "__file__", None)
+@pytest.mark.parametrize(
+    ("source", "guarded"),
+    [
+        ("if __name__ == '__main__':\n    pass\n", True),
+        ("if '__main__' == __name__:\n    pass\n", True),
+        ("def f():\n    if __name__ == '__main__':\n        pass\n", False),
+        ("if __name__ != '__main__':\n    pass\n", False),
+        ("print(1)\n", False),
+        ("def broken(:\n", False),
+    ],
+)
+def test_a_main_guard_is_recognised(tmp_path, source, guarded):
+    script = tmp_path / f"s{abs(hash(source))}.py"
+    script.write_text(source)
+    assert main_is_guarded(str(script)) is guarded
+
+
+def test_a_guardless_scripts_cached_function_fails_with_what_to_do(prefect_server, tmp_path):
+    """What a worker cannot find by name in a guardless script's __main__ (a
+    ``functools.cache``'d function) errors the trial with the way out."""
+    source = """
+        import functools
+        from popflow import run, tune
+
+        @functools.cache
+        def data():
+            return 3
+
+        def train(config):
+            tune.report({"score": data()})
+
+        grid = run(train, storage="results", name="cached")
+        print("error", grid.errors[0].splitlines()[-1] if grid.errors else None)
+    """
+    proc = run_script(tmp_path, source, embedded_prefect=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    error = printed(proc, "error")
+    assert "Can't get attribute 'data'" in error
+    assert "is not run on the workers: move what its trainable refers to by name" in error
 
 
 def test_the_patch_lasts_while_any_embedded_cluster_is_open_and_is_then_restored():
     original = spawn.get_preparation_data
     first, second = ClusterStart(1), ClusterStart(1)  # starting on two threads at once
     try:
-        with Client(first.cluster()) as client:
-            assert set(client.run(_main_file).values()) == {None}
-            client.restart()  # the nanny starts a new worker process
-            assert set(client.run(_main_file).values()) == {None}
+        first.cluster()
         second.cluster()
         first.close()
         assert spawn.get_preparation_data is not original  # the second is still open
