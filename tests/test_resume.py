@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -115,6 +116,17 @@ def test_every_scheduler_resumes_after_a_crash(prefect_server, tmp_path, schedul
         assert state == read_experiment(str(tmp_path / "ref" / "exp"))
 
 
+class ListHandler(logging.Handler):
+    """The messages of a logger, whatever Prefect's console handlers do."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
 def test_a_fresh_start_under_a_taken_name_starts_a_new_experiment(prefect_server, tmp_path, capfd):
     """Re-running a script never fails and never touches the old experiment: the new run
     is ``<name>_2`` (then ``_3``); resume=True still continues the old one."""
@@ -126,7 +138,12 @@ def test_a_fresh_start_under_a_taken_name_starts_a_new_experiment(prefect_server
     assert drive(storage, "exp", "fifo", kill_at="commit-after:2") != 0
     old_commits = sorted(os.listdir(os.path.join(storage, "exp", ".popflow", "commits")))
     kwargs = dict(num_samples=4, stop={"training_iteration": 24}, storage=storage, name="exp")
-    fresh = run(ParityTrainable, {"a": 1, "c": 1}, **kwargs)
+    seen = ListHandler()
+    logging.getLogger("popflow.flows.experiment").addHandler(seen)
+    try:
+        fresh = run(ParityTrainable, {"a": 1, "c": 1}, **kwargs)
+    finally:
+        logging.getLogger("popflow.flows.experiment").removeHandler(seen)
     assert fresh.experiment_path.endswith("/exp_2")
     assert (
         "holds an unfinished experiment; this run starts a new one, exp_2" in capfd.readouterr().err
