@@ -18,6 +18,7 @@ and with it popflow, but never use Prefect.
 from popflow.flows import CheckpointConfig, Result, ResultGrid, run
 from popflow.flows.tuner import init
 from popflow.schedulers import (
+    PB2,
     ASHAScheduler,
     AsyncHyperBandScheduler,
     FIFOScheduler,
@@ -43,6 +44,7 @@ from popflow.tasks import Checkpoint, Trainable, get_checkpoint, report
 __version__ = "0.1.0"
 
 __all__ = [
+    "PB2",
     "ASHAScheduler",
     "AsyncHyperBandScheduler",
     "Checkpoint",

@@ -1,9 +1,10 @@
-"""Pure decision logic and search spaces: numpy and the standard library only."""
+"""Pure decision logic and search spaces: numpy, scipy (PB2's GP) and the standard library."""
 
 from popflow.schedulers.async_hyperband import ASHAScheduler, AsyncHyperBandScheduler
 from popflow.schedulers.domains import Domain
 from popflow.schedulers.hyperband import HyperBandScheduler, hyperband_plan
 from popflow.schedulers.median_stopping import MedianStoppingRule
+from popflow.schedulers.pb2 import PB2
 from popflow.schedulers.pbt import PopulationBasedTraining, explore
 from popflow.schedulers.pbt_replay import PopulationBasedTrainingReplay
 from popflow.schedulers.search_space import (
@@ -30,6 +31,7 @@ from popflow.schedulers.trial_scheduler import (
 from popflow.schedulers.variants import generate_variants
 
 __all__ = [
+    "PB2",
     "ASHAScheduler",
     "Action",
     "AsyncHyperBandScheduler",

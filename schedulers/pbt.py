@@ -269,12 +269,7 @@ class PopulationBasedTraining(TrialScheduler):
         if self.synchronous and time < self._next_perturbation_sync:
             return _CONTINUE  # not at the barrier yet
 
-        value = score(result, self._metric, self._mode)
-        state.last_score = None if is_nan(value) else value
-        state.last_train_time = time
-        keys = {self.time_attr, self._metric, "training_iteration"}
-        state.last_result = {k: _plain(v) for k, v in result.items() if k in keys}
-        state.config = copy.deepcopy(trial.config)
+        self._save_trial_state(state, time, result, trial)
 
         if not self.synchronous:
             state.last_perturbation_time = time
@@ -287,6 +282,19 @@ class PopulationBasedTraining(TrialScheduler):
         if any(tid not in self._waiting for tid in self._live_ids()):
             return _PAUSE  # others have not reached this round's barrier yet
         return self._perturb_cohort(time, reporter=trial.trial_id)
+
+    def _save_trial_state(
+        self, state: _TrialState, time: float, result: dict[str, Any], trial: Trial
+    ) -> None:
+        """Record a perturbation point: the score, time, result and config the
+        trial's latest checkpoint belongs to (Ray's ``_save_trial_state``; PB2
+        also logs its GP data row here)."""
+        value = score(result, self._metric, self._mode)
+        state.last_score = None if is_nan(value) else value
+        state.last_train_time = time
+        keys = {self.time_attr, self._metric, "training_iteration"}
+        state.last_result = {k: _plain(v) for k, v in result.items() if k in keys}
+        state.config = copy.deepcopy(trial.config)
 
     def release_paused(self) -> Decision | None:
         """Synch mode: run the barrier step if every live trial is now waiting at it.
@@ -341,14 +349,7 @@ class PopulationBasedTraining(TrialScheduler):
 
     def _exploit(self, trial_id: str, source_id: str) -> Exploit:
         target, source = self._states[trial_id], self._states[source_id]
-        new_config, operations = explore(
-            source.config,
-            self._hyperparam_mutations,
-            self._resample_probability,
-            self._perturbation_factors,
-            self._custom_explore_fn,
-            self._rng,
-        )
+        new_config, operations = self._get_new_config(trial_id, source_id)
         exploit = Exploit(
             trial_id=trial_id,
             source_trial_id=source_id,
@@ -371,6 +372,21 @@ class PopulationBasedTraining(TrialScheduler):
         target.last_result = copy.deepcopy(source.last_result)
         target.config = copy.deepcopy(new_config)
         return exploit
+
+    def _get_new_config(
+        self, trial_id: str, source_id: str
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        """The explore step (Ray's ``_get_new_config``): the config ``trial_id``
+        restarts with after cloning ``source_id``, and the operations log.
+        PBT perturbs the source's config; PB2 overrides this one step."""
+        return explore(
+            self._states[source_id].config,
+            self._hyperparam_mutations,
+            self._resample_probability,
+            self._perturbation_factors,
+            self._custom_explore_fn,
+            self._rng,
+        )
 
     # -- planning ------------------------------------------------------------
     def next_milestone(self, trial: Trial) -> float:

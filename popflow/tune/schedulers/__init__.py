@@ -1,6 +1,7 @@
 """``ray.tune.schedulers``: every scheduler under Ray's names."""
 
 from popflow.schedulers import (
+    PB2,
     ASHAScheduler,
     AsyncHyperBandScheduler,
     FIFOScheduler,
@@ -12,6 +13,7 @@ from popflow.schedulers import (
 )
 
 __all__ = [
+    "PB2",
     "ASHAScheduler",
     "AsyncHyperBandScheduler",
     "FIFOScheduler",
