@@ -168,7 +168,8 @@ def reward_changes(
     Rows are taken in time order (stable: ties keep logging order); a row's
     predecessor is the previous row of the same trial with identical ``h``
     (every hyperparameter, categorical included). Pairs with ``Δt > 0`` and a
-    defined ``Δr / Δt`` (NaN rewards drop out) are kept, the last ``max_rows``.
+    finite ``Δr / Δt`` (NaN and infinite rewards drop out) are kept, the last
+    ``max_rows``.
     ``gp_columns`` picks the ``h`` columns the GP sees (0-based within ``h``).
     """
     table = np.asarray(rows, dtype=float).reshape(len(trial_ids), -1)
@@ -184,7 +185,9 @@ def reward_changes(
             continue
         dt = plain[i][0] - plain[j][0]
         dr = plain[i][-1] - plain[j][-1]
-        if dt > 0 and not math.isnan(dr):
+        # a non-finite reward (NaN, a diverged run's inf) tells the GP nothing: it drops
+        # out, so one diverged trial does not stop PB2 fitting for the rest of the run
+        if dt > 0 and math.isfinite(dr) and math.isfinite(plain[i][-1]):
             kept.append((i, plain[i][-1] - dr, dr / dt))  # r_before as Ray: r - Δr
     kept = kept[-max_rows:]
     h = [1 + c for c in gp_columns]
