@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--populations", default="4,16")
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--interval", type=int, default=3, help="PBT/PB2 perturbation interval")
-    parser.add_argument("--asha-factor", type=int, default=6)
+    parser.add_argument("--asha-factor", type=int, default=4)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
