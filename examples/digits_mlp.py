@@ -89,7 +89,9 @@ class DigitsMLP(Trainable):
 
     def _apply(self, config: dict[str, Any]) -> None:
         self.lr = float(config["lr"])
-        self.momentum = float(config["momentum"])
+        # PBT's "* 1.2" can push momentum past 1 (as Ray's, it does not clip): SGD would
+        # diverge, so the model caps it
+        self.momentum = min(float(config["momentum"]), MOMENTUM[1])
         self.weight_decay = float(config["weight_decay"])
 
     def _forward(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -214,9 +214,12 @@ def test_a_guardless_scripts_cached_function_fails_with_what_to_do(prefect_serve
 
 def test_the_patch_lasts_while_any_embedded_cluster_is_open_and_is_then_restored():
     original = spawn.get_preparation_data
-    first, second = ClusterStart(1), ClusterStart(1)  # starting on two threads at once
+    # one after the other: two LocalClusters starting at once in one process race in
+    # distributed's own lazy dashboard import ("has no attribute 'scheduler'")
+    first = ClusterStart(1)
+    first.cluster()
+    second = ClusterStart(1)
     try:
-        first.cluster()
         second.cluster()
         first.close()
         assert spawn.get_preparation_data is not original  # the second is still open
