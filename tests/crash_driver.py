@@ -27,6 +27,7 @@ from popflow import CheckpointConfig, run
 from popflow.infra.experiment_log import ExperimentLog
 from popflow.infra.storage import Storage
 from popflow.schedulers import (
+    PB2,
     ASHAScheduler,
     FIFOScheduler,
     HyperBandScheduler,
@@ -51,6 +52,12 @@ def scheduler(kind: str):
             time_attr="training_iteration",
             perturbation_interval=2,
             hyperparam_mutations={"c": [1, 2, 3]},
+        ),
+        "pb2_synch": lambda: PB2(
+            time_attr="training_iteration",
+            perturbation_interval=2,
+            hyperparam_bounds={"c": [1, 3]},
+            synch=True,
         ),
         "asha": lambda: ASHAScheduler(grace_period=1, max_t=ITERATIONS, reduction_factor=2),
         "hyperband": lambda: HyperBandScheduler(max_t=ITERATIONS, reduction_factor=2),

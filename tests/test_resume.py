@@ -96,7 +96,9 @@ def test_synch_pbt_killed_at_21_points_ends_identical(prefect_server, tmp_path):
     assert lease_holder(Storage(os.path.join(crashed, "exp"))) is None
 
 
-@pytest.mark.parametrize("scheduler", ["pbt_async", "asha", "hyperband", "median", "fifo"])
+@pytest.mark.parametrize(
+    "scheduler", ["pbt_async", "asha", "hyperband", "median", "fifo", "pb2_synch"]
+)
 def test_every_scheduler_resumes_after_a_crash(prefect_server, tmp_path, scheduler):
     storage = str(tmp_path)
     assert drive(storage, "exp", scheduler, kill_at="commit-after:3") != 0
@@ -111,7 +113,9 @@ def test_every_scheduler_resumes_after_a_crash(prefect_server, tmp_path, schedul
         # asynchronous PBT clone from a source that was behind (a logged exploit)
         for a, b in itertools.pairwise(iters):
             assert b == a + 1 or (a, b - 1) in clones, iters
-    if scheduler in ("hyperband",):  # synchronous: the crash must not change the outcome
+    if scheduler == "pb2_synch":  # exploits happened: the GP's data came through the crash
+        assert state["pbt_global"].count("\n") >= 4
+    if scheduler in ("hyperband", "pb2_synch"):  # synchronous: the crash changes nothing
         drive(str(tmp_path / "ref"), "exp", scheduler)
         assert state == read_experiment(str(tmp_path / "ref" / "exp"))
 
