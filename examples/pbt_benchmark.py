@@ -76,6 +76,7 @@ def run_benchmark(
     synch: bool = False,
     workers: int | None = None,
     resume: bool | str = False,
+    max_rounds: int | None = None,
 ) -> ResultGrid:
     """The benchmark with the issue's settings (Ray's pbt_example.py)."""
     perturbation_interval = 5
@@ -109,6 +110,7 @@ def run_benchmark(
         seed=seed,
         n_workers=2 if smoke_test else workers,
         resume=resume,
+        max_rounds=max_rounds,
     )
 
 
@@ -123,6 +125,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=None, help="Dask workers (default: cores)")
     parser.add_argument("--synch", action="store_true", help="synchronous PBT (bit-for-bit)")
     parser.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    parser.add_argument(
+        "--max-rounds", type=int, default=None, help="end this run after N rounds (resumable)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # each Prefect API request
@@ -134,6 +139,7 @@ def main(argv: list[str] | None = None) -> None:
         synch=args.synch,
         workers=args.workers,
         resume=args.resume,
+        max_rounds=args.max_rounds,
     )
     best = results.get_best_result()
     print("Best hyperparameters found were:", best.config)

@@ -24,11 +24,26 @@ def pbt_benchmark_flow(
     smoke_test: bool = False,
     synch: bool = False,
     resume: str = "auto",
+    max_rounds: int | None = None,
 ) -> dict:
-    """The benchmark as a flow run; its ``tune`` flow runs as a subflow."""
+    """The benchmark as a flow run; its ``tune`` flow runs as a subflow.
+
+    ``max_rounds``: advance the experiment by at most so many rounds per run (a
+    scheduled deployment trains a budget at a time); ``name`` may be a template
+    such as ``pbt_{date}`` (a fresh experiment per day)."""
     results = run_benchmark(
-        storage=storage, name=name, seed=seed, smoke_test=smoke_test, synch=synch, resume=resume
+        storage=storage,
+        name=name,
+        seed=seed,
+        smoke_test=smoke_test,
+        synch=synch,
+        resume=resume,
+        max_rounds=max_rounds,
     )
     best = results.get_best_result()
     print(f"best config {best.config}, mean_accuracy {best.metrics['mean_accuracy']:.1f}")
-    return {"config": best.config, "metrics": {"mean_accuracy": best.metrics["mean_accuracy"]}}
+    return {
+        "config": best.config,
+        "metrics": {"mean_accuracy": best.metrics["mean_accuracy"]},
+        "finished": all(r.status in ("TERMINATED", "ERROR") for r in results),
+    }

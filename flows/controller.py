@@ -230,6 +230,7 @@ class Controller:
                 if self.early_end.over_budget():
                     break
         self.early_end.check()
+        self.early_end.round_done()
         if self.early_end.due:
             self._stop_all()
         elif self._more() and self.early_end.over_budget():
@@ -389,8 +390,9 @@ class Controller:
         logger.warning("%s; stopping the experiment (%d trials stopped)", why, len(stopped))
 
     def _out_of_time(self) -> bool:
-        """``time_budget_s`` is spent: cancel what runs, commit, end the run (not the
-        experiment: its trials wait, as last committed, for a resume)."""
+        """The run's budget is spent (``time_budget_s``, ``max_rounds``): cancel what
+        runs, commit, end the run (not the experiment: its trials wait, as last
+        committed, for a resume)."""
         self.early_end.end_of_budget()
         self.calls.cancel()
         waiting = 0
@@ -399,9 +401,7 @@ class Controller:
                 rec.trial.status = TrialStatus.PENDING
                 self._discard_live(rec)
             waiting += rec.trial.is_live
-        self._events.append(
-            f"[time budget] {self.spec.time_budget_s} s spent; {waiting} trials wait"
-        )
+        self._events.append(f"[budget] {self.early_end.budget} spent; {waiting} trials wait")
         self._flush_discards()
         self.hooks.step_end()
         self.commit(final=True)

@@ -1,4 +1,5 @@
-"""When a run ends before its trials do: ``fail_fast``, Ray's stoppers, ``time_budget_s``.
+"""When a run ends before its trials do: ``fail_fast``, Ray's stoppers, and the run's
+budget (``time_budget_s``, ``max_rounds``).
 
 A stopper passed as ``stop`` sees every result on the driver (it may end
 that trial there), and its ``stop_all()`` may end the whole experiment; with
@@ -7,10 +8,11 @@ per result and :meth:`EarlyEnd.errored` per trial error, and ends every
 live trial once :attr:`EarlyEnd.due`. The stopper's state is committed
 (:meth:`EarlyEnd.state`), so a resumed run stops where an uninterrupted one would.
 
-``time_budget_s`` is different: it ends the *run*, not the experiment. Once
-:meth:`EarlyEnd.over_budget`, segments in flight are cancelled, their trials
-wait as they were last committed, and the experiment stays resumable (the
-next ``resume="auto"`` run, a scheduled deployment's, goes on from there).
+The budget is different: it ends the *run*, not the experiment. Once
+:meth:`EarlyEnd.over_budget` (``time_budget_s`` seconds, or ``max_rounds``
+rounds of this run), segments in flight are cancelled, their trials wait as
+they were last committed, and the experiment stays resumable (the next
+``resume="auto"`` run, a scheduled deployment's, goes on from there).
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ class EarlyEnd:
         self.failed: TrialRecord | None = None
         self._stop_all = False
         self.time_budget_s = spec.time_budget_s
+        self.max_rounds = spec.max_rounds
         self._started = time.monotonic()
+        self._rounds = 0  # rounds this run has finished
         self._spent = False
 
     @property
@@ -63,11 +67,23 @@ class EarlyEnd:
         if self.stopper is not None and not self._stop_all and self.stopper.stop_all():
             self._stop_all = True
 
+    def round_done(self) -> None:
+        self._rounds += 1
+
     def over_budget(self) -> bool:
-        """This run has used its ``time_budget_s``."""
+        """This run has used its ``time_budget_s`` or its ``max_rounds``."""
+        if self.max_rounds is not None and self._rounds >= self.max_rounds:
+            return True
         if self.time_budget_s is None:
             return False
         return time.monotonic() - self._started >= self.time_budget_s
+
+    @property
+    def budget(self) -> str:
+        """The budget that ended the run, in words."""
+        if self.max_rounds is not None and self._rounds >= self.max_rounds:
+            return f"max_rounds={self.max_rounds}"
+        return f"time_budget_s={self.time_budget_s}"
 
     def end_of_budget(self) -> None:
         """The run ends here, at its budget, with work left."""

@@ -53,6 +53,7 @@ def run(
     segment_timeout_s: float | None = None,
     fail_fast: bool | str = False,
     time_budget_s: float | None = None,
+    max_rounds: int | None = None,
     max_concurrent_trials: int | None = None,
     callbacks: list[Any] | None = None,
     trial_name_creator: Callable[[Any], str] | None = None,
@@ -92,6 +93,8 @@ def run(
     - ``time_budget_s``: end this run after so many seconds of rounds: segments in
       flight are cancelled, everything is committed, and the experiment stays
       unfinished, so ``resume="auto"`` (or ``Tuner.restore``) goes on from there.
+    - ``max_rounds``: the same after so many rounds of this run (a scheduled
+      deployment's run advancing the experiment a few rounds per trigger).
     - ``max_concurrent_trials``: at most so many trials started and not ended at
       once (Ray's); the others wait, unstarted.
     - ``callbacks``: Ray's ``tune.Callback`` objects, called on the driver
@@ -130,6 +133,7 @@ def run(
         segment_timeout_s=segment_timeout_s,
         fail_fast=fail_fast,
         time_budget_s=time_budget_s,
+        max_rounds=max_rounds,
         max_concurrent_trials=max_concurrent_trials,
         callbacks=callbacks,
         trial_name_creator=trial_name_creator,

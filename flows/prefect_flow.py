@@ -113,7 +113,7 @@ class TrialError(RuntimeError):
         self.trial_id = trial_id
 
 
-def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | None) -> ResultGrid:
+def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | None) -> Any:
     """Run (or resume) the experiment ``spec`` describes, on ``cluster``.
 
     ``name``: the experiment's (``spec.name``), a flow-run parameter that the
@@ -126,7 +126,8 @@ def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | N
     with open_experiment(spec, resume) as experiment:
         _announce(spec, experiment)
         if experiment.finished:
-            return results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
+            grid = results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
+            return _ended(grid, f"{experiment.name} had already finished: nothing to run")
         with dask_client(cluster, spec.n_workers, spec.resources) as client:
             pool = RunnerPool(client, spec.resources)
             controller = Controller(spec, experiment, pool)
@@ -148,15 +149,13 @@ def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | N
     grid = results_of(records, experiment.storage, spec.metric, spec.mode)
     stuck = [r.trial_id for r in records if r.trial.is_live]
     if controller.early_end.spent:
-        logger.info(
-            "%s: time budget of %s s spent after round %d; %d trials to go, committed: "
-            "resume (resume='auto', Tuner.restore) goes on from here",
-            experiment.name,
-            spec.time_budget_s,
-            controller.rounds,
-            len(stuck),
+        message = (
+            f"{experiment.name}: {controller.early_end.budget} spent after round "
+            f"{controller.rounds}; {len(stuck)} trials to go, committed: resume "
+            "(resume='auto', Tuner.restore) goes on from here"
         )
-        return grid
+        logger.info(message)
+        return _ended(grid, message)
     controller.hooks.experiment_end()
     if stuck:
         logger.warning(
@@ -169,7 +168,15 @@ def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | N
         grid.num_errors,
         spec.scheduler.debug_string(),
     )
-    return grid
+    return _ended(grid, f"{experiment.name} finished: {len(grid)} trials, {grid.num_errors} errors")
+
+
+def _ended(grid: ResultGrid, message: str) -> Any:
+    """The flow run's final state: Completed, with ``message`` (what the UI shows for the
+    run: finished, budget spent, or nothing to do); the caller gets ``grid``."""
+    from prefect.states import Completed
+
+    return Completed(message=message, data=grid)
 
 
 class PrefectObjects(NamedTuple):

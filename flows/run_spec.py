@@ -64,6 +64,7 @@ class RunSpec:
     segment_timeout_s: float | None = None
     fail_fast: bool | str = False
     time_budget_s: float | None = None
+    max_rounds: int | None = None
     max_concurrent_trials: int | None = None
     #: Ray's ``tune.Callback`` objects, called on the driver (never pickled into a commit)
     callbacks: tuple[Any, ...] = ()
@@ -110,6 +111,7 @@ class RunSpec:
             "segment_timeout_s": self.segment_timeout_s,
             "fail_fast": self.fail_fast,
             "time_budget_s": self.time_budget_s,
+            "max_rounds": self.max_rounds,
             "max_concurrent_trials": self.max_concurrent_trials,
             "callbacks": list(self.callbacks) or None,
         }
@@ -179,6 +181,41 @@ def _check_function_checkpoints(config: CheckpointConfig) -> None:
             "report a checkpoint every `checkpoint_frequency` iterations within your training "
             "loop using `tune.report(metrics=..., checkpoint=...)` to get this behavior."
         )
+
+
+#: What a ``name`` template may hold (``name="pbt-{date}"``): a fresh experiment per day
+#: or per flow run, for scheduled re-tuning.
+NAME_FIELDS = ("date", "time", "flow_run_name", "flow_run_id")
+
+
+def expand_name(name: str) -> str:
+    """``name`` with its ``{date}`` (UTC, YYYY-MM-DD), ``{time}`` (HH-MM-SS),
+    ``{flow_run_name}`` and ``{flow_run_id}`` (of the Prefect flow run calling
+    ``run``) filled in; a name without braces is returned as it is."""
+    if "{" not in name:
+        return name
+    fields = {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "time": time.strftime("%H-%M-%S", time.gmtime()),
+    }
+    if "{flow_run" in name:
+        from prefect.runtime import flow_run
+
+        if flow_run.id is None:
+            raise ValueError(
+                f"`name` is {name!r}, but {{flow_run_name}}/{{flow_run_id}} need a Prefect "
+                "flow run: call run() inside a flow, or use {date}/{time}"
+            )
+        fields.update(flow_run_name=flow_run.name, flow_run_id=str(flow_run.id))
+    try:
+        expanded = name.format(**fields)
+    except (KeyError, IndexError, ValueError) as e:
+        raise ValueError(
+            f"`name` is {name!r}, but a name template may only use "
+            f"{', '.join('{' + f + '}' for f in NAME_FIELDS)} ({e})"
+        ) from None
+    check_name(expanded)
+    return expanded
 
 
 def _check_stop(stop: Any) -> None:
@@ -287,6 +324,7 @@ def run_spec(
     segment_timeout_s: float | None = None,
     fail_fast: bool | str = False,
     time_budget_s: float | None = None,
+    max_rounds: int | None = None,
     max_concurrent_trials: int | None = None,
     callbacks: Any = None,
     trial_name_creator: Callable[[Any], str] | None = None,
@@ -323,6 +361,8 @@ def run_spec(
     if not (isinstance(fail_fast, bool) or fail_fast == "raise"):
         raise ValueError(f"`fail_fast` is {fail_fast!r}, but must be False, True or 'raise'")
     _check_real("time_budget_s", time_budget_s, low=0, strict=True, optional=True)
+    if max_rounds is not None and (not _is_int(max_rounds) or max_rounds < 1):
+        raise ValueError(f"`max_rounds` is {max_rounds!r}, but must be an int >= 1 or None")
     if max_concurrent_trials is not None and (
         not _is_int(max_concurrent_trials) or max_concurrent_trials < 0
     ):
@@ -354,7 +394,11 @@ def run_spec(
         stop=stop,
         checkpoint_config=checkpoint_config or CheckpointConfig(),
         storage=storage,
-        name=name or f"{trainable_name(trainable)}_{time.strftime('%Y-%m-%d_%H-%M-%S')}",
+        name=(
+            expand_name(name)
+            if name
+            else f"{trainable_name(trainable)}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+        ),
         seed=seed,
         max_failures=max_failures,
         resources_per_trial=resources_per_trial,
@@ -368,6 +412,7 @@ def run_spec(
         segment_timeout_s=segment_timeout_s,
         fail_fast=fail_fast,
         time_budget_s=time_budget_s,
+        max_rounds=max_rounds,
         max_concurrent_trials=max_concurrent_trials or None,
         callbacks=check_callbacks(callbacks),
         trial_name_creator=trial_name_creator,
