@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import sysconfig
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -143,7 +144,7 @@ def run(
     params = parameters_of(spec.trainable)
     if params is not None:  # with_parameters: its objects, once, before any segment is pickled
         params.store(spec.experiment_storage)
-    _ship_by_value(spec.trainable)
+    _ship_by_value(spec.trainable, remote=spec.dask_address is not None)
     quiet_embedded_server()
     tune_flow = prefect_objects().tune_flow
     if spec.dask_address is not None:
@@ -156,11 +157,14 @@ def run(
         cluster.close()
 
 
-def _ship_by_value(trainable: Any) -> None:
+def _ship_by_value(trainable: Any, remote: bool = False) -> None:
     """Let workers unpickle a trainable whose module they cannot import by name.
 
     A module loaded from a file path (a Prefect deployment's entrypoint, a
     notebook cell) has no importable name, so cloudpickle must send its code.
+    On a cluster of its own (``remote``) a worker may not have the user's code
+    at all: a trainable from the user's own files (not an installed package)
+    travels by value there too.
     """
     name = getattr(trainable, "__module__", None) or ""
     module = sys.modules.get(name)
@@ -170,5 +174,16 @@ def _ship_by_value(trainable: Any) -> None:
         importable = importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         importable = False
-    if not importable:
+    if not importable or (remote and _is_users_own(module)):
         cloudpickle.register_pickle_by_value(module)
+
+
+def _is_users_own(module: Any) -> bool:
+    """A module from the user's files: not popflow, not from an installed package or the
+    standard library (their workers have those)."""
+    path = getattr(module, "__file__", None)
+    if not path or module.__name__.split(".")[0] == "popflow":
+        return False
+    installed = {sysconfig.get_paths()[key] for key in ("purelib", "platlib", "stdlib")}
+    path = os.path.realpath(path)
+    return not any(path.startswith(os.path.realpath(p) + os.sep) for p in installed)

@@ -26,6 +26,11 @@ logger = logging.getLogger("popflow.flows.controller")
 MAX_CALL_FAILURES = 3
 
 
+class CodeUnavailable(RuntimeError):
+    """A Dask worker cannot load the trials' code: the run stops at once (every trial
+    would fail the same way)."""
+
+
 class RunnerCalls:
     def __init__(self, pool: RunnerPool, segment_timeout_s: float | None, lease: Lease | None):
         self.pool = pool
@@ -90,6 +95,13 @@ class RunnerCalls:
                 avg, seconds = self.segment_seconds, outcome.seconds
                 self.segment_seconds = seconds if avg is None else 0.8 * avg + 0.2 * seconds
             return value
+        if value.code_missing:
+            raise CodeUnavailable(
+                f"{value.message}. The Dask workers cannot load the trials' code: install "
+                "the trainable's package (and what its config refers to) on the workers, or "
+                "keep that code in the trainable's own module, which popflow sends to a "
+                "cluster given by dask_address"
+            )
         # no outcomes (the worker died, or the call could not run there): run
         # the segments again from storage; a trial whose calls keep failing errors
         outcomes = []

@@ -47,6 +47,9 @@ class CallFailed:
 
     message: str
     worker_lost: bool
+    #: the worker could not unpickle the call's segments: the trial's code (or an object
+    #: its config or stop condition refers to) is not loadable there
+    code_missing: bool = False
 
 
 @dataclass
@@ -135,7 +138,9 @@ class RunnerPool:
             value = CallFailed(f"worker {worker} was lost ({type(exc).__name__}: {exc})", True)
         except Exception as exc:
             value = CallFailed(
-                f"the call failed on worker {worker}: {type(exc).__name__}: {exc}", False
+                f"the call failed on worker {worker}: {type(exc).__name__}: {exc}",
+                False,
+                code_missing=type(exc).__name__ == "SpecsUnreadable",
             )
         self._done.put((call, value))
 

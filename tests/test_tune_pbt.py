@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 
 import pytest
+from prefect.client.orchestration import get_client
 from trainables import (
     EndsEarlyTrainable,
     FlakyTrainable,
@@ -16,6 +18,8 @@ from trainables import (
 )
 
 from popflow import CheckpointConfig, run
+from popflow.flows.experiment import is_finished
+from popflow.flows.runner_calls import CodeUnavailable
 from popflow.infra.experiment_log import ExperimentLog
 from popflow.infra.storage import Storage
 from popflow.schedulers import PopulationBasedTraining, sample_from
@@ -266,25 +270,37 @@ def test_synch_pbt_keeps_trainables_alive_across_the_barrier(tune_env, tmp_path)
     assert len(os.listdir(setups)) == 4 + exploits
 
 
-def test_segments_a_worker_cannot_unpickle_error_their_trials_and_keep_the_workers(tune_env):
+def test_segments_a_worker_cannot_unpickle_fail_the_run_at_once_and_keep_the_workers(tune_env):
+    """Every trial would fail alike: one clear error, not N errored trials in a run that
+    ends Completed (and the experiment stays resumable once the code is there)."""
     client = tune_env["dask_address"]
     workers = set(client.scheduler_info()["workers"])
-    results = run(
-        ParityTrainable,
-        param_space=parity_space([10, 20, 30]),
-        scheduler=parity_scheduler(synch=False),
-        metric="mean_accuracy",
-        mode="max",
-        num_samples=3,
-        stop=StopOnlyOnTheDriver(),
-        name="unreadable",
-        **tune_env,
-    )
-    assert len(results.errors) == 3
-    for error in results.errors:
-        assert "cannot unpickle the segments" in str(error)
-        assert "only unpickles where it was made" in str(error)
+    with pytest.raises(CodeUnavailable) as raised:
+        run(
+            ParityTrainable,
+            param_space=parity_space([10, 20, 30]),
+            scheduler=parity_scheduler(synch=False),
+            metric="mean_accuracy",
+            mode="max",
+            num_samples=3,
+            stop=StopOnlyOnTheDriver(),
+            name="unreadable",
+            **tune_env,
+        )
+    message = str(raised.value)
+    assert "cannot unpickle the segments" in message
+    assert "only unpickles where it was made" in message
+    assert "The Dask workers cannot load the trials' code" in message
     assert set(client.scheduler_info()["workers"]) == workers  # no worker was given up
+    latest = ExperimentLog(Storage(tune_env["storage"]).child("unreadable")).latest()
+    assert latest is not None and not is_finished(latest)
+
+    async def states() -> list[str]:
+        async with get_client() as api:
+            runs = await api.read_flow_runs()
+        return [r.state.type.value for r in runs if r.parameters.get("name") == "unreadable"]
+
+    assert asyncio.run(states()) == ["FAILED"]  # the tune flow run, in the Prefect API
 
 
 def test_a_lambda_stop_condition_reaches_the_workers(tune_env):
