@@ -14,7 +14,7 @@ import os
 import posixpath
 import sys
 
-from popflow.flows.experiment import is_finished, load_run_args
+from popflow.flows.experiment import CodeNotFound, is_finished, load_run_args
 from popflow.infra.experiment_log import EXPERIMENT_FILE, ExperimentLog
 from popflow.infra.storage import Storage
 
@@ -44,6 +44,8 @@ def _resume(args: argparse.Namespace) -> int:
         run_args = load_run_args(storage)
     except FileNotFoundError:
         raise SystemExit(f"popflow: no experiment to resume at {storage.url}") from None
+    except CodeNotFound as e:
+        raise SystemExit(f"popflow: {e}") from None
     results = run(
         **run_args,
         storage=parent,

@@ -16,8 +16,10 @@ import hashlib
 import itertools
 import json
 import logging
+import os
 import random
 import secrets
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -217,6 +219,7 @@ def _start(spec: RunSpec, storage: Storage, log: ExperimentLog, lease: Lease) ->
     seed = spec.seed if spec.seed is not None else secrets.randbits(32)
     records = sample_population(spec, seed)  # a bad trial_*_creator: raise before writing
     save_run_args(storage, spec.run_args(seed))
+    save_code_origin(storage, spec.trainable)
     for rec in records:
         storage.write_text(
             dumps(rec.trial.config, indent=2, sort_keys=True), rec.dirname, "params.json"
@@ -315,8 +318,54 @@ def save_run_args(storage: Storage, args: dict[str, Any]) -> None:
 
 
 def load_run_args(storage: Storage) -> dict[str, Any]:
-    """The arguments :func:`save_run_args` kept (FileNotFoundError: none were)."""
-    return cloudpickle.loads(storage.read_bytes(RUN_ARGS_FILE))
+    """The arguments :func:`save_run_args` kept (FileNotFoundError: none were).
+
+    The trainable is found as the run found it: if its module does not import
+    here, the folders it was loaded from (:data:`CODE_FILE`) are tried; then
+    :class:`CodeNotFound` says what to put on ``PYTHONPATH``.
+    """
+    data = storage.read_bytes(RUN_ARGS_FILE)
+    try:
+        return cloudpickle.loads(data)
+    except (ModuleNotFoundError, AttributeError) as first:
+        try:
+            code = json.loads(storage.read_text(CODE_FILE))
+        except FileNotFoundError:
+            raise CodeNotFound(f"cannot load the run's trainable: {first}") from first
+        folders = [d for d in (code.get("module_dir"), code.get("cwd")) if d]
+        for folder in folders:
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
+        try:
+            return cloudpickle.loads(data)
+        except (ModuleNotFoundError, AttributeError) as e:
+            raise CodeNotFound(
+                f"cannot load the trainable {code.get('trainable')!r} ({e}); it was loaded "
+                f"from {code.get('module_file')!r}: add {' or '.join(map(repr, folders))} to "
+                "PYTHONPATH (or run from there)"
+            ) from e
+
+
+class CodeNotFound(RuntimeError):
+    """``popflow resume`` cannot import the experiment's trainable here."""
+
+
+#: Where the trainable's code came from (for ``popflow resume`` in another folder).
+CODE_FILE = ".popflow/code.json"
+
+
+def save_code_origin(storage: Storage, trainable: Any) -> None:
+    """Record the trainable's import path, file and the run's working directory."""
+    module = sys.modules.get(getattr(trainable, "__module__", "") or "")
+    path = getattr(module, "__file__", None)
+    origin = {
+        "trainable": f"{getattr(trainable, '__module__', '?')}:"
+        f"{getattr(trainable, '__qualname__', trainable_name(trainable))}",
+        "module_file": path,
+        "module_dir": os.path.dirname(os.path.abspath(path)) if path else None,
+        "cwd": os.getcwd(),
+    }
+    storage.write_text(dumps(origin, indent=2), CODE_FILE)
 
 
 # -- reading an experiment back ---------------------------------------------------

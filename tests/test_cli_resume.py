@@ -1,0 +1,71 @@
+"""``popflow resume`` finds the trainable where the run found it, from any folder, or
+says exactly what to put on PYTHONPATH."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+POPFLOW = Path(sys.executable).with_name("popflow")
+
+MODULE = """
+import time
+
+from popflow import Trainable
+
+class Counter(Trainable):  # a slow model: 6 steps outlast the run's one round (1 s)
+    def setup(self, config):
+        self.n = 0
+    def step(self):
+        time.sleep(0.4)
+        self.n += 1
+        return {"n": self.n}
+    def save_checkpoint(self, d):
+        return {"n": self.n}
+    def load_checkpoint(self, c):
+        self.n = c["n"]
+"""
+
+DRIVER = """
+from popflow import run
+from counting import Counter
+
+grid = run(Counter, stop={"training_iteration": 6}, storage="results", name="counted",
+           max_rounds=1, n_workers=1, seed=0, checkpoint_config=__import__("popflow").CheckpointConfig(checkpoint_frequency=2))
+print("STATUS", [r.status for r in grid])
+"""
+
+
+def sh(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        args, cwd=cwd, env=dict(os.environ), capture_output=True, text=True, timeout=300
+    )
+
+
+def test_resume_from_another_folder_finds_the_trainable(prefect_server, tmp_path):
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "counting.py").write_text(textwrap.dedent(MODULE))
+    (project / "driver.py").write_text(textwrap.dedent(DRIVER))
+    first = sh([sys.executable, "driver.py"], project)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+    assert "STATUS ['PENDING']" in first.stdout  # max_rounds=1: not finished
+    experiment = str(project / "results" / "counted")
+    resumed = sh([str(POPFLOW), "resume", experiment, "--n-workers", "1"], elsewhere)
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
+    assert "counted: 1 trials, 0 errors" in resumed.stdout
+
+    # the module moved away: the message says where it was and what to add
+    (project / "driver.py").write_text(textwrap.dedent(DRIVER).replace("counted", "moved"))
+    assert sh([sys.executable, "driver.py"], project).returncode == 0
+    shutil.move(project / "counting.py", tmp_path / "counting.py")
+    lost = sh([str(POPFLOW), "resume", str(project / "results" / "moved")], elsewhere)
+    assert lost.returncode != 0
+    message = lost.stderr.strip().splitlines()[-1]
+    assert message.startswith("popflow: cannot load the trainable 'counting:Counter'")
+    assert f"add '{project}'" in message and "to PYTHONPATH" in message
