@@ -64,13 +64,7 @@ def round_summary(controller: Controller) -> str:
 
 def _announce(spec: RunSpec, experiment: Experiment) -> None:
     """Where the experiment lives and its seed, first thing in the flow run's logs."""
-    from prefect import get_run_logger
-    from prefect.exceptions import MissingContextError
-
-    try:
-        run_logger: Any = get_run_logger()
-    except MissingContextError:
-        run_logger = logger
+    run_logger = _run_logger()
     if experiment.finished:
         state = "already finished; returning its results"
     elif experiment.resumed_from is not None:
@@ -84,6 +78,17 @@ def _announce(spec: RunSpec, experiment: Experiment) -> None:
         experiment.storage.url,
         experiment.seed,
     )
+
+
+def _run_logger() -> Any:
+    """The flow run's logger (its lines show in the Prefect UI), else popflow's."""
+    from prefect import get_run_logger
+    from prefect.exceptions import MissingContextError
+
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logger
 
 
 #: Prefect's setting for its server's telemetry service.
@@ -129,6 +134,7 @@ def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | N
             grid = results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
             return _ended(grid, f"{experiment.name} had already finished: nothing to run")
         with dask_client(cluster, spec.n_workers, spec.resources) as client:
+            _run_logger().info("Dask dashboard: %s", client.dashboard_link)
             pool = RunnerPool(client, spec.resources)
             controller = Controller(spec, experiment, pool)
             if experiment.resumed_from is None:

@@ -56,6 +56,7 @@ def test_the_embedded_default_shows_path_and_seed_and_no_telemetry(tmp_path):
     assert "best {'x': 2}" in out
     path = tmp_path / "results" / "newcomer"
     assert f"newcomer: 2 trials; results in {path} (seed 7)" in out
+    assert "Dask dashboard: http://127.0.0.1:" in out
     assert "telemetry" not in out.lower() and "database is locked" not in out
 
 
