@@ -47,3 +47,52 @@ def test_deployment_runs_on_a_worker_and_resumes_on_rerun(prefect_server, tmp_pa
     )
     prefect("worker", "start", "--pool", "popflow-local", "--run-once", timeout=600)
     assert ExperimentLog(exp).latest()["seq"] == commit["seq"]
+
+
+def test_a_rounds_deployment_advances_the_experiment_a_budget_per_run(prefect_server, tmp_path):
+    """What a scheduled trigger does, run by a real worker: each run of the
+    ``pbt-benchmark-rounds`` deployment resumes and trains one round; the finished
+    experiment equals an uninterrupted run's, and a later run has nothing to do."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from test_resume import read_experiment
+
+    prefect("work-pool", "create", "popflow-local", "--type", "process", "--overwrite")
+    prefect("--no-prompt", "deploy", "--name", "pbt-benchmark-rounds")
+    storage = str(tmp_path / "results")
+    exp = Storage(storage).child("pbt_benchmark_rounds")
+    rounds = []
+    for _ in range(3):
+        prefect(
+            "deployment", "run", "pbt-benchmark/pbt-benchmark-rounds",
+            "--param", f"storage={storage}", "--param", "smoke_test=true",
+            "--param", "max_rounds=1",
+        )  # fmt: skip
+        prefect("worker", "start", "--pool", "popflow-local", "--run-once", timeout=600)
+        commit = ExperimentLog(exp).latest()
+        rounds.append((commit["round"], is_finished(commit)))
+    assert rounds == [(1, False), (2, True), (2, True)]
+
+    async def messages() -> list[str]:
+        async with get_client() as client:
+            runs = await client.read_flow_runs()
+        return [r.state.message or "" for r in runs if r.parameters.get("name") == exp_name]
+
+    exp_name = "pbt_benchmark_rounds"
+    said = asyncio.run(messages())
+    assert any("max_rounds=1 spent after round 1" in m for m in said)
+    assert any(m.startswith("pbt_benchmark_rounds finished: 8 trials") for m in said)
+    assert any(m == "pbt_benchmark_rounds had already finished: nothing to run" for m in said)
+
+    # the same experiment in one uninterrupted run, in this process
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import cloudpickle
+    import pbt_benchmark
+
+    cloudpickle.register_pickle_by_value(pbt_benchmark)
+    reference = pbt_benchmark.run_benchmark(
+        storage=str(tmp_path / "ref"), name="pbt_benchmark_rounds", seed=0, smoke_test=True,
+        synch=True,
+    )  # fmt: skip
+    assert read_experiment(exp.url) == read_experiment(reference.experiment_path)
