@@ -21,6 +21,7 @@ from popflow.flows.experiment import Experiment, open_experiment
 from popflow.flows.results import ResultGrid, results_of
 from popflow.flows.run_spec import RunSpec
 from popflow.flows.runner_pool import RunnerPool
+from popflow.flows.stale_runs import close_stale_runs
 from popflow.infra.cluster import ClusterStart, dask_client
 
 logger = logging.getLogger("popflow")
@@ -130,6 +131,8 @@ def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | N
     resume = spec.resume or ("auto" if is_flow_retry() else False)
     with open_experiment(spec, resume) as experiment:
         _announce(spec, experiment)
+        if experiment.resumed_from is not None and experiment.lease is not None:
+            close_stale_runs(experiment.name, experiment.lease.epoch)
         if experiment.finished:
             grid = results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
             return _ended(grid, f"{experiment.name} had already finished: nothing to run")

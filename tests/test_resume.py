@@ -348,3 +348,34 @@ def test_storage_errors_in_a_fraction_of_operations_change_nothing(prefect_serve
     assert len(injected) >= 20
     assert len({pid for pid, _, _ in injected}) >= 2  # the driver's calls and the workers'
     assert read_experiment(str(tmp_path / "flaky" / "pbt")) == read_experiment(f"{clean}/pbt")
+
+
+def test_a_killed_drivers_runs_are_marked_crashed_when_another_resumes(prefect_server, tmp_path):
+    """SIGKILL leaves the tune flow run and its round task Running in the API; the
+    resuming driver marks them Crashed, saying who took over."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+
+    storage = str(tmp_path)
+    name = f"killed-{tmp_path.name}"
+    assert drive(storage, name, "fifo", kill_at="commit-after:3") != 0
+
+    async def runs() -> list:
+        async with get_client() as client:
+            flow_runs = await client.read_flow_runs()
+            mine = [r for r in flow_runs if (r.parameters or {}).get("name") == name]
+            tasks = {r.id: await client.read_task_runs() for r in mine}
+        return [
+            (r.state.type.value, r.state.message or "",
+             sorted({t.state.type.value for t in tasks[r.id] if t.flow_run_id == r.id}))
+            for r in sorted(mine, key=lambda r: r.created)
+        ]  # fmt: skip
+
+    before = asyncio.run(runs())
+    assert [state for state, _, _ in before] == ["RUNNING"]  # what the kill left behind
+    drive(storage, name, "fifo")
+    killed, resumed = asyncio.run(runs())
+    assert killed[0] == "CRASHED" and "taken over" in killed[1]
+    assert "RUNNING" not in killed[2]
+    assert resumed[0] == "COMPLETED"

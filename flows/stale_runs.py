@@ -1,0 +1,88 @@
+"""After a takeover: the killed driver's Prefect runs are marked Crashed, so the UI tells
+the truth.
+
+A driver killed mid-round (SIGKILL, a lost machine) leaves its ``tune`` flow run, its
+round task run and its parent flow run Running in the Prefect API for ever. When a
+new driver resumes the experiment, it holds the lease, so any other ``tune`` run of
+the same experiment still marked Running is dead (or stops at its next lease check):
+it and its Running task runs, and its parent if that is not the new driver's own,
+are set to Crashed, saying who took over.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from uuid import UUID
+
+logger = logging.getLogger(__name__)
+
+
+def close_stale_runs(experiment: str, epoch: int) -> int:
+    """Mark the other Running ``tune`` flow runs of ``experiment`` (and what they hold)
+    Crashed; how many flow runs were marked. Best effort: the API's trouble is logged,
+    never raised (the training goes on either way)."""
+    from prefect.runtime import flow_run
+
+    current = flow_run.id
+    if current is None:
+        return 0
+    try:
+        return _close(experiment, UUID(str(current)), flow_run.parent_flow_run_id, epoch)
+    except Exception as e:  # the API is not the truth; storage is
+        logger.warning("could not mark the runs of earlier drivers Crashed: %s", e)
+        return 0
+
+
+def _close(experiment: str, current: UUID, parent: Any, epoch: int) -> int:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowFilter,
+        FlowFilterName,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+        TaskRunFilter,
+        TaskRunFilterFlowRunId,
+        TaskRunFilterState,
+        TaskRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+
+    running = [StateType.RUNNING, StateType.PENDING]
+    message = (
+        f"taken over: experiment {experiment!r} resumed by flow run {current} (driver epoch "
+        f"{epoch}); this run's driver had stopped"
+    )
+    marked = 0
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=["tune"])),
+            flow_run_filter=FlowRunFilter(
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=running))
+            ),
+        )
+        for run in runs:
+            if run.id == current or (run.parameters or {}).get("name") != experiment:
+                continue
+            tasks = client.read_task_runs(
+                task_run_filter=TaskRunFilter(
+                    flow_run_id=TaskRunFilterFlowRunId(any_=[run.id]),
+                    state=TaskRunFilterState(type=TaskRunFilterStateType(any_=running)),
+                )
+            )
+            for task in tasks:
+                client.set_task_run_state(task.id, Crashed(message=message), force=True)
+            client.set_flow_run_state(run.id, Crashed(message=message), force=True)
+            marked += 1
+            if run.parent_task_run_id is not None:  # its parent flow run, unless it is ours
+                parent_task = client.read_task_run(run.parent_task_run_id)
+                holder = parent_task.flow_run_id
+                if holder is not None and str(holder) != str(parent) and holder != current:
+                    holder_run = client.read_flow_run(holder)
+                    if holder_run.state is not None and holder_run.state.type in running:
+                        client.set_flow_run_state(holder, Crashed(message=message), force=True)
+    if marked:
+        logger.warning("%s: marked %d run(s) of earlier drivers Crashed", experiment, marked)
+    return marked
