@@ -96,3 +96,19 @@ def test_a_rounds_deployment_advances_the_experiment_a_budget_per_run(prefect_se
         synch=True,
     )  # fmt: skip
     assert read_experiment(exp.url) == read_experiment(reference.experiment_path)
+
+
+def test_the_generic_experiment_deployment_runs_json_parameters(prefect_server, tmp_path):
+    """prefect.yaml's ``experiment`` deployment (flows/deployable.py), run by a worker
+    with parameters as the UI would send them."""
+    prefect("work-pool", "create", "popflow-local", "--type", "process", "--overwrite")
+    prefect("--no-prompt", "deploy", "--name", "experiment")
+    storage = str(tmp_path / "results")
+    prefect(
+        "deployment", "run", "popflow-experiment/experiment",
+        "--param", f"storage={storage}", "--param", "num_samples=3",
+        "--param", 'stop={"training_iteration": 4}',
+    )  # fmt: skip
+    prefect("worker", "start", "--pool", "popflow-local", "--run-once", timeout=600)
+    commit = ExperimentLog(Storage(storage).child("experiment")).latest()
+    assert commit is not None and is_finished(commit) and len(commit["trials"]) == 3

@@ -1,0 +1,168 @@
+"""A deployable flow for any experiment: everything it takes is JSON, so a run can be
+started from the Prefect UI (or ``prefect deployment run --param ...``) with parameters.
+
+    entrypoint: flows/deployable.py:experiment        (in prefect.yaml)
+
+- ``trainable``: an import path, ``"mypkg.train:MyTrainable"`` (a Trainable class or a
+  function); its package must be importable where the flow runs (and on the workers,
+  unless it is a file of the user's own, which popflow sends).
+- ``param_space``: plain values, and search spaces written as one-key objects naming
+  the function and its arguments: ``{"lr": {"loguniform": [1e-4, 1e-1]}, "bs":
+  {"choice": [[16, 32, 64]]}, "seed": {"grid_search": [[0, 1]]}, "layers": 2}``.
+- ``scheduler``: ``fifo``, ``asha``, ``hyperband``, ``median``, ``pbt``, ``pb2``, with
+  ``scheduler_args`` as keyword arguments (Ray's names). In PBT's
+  ``hyperparam_mutations`` a search space is written as in ``param_space`` and a list
+  is a categorical set; PB2's ``hyperparam_bounds`` are ``[low, high]`` lists.
+- the rest as ``popflow.run``'s: ``metric``, ``mode``, ``num_samples``, ``stop``,
+  ``storage`` (never credentials: those come from the AWS chain or a Prefect block),
+  ``name`` (templates such as ``"exp_{date}"``), ``seed``, ``max_rounds``,
+  ``time_budget_s``, ``resume`` ("auto": each trigger continues the experiment),
+  ``dask_address``, checkpointing and ``max_failures``.
+
+This module imports Prefect; ``popflow`` itself does not import it (Dask workers do
+not need it). Users who prefer their own flow write one as
+``examples/pbt_benchmark_flow.py`` does: a ``@flow`` function calling ``popflow.run``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from prefect import flow
+
+from popflow import CheckpointConfig, run
+from popflow.schedulers import (
+    PB2,
+    ASHAScheduler,
+    FIFOScheduler,
+    HyperBandScheduler,
+    MedianStoppingRule,
+    PopulationBasedTraining,
+    TrialScheduler,
+    search_space,
+)
+
+SCHEDULERS: dict[str, type[TrialScheduler]] = {
+    "fifo": FIFOScheduler,
+    "asha": ASHAScheduler,
+    "hyperband": HyperBandScheduler,
+    "median": MedianStoppingRule,
+    "pbt": PopulationBasedTraining,
+    "pb2": PB2,
+}
+
+#: The search-space functions a JSON ``param_space`` may name.
+SPACES = (
+    "uniform",
+    "quniform",
+    "loguniform",
+    "qloguniform",
+    "randn",
+    "randint",
+    "qrandint",
+    "lograndint",
+    "choice",
+    "grid_search",
+)
+
+
+def load_trainable(path: str) -> Any:
+    """``"package.module:Name"`` -> the object (a clear error naming what is missing)."""
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"`trainable` is {path!r}, but must be 'package.module:Name'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(
+            f"`trainable` {path!r}: cannot import {module_name!r} ({e}); install its package "
+            "or run the flow from the folder that holds it"
+        ) from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"`trainable` {path!r}: {module_name} has no {attr!r}") from None
+
+
+def decode_space(value: Any, where: str = "param_space") -> Any:
+    """JSON search spaces (``{"loguniform": [1e-4, 1e-1]}``) as popflow's; nested dicts
+    and plain values as they are."""
+    if isinstance(value, dict):
+        if len(value) == 1:
+            ((key, args),) = value.items()
+            if key in SPACES:
+                if not isinstance(args, list):
+                    raise ValueError(
+                        f"`{where}`: {{{key!r}: {args!r}}} needs a list of arguments, "
+                        f"e.g. {{{key!r}: [...]}}"
+                    )
+                return getattr(search_space, key)(*args)
+        return {k: decode_space(v, f"{where}.{k}") for k, v in value.items()}
+    return value
+
+
+def make_scheduler(name: str, args: dict[str, Any] | None) -> TrialScheduler:
+    if name not in SCHEDULERS:
+        raise ValueError(f"`scheduler` is {name!r}, but must be one of {sorted(SCHEDULERS)}")
+    kwargs = dict(args or {})
+    if "hyperparam_mutations" in kwargs:
+        kwargs["hyperparam_mutations"] = decode_space(
+            kwargs["hyperparam_mutations"], "hyperparam_mutations"
+        )
+    try:
+        return SCHEDULERS[name](**kwargs)
+    except TypeError as e:
+        raise ValueError(f"`scheduler_args` for {name!r}: {e}") from None
+
+
+@flow(name="popflow-experiment", validate_parameters=True)
+def experiment(
+    trainable: str,
+    param_space: dict[str, Any] | None = None,
+    scheduler: str = "fifo",
+    scheduler_args: dict[str, Any] | None = None,
+    metric: str | None = None,
+    mode: str | None = None,
+    num_samples: int = 1,
+    stop: dict[str, float] | None = None,
+    storage: str = "./results",
+    name: str = "experiment",
+    seed: int | None = None,
+    max_rounds: int | None = None,
+    time_budget_s: float | None = None,
+    resume: str = "auto",
+    dask_address: str | None = None,
+    checkpoint_frequency: int = 0,
+    num_to_keep: int | None = None,
+    max_failures: int = 0,
+) -> dict[str, Any]:
+    """Tune ``trainable`` over ``param_space``; the best trial's config and metrics, where
+    the experiment lives, and whether it has finished (or only this run's budget)."""
+    grid = run(
+        load_trainable(trainable),
+        decode_space(param_space or {}),
+        scheduler=make_scheduler(scheduler, scheduler_args),
+        metric=metric,
+        mode=mode,
+        num_samples=num_samples,
+        stop=stop,
+        checkpoint_config=CheckpointConfig(
+            checkpoint_frequency=checkpoint_frequency, num_to_keep=num_to_keep
+        ),
+        storage=storage,
+        name=name,
+        seed=seed,
+        max_rounds=max_rounds,
+        time_budget_s=time_budget_s,
+        resume=resume,
+        dask_address=dask_address,
+        max_failures=max_failures,
+    )
+    finished = all(r.status in ("TERMINATED", "ERROR") for r in grid)
+    out: dict[str, Any] = {"experiment": grid.experiment_path, "finished": finished}
+    try:
+        best = grid.get_best_result()
+    except (RuntimeError, ValueError):  # no metric, or nothing reported yet
+        return out
+    return {**out, "best_config": best.config, "best_metrics": best.metrics}

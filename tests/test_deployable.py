@@ -1,0 +1,70 @@
+"""``flows/deployable.py``'s ``experiment`` flow: any experiment from JSON parameters (what
+the Prefect UI can send), with clear errors for what it cannot resolve."""
+
+from __future__ import annotations
+
+import pytest
+
+from popflow.flows import deployable
+from popflow.schedulers import PopulationBasedTraining
+from popflow.schedulers.domains import Categorical, LogUniform
+
+MOCK = "popflow.tune.utils.mock_trainable:MyTrainableClass"
+
+
+def test_an_experiment_runs_from_json_parameters_a_budget_at_a_time(tune_env):
+    params = dict(
+        trainable=MOCK,
+        param_space={"width": {"randint": [2, 20]}, "height": {"uniform": [10, 100]}},
+        scheduler="asha",
+        scheduler_args={"time_attr": "training_iteration", "max_t": 8, "grace_period": 2},
+        metric="episode_reward_mean",
+        mode="max",
+        num_samples=6,
+        stop={"training_iteration": 8},
+        storage=tune_env["storage"],
+        name="from-json",
+        seed=0,
+        max_rounds=1,
+        checkpoint_frequency=2,
+        dask_address=tune_env["dask_address"].scheduler.address,
+    )
+    first = deployable.experiment(**params)
+    assert first["experiment"].endswith("/from-json")
+    runs = 1
+    out = first
+    while not out["finished"]:
+        out = deployable.experiment(**params)  # resume="auto": each run goes on
+        runs += 1
+        assert runs < 30
+    assert 0 < out["best_metrics"]["episode_reward_mean"] <= 100
+    assert set(out["best_config"]) == {"width", "height"}
+
+
+def test_json_search_spaces_and_mutations_decode():
+    space = deployable.decode_space(
+        {"lr": {"loguniform": [1e-4, 1e-1]}, "opt": {"bs": {"choice": [[16, 32]]}}, "n": 3}
+    )
+    assert isinstance(space["lr"], LogUniform) and space["n"] == 3
+    assert isinstance(space["opt"]["bs"], Categorical)
+    pbt = deployable.make_scheduler(
+        "pbt",
+        {"perturbation_interval": 2, "hyperparam_mutations": {"lr": {"uniform": [0, 1]}}},
+    )
+    assert isinstance(pbt, PopulationBasedTraining)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: deployable.load_trainable("nomodule_xyz:T"), "cannot import 'nomodule_xyz'"),
+        (lambda: deployable.load_trainable("popflow"), "must be 'package.module:Name'"),
+        (lambda: deployable.load_trainable("popflow:Nope"), "popflow has no 'Nope'"),
+        (lambda: deployable.make_scheduler("bohb", None), "must be one of"),
+        (lambda: deployable.make_scheduler("asha", {"max_tt": 3}), "`scheduler_args` for 'asha'"),
+        (lambda: deployable.decode_space({"lr": {"uniform": 3}}), "needs a list of arguments"),
+    ],
+)
+def test_what_cannot_be_resolved_says_what_to_do(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
