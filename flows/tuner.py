@@ -175,21 +175,32 @@ class _Cluster:
 _CLUSTER = _Cluster()
 
 
-def init(address: Any = None, *, num_cpus: int | None = None, **ignored: Any) -> None:
+def init(
+    address: Any = None,
+    *,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    **ignored: Any,
+) -> None:
     """Ray's ``ray.init``: ``address`` names a Dask scheduler (or Client) for the runs that
     follow; otherwise ``num_cpus`` is the CPUs the embedded cluster cuts into
     single-threaded process workers (one per CPU, or fewer and bigger when a trial
-    needs more than one). Ray's other arguments are accepted and logged."""
+    needs more than one) and ``num_gpus`` the GPUs they share out (default: the
+    machine's). Ray's other arguments are accepted and logged."""
     if address is not None and num_cpus is not None:
         raise ValueError("give `address` (an existing cluster) or `num_cpus`, not both")
     if num_cpus is not None and (
         isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1
     ):
         raise ValueError(f"`num_cpus` is {num_cpus!r}, but must be an int >= 1")
+    if num_gpus is not None and (
+        isinstance(num_gpus, bool) or not isinstance(num_gpus, int) or num_gpus < 0
+    ):
+        raise ValueError(f"`num_gpus` is {num_gpus!r}, but must be an int >= 0")
     if ignored:
         logger.info("popflow.init: ignoring %s (Ray-only)", sorted(ignored))
     _CLUSTER.address = address
-    use_cores(num_cpus)
+    use_cores(num_cpus, num_gpus)
 
 
 def cluster_arguments() -> dict[str, Any]:

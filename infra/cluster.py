@@ -26,11 +26,20 @@ logger = logging.getLogger(__name__)
 _CORES: int | None = None
 
 
-def use_cores(cores: int | None) -> None:
-    """Ray's ``ray.init(num_cpus=N)``: embedded clusters started after this use ``cores``
-    CPUs (None: the machine's)."""
-    global _CORES
-    _CORES = cores
+#: The GPUs the embedded cluster shares out (None: ``nvidia-smi``'s count).
+_GPUS: int | None = None
+
+
+def use_cores(cores: int | None, gpus: int | None = None) -> None:
+    """Ray's ``ray.init(num_cpus=N, num_gpus=G)``: embedded clusters started after this
+    use ``cores`` CPUs and ``gpus`` GPUs (None: the machine's)."""
+    global _CORES, _GPUS
+    _CORES, _GPUS = cores, gpus
+
+
+def gpus_available() -> int:
+    """The GPUs the embedded cluster uses: :func:`use_cores`'s, else the machine's."""
+    return _GPUS if _GPUS is not None else detect_gpus()
 
 
 def default_workers() -> int:
@@ -61,20 +70,28 @@ class EmbeddedSize(NamedTuple):
 
 
 def embedded_size(
-    cores: int, trial_cpu: float | None, n_workers: int | None, gpus: int = 0
+    cores: int,
+    trial_cpu: float | None,
+    n_workers: int | None,
+    gpus: int = 0,
+    trial_gpu: float | None = None,
 ) -> EmbeddedSize:
     """Cut ``cores`` into workers so that a trial needing ``trial_cpu`` CPUs fits one, as
     in Ray, where such a trial fits whenever it fits the machine.
 
     ``n = n_workers`` if given (the user's choice; a trial too big for it fails
     fast in :func:`slots_per_worker`), else ``n = max(1, floor(cores / trial_cpu))``
-    for ``trial_cpu > 1``, else one worker per core. Each worker offers
+    for ``trial_cpu > 1``, else one worker per core; a trial needing ``trial_gpu``
+    GPUs caps ``n`` at ``floor(gpus / trial_gpu)`` (one GPU trial per worker for
+    ``gpu: 1`` on one GPU, two sharing it for ``gpu: 0.5``). Each worker offers
     ``CPU = max(1, cores / n)`` and ``GPU = gpus / n``.
 
     >>> embedded_size(2, 2.0, None)
     EmbeddedSize(n_workers=1, resources={'CPU': 2.0})
     >>> embedded_size(16, 1.5, None, gpus=2)
     EmbeddedSize(n_workers=10, resources={'CPU': 1.6, 'GPU': 0.2})
+    >>> embedded_size(2, None, None, gpus=1, trial_gpu=1.0)
+    EmbeddedSize(n_workers=1, resources={'CPU': 2.0, 'GPU': 1.0})
     """
     if n_workers is not None:
         n = n_workers
@@ -82,6 +99,8 @@ def embedded_size(
         n = max(1, math.floor(cores / trial_cpu))
     else:
         n = cores
+    if n_workers is None and trial_gpu and gpus:
+        n = min(n, max(1, math.floor(gpus / trial_gpu)))
     if n < 1:
         raise ValueError(f"`n_workers` is {n}, but must be >= 1")
     resources = {"CPU": max(1.0, cores / n)}
@@ -94,9 +113,13 @@ def _cpu(trial: Mapping[str, float] | None) -> float | None:
     return (trial or {}).get("CPU")
 
 
+def _gpu(trial: Mapping[str, float] | None) -> float | None:
+    return (trial or {}).get("GPU")
+
+
 def _size_for(n_workers: int | None, trial: Mapping[str, float] | None) -> EmbeddedSize:
     """The embedded cluster for trials needing ``trial`` (Dask's names) on this machine."""
-    return embedded_size(default_workers(), _cpu(trial), n_workers, detect_gpus())
+    return embedded_size(default_workers(), _cpu(trial), n_workers, gpus_available(), _gpu(trial))
 
 
 #: The name distributed's nanny gives the worker processes it starts
@@ -263,7 +286,10 @@ class ClusterStart:
         the workers are sized so that it fits one (:func:`embedded_size`)."""
         # the count now (it checks n_workers and names the cluster); the GPUs, which
         # take nvidia-smi to count, while Prefect creates the flow run
-        self.n_workers = embedded_size(default_workers(), _cpu(resources), n_workers).n_workers
+        gpus = gpus_available() if _gpu(resources) else 0  # else counted in the background
+        self.n_workers = embedded_size(
+            default_workers(), _cpu(resources), n_workers, gpus, _gpu(resources)
+        ).n_workers
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="popflow-cluster-start")
         self._future = self._thread.submit(lambda: _local_cluster(_size_for(n_workers, resources)))
         self._closed = False

@@ -305,3 +305,33 @@ def test_init_num_cpus_sizes_the_embedded_cluster(prefect_server, tmp_path):
         assert two[0].status == "TERMINATED"
     finally:
         popflow.init()
+
+
+@pytest.mark.parametrize(
+    ("gpus", "trial_gpu", "expected_workers", "gpu_each"),
+    [(1, 1.0, 1, 1.0), (1, 0.5, 2, 0.5), (4, 1.0, 2, 2.0), (2, 2.0, 1, 2.0)],
+)
+def test_gpu_trials_get_workers_they_fit(gpus, trial_gpu, expected_workers, gpu_each):
+    size = embedded_size(2, None, None, gpus, trial_gpu)
+    assert (size.n_workers, size.resources["GPU"]) == (expected_workers, gpu_each)
+
+
+def test_init_num_gpus_lets_a_one_gpu_trial_run(prefect_server, tmp_path):
+    """Ray's ``ray.init(num_gpus=1)``: a ``gpu: 1`` trial fits the embedded cluster (which
+    used to cut one GPU into 0.5 per worker and refuse it); trials share the one GPU
+    worker one at a time."""
+    try:
+        popflow.init(num_gpus=1)
+        grid = run(
+            pid_reports,
+            resources_per_trial={"gpu": 1},
+            num_samples=2,
+            storage=str(tmp_path),
+            name="one-gpu",
+        )
+        assert [r.status for r in grid] == ["TERMINATED"] * 2
+        assert len({r.metrics["pid"] for r in grid}) == 1
+        with pytest.raises(ValueError, match="`num_gpus` is -1"):
+            popflow.init(num_gpus=-1)
+    finally:
+        popflow.init()
