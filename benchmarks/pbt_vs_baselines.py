@@ -4,9 +4,9 @@ The model is ``examples/digits_mlp.py``: an MLP trained with SGD on
 scikit-learn's digits; PBT and PB2 mutate its learning rate, momentum and
 weight decay. Every method gets the same budget of trained epochs,
 ``population x epochs``: random search (FIFO) and PBT/PB2 train ``population``
-trials for ``epochs`` each; ASHA (grace 2, reduction 3, ``max_t=epochs``)
-samples ``asha_factor x population`` trials and stops most early (the
-epochs it used are reported). Each (method, population) runs over ``--seeds``
+trials for ``epochs`` each; ASHA (grace 2, reduction 4: Ray's default, ``max_t=epochs``)
+samples as many trials as that budget buys if a quarter go on at each rung
+(:func:`asha_samples`) and stops most early (the epochs it used are reported). Each (method, population) runs over ``--seeds``
 seeds; the table gives the best trial's final validation accuracy and log
 loss, median (min-max) over the seeds. The hyperparameter schedules PBT and
 PB2 found (first seed, each population size) are drawn to
@@ -30,6 +30,22 @@ from typing import Any
 from common import RESULTS_DIR, load_example, scratch_dir, table, verdict, write_json
 
 METHODS = ("random", "asha", "pbt", "pb2")
+
+
+def asha_samples(population: int, epochs: int, grace: int = 2, eta: int = 4) -> int:
+    """How many trials ASHA samples to spend ``population x epochs`` epochs, if a quarter
+    of the trials reaching each rung go on (asynchronous ASHA promotes a few more)."""
+    rungs = []
+    milestone = grace
+    while milestone < epochs:
+        rungs.append(milestone)
+        milestone *= eta
+    rungs.append(epochs)
+    expected, previous = 0.0, 0
+    for k, milestone in enumerate(rungs):
+        expected += eta**-k * (milestone - previous)
+        previous = milestone
+    return max(population, round(population * epochs / expected))
 
 
 def best_of(results: Any) -> tuple[float, float, int]:
@@ -76,7 +92,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--populations", default="4,16")
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--interval", type=int, default=3, help="PBT/PB2 perturbation interval")
-    parser.add_argument("--asha-factor", type=int, default=4)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
@@ -96,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
         for population in populations:
             for seed in range(args.seeds):
                 for method in methods:
-                    n = population * (args.asha_factor if method == "asha" else 1)
+                    n = asha_samples(population, args.epochs) if method == "asha" else population
                     start = time.perf_counter()
                     results = digits.tune_digits(
                         method,
