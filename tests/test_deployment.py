@@ -29,23 +29,60 @@ def prefect(*args: str, timeout: float = 300) -> str:
     return proc.stdout
 
 
+def work_until_done(run_output: str, tries: int = 5) -> str:
+    """Run a process worker until the flow run ``prefect deployment run`` printed has ended
+    (a worker pass can miss a run just scheduled); its final state, with its message."""
+    import asyncio
+    import re
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+
+    match = re.search(r"UUID: ([0-9a-f-]{36})", run_output)
+    assert match, run_output[-2000:]
+    flow_run_id = UUID(match.group(1))
+
+    async def state() -> tuple[str, str]:
+        async with get_client() as client:
+            run = await client.read_flow_run(flow_run_id)
+        return run.state.type.value, run.state.message or ""
+
+    for _ in range(tries):
+        prefect("worker", "start", "--pool", "popflow-local", "--run-once", timeout=600)
+        kind, message = asyncio.run(state())
+        if kind not in ("SCHEDULED", "PENDING", "RUNNING"):
+            assert kind == "COMPLETED", f"the flow run ended {kind}: {message}"
+            return message
+    raise AssertionError(f"the flow run is still {kind} after {tries} worker passes")
+
+
 def test_deployment_runs_on_a_worker_and_resumes_on_rerun(prefect_server, tmp_path):
     prefect("work-pool", "create", "popflow-local", "--type", "process", "--overwrite")
     prefect("--no-prompt", "deploy", "--name", "pbt-benchmark-smoke")
     storage = str(tmp_path / "results")
-    prefect(
-        "deployment", "run", "pbt-benchmark/pbt-benchmark-smoke", "--param", f"storage={storage}"
+    work_until_done(
+        prefect(
+            "deployment",
+            "run",
+            "pbt-benchmark/pbt-benchmark-smoke",
+            "--param",
+            f"storage={storage}",
+        )
     )
-    prefect("worker", "start", "--pool", "popflow-local", "--run-once", timeout=600)
     exp = Storage(storage).child("pbt_benchmark_smoke")
     commit = ExperimentLog(exp).latest()
     assert commit is not None and is_finished(commit)
     assert len(commit["trials"]) == 8
     # a second run of the deployment resumes ("auto"): the finished experiment is not redone
-    prefect(
-        "deployment", "run", "pbt-benchmark/pbt-benchmark-smoke", "--param", f"storage={storage}"
+    work_until_done(
+        prefect(
+            "deployment",
+            "run",
+            "pbt-benchmark/pbt-benchmark-smoke",
+            "--param",
+            f"storage={storage}",
+        )
     )
-    prefect("worker", "start", "--pool", "popflow-local", "--run-once", timeout=600)
     assert ExperimentLog(exp).latest()["seq"] == commit["seq"]
 
 
@@ -64,12 +101,19 @@ def test_a_rounds_deployment_advances_the_experiment_a_budget_per_run(prefect_se
     exp = Storage(storage).child("pbt_benchmark_rounds")
     rounds = []
     for _ in range(3):
-        prefect(
-            "deployment", "run", "pbt-benchmark/pbt-benchmark-rounds",
-            "--param", f"storage={storage}", "--param", "smoke_test=true",
-            "--param", "max_rounds=1",
-        )  # fmt: skip
-        prefect("worker", "start", "--pool", "popflow-local", "--run-once", timeout=600)
+        work_until_done(
+            prefect(
+                "deployment",
+                "run",
+                "pbt-benchmark/pbt-benchmark-rounds",
+                "--param",
+                f"storage={storage}",
+                "--param",
+                "smoke_test=true",
+                "--param",
+                "max_rounds=1",
+            )
+        )
         commit = ExperimentLog(exp).latest()
         rounds.append((commit["round"], is_finished(commit)))
     assert rounds == [(1, False), (2, True), (2, True)]
@@ -92,9 +136,12 @@ def test_a_rounds_deployment_advances_the_experiment_a_budget_per_run(prefect_se
 
     cloudpickle.register_pickle_by_value(pbt_benchmark)
     reference = pbt_benchmark.run_benchmark(
-        storage=str(tmp_path / "ref"), name="pbt_benchmark_rounds", seed=0, smoke_test=True,
+        storage=str(tmp_path / "ref"),
+        name="pbt_benchmark_rounds",
+        seed=0,
+        smoke_test=True,
         synch=True,
-    )  # fmt: skip
+    )
     assert read_experiment(exp.url) == read_experiment(reference.experiment_path)
 
 
@@ -104,11 +151,18 @@ def test_the_generic_experiment_deployment_runs_json_parameters(prefect_server, 
     prefect("work-pool", "create", "popflow-local", "--type", "process", "--overwrite")
     prefect("--no-prompt", "deploy", "--name", "experiment")
     storage = str(tmp_path / "results")
-    prefect(
-        "deployment", "run", "popflow-experiment/experiment",
-        "--param", f"storage={storage}", "--param", "num_samples=3",
-        "--param", 'stop={"training_iteration": 4}',
-    )  # fmt: skip
-    prefect("worker", "start", "--pool", "popflow-local", "--run-once", timeout=600)
+    work_until_done(
+        prefect(
+            "deployment",
+            "run",
+            "popflow-experiment/experiment",
+            "--param",
+            f"storage={storage}",
+            "--param",
+            "num_samples=3",
+            "--param",
+            'stop={"training_iteration": 4}',
+        )
+    )
     commit = ExperimentLog(Storage(storage).child("experiment")).latest()
     assert commit is not None and is_finished(commit) and len(commit["trials"]) == 3
