@@ -19,7 +19,12 @@ import cloudpickle
 from distributed import Client
 
 from popflow.flows.config import CheckpointConfig, resources_of
-from popflow.flows.prefect_flow import is_flow_retry, prefect_objects, quiet_embedded_server
+from popflow.flows.prefect_flow import (
+    is_flow_retry,
+    prefect_objects,
+    quiet_embedded_server,
+    refuse_crash_loop,
+)
 from popflow.flows.results import ResultGrid
 from popflow.flows.run_spec import run_spec
 from popflow.infra.cluster import ClusterStart
@@ -108,6 +113,7 @@ def run(
       result.json / progress.csv / pbt_global.txt (each commit holds its own
       results, so nothing is lost in between); local files are appended at once.
     """
+    refuse_crash_loop()
     spec = run_spec(
         trainable,
         param_space,

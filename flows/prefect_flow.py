@@ -39,6 +39,31 @@ def is_flow_retry() -> bool:
     return bool(ctx and ctx.flow_run and ctx.flow_run.run_count > 1)
 
 
+#: A flow run that has started this many times (Prefect's flow retries, and re-runs of
+#: its crashes by ``automations.yaml``) is not started again: it ends Failed, which the
+#: re-run automation does not answer, instead of crashing in a loop.
+MAX_RUN_COUNT = 5
+
+
+class TooManyRuns(RuntimeError):
+    """The flow run has started more than :data:`MAX_RUN_COUNT` times."""
+
+
+def refuse_crash_loop() -> None:
+    """Raise :class:`TooManyRuns` in a flow run on its ``MAX_RUN_COUNT + 1``-th start."""
+    from prefect.context import FlowRunContext
+
+    ctx = FlowRunContext.get()
+    count = ctx.flow_run.run_count if ctx and ctx.flow_run else 0
+    if count > MAX_RUN_COUNT:
+        raise TooManyRuns(
+            f"flow run {ctx.flow_run.name!r} has started {count} times (retries and re-runs "
+            f"of its crashes); popflow does not start it again after {MAX_RUN_COUNT}. The "
+            "experiment is committed in storage: read the earlier runs' logs, fix the "
+            "cause, then run the deployment again (it resumes)"
+        )
+
+
 def _round(controller: Controller) -> bool:
     """One round as a Prefect task: its summary and decisions show in the task's logs."""
     from prefect import get_run_logger

@@ -6,7 +6,10 @@ round task run and its parent flow run Running in the Prefect API for ever. When
 new driver resumes the experiment, it holds the lease, so any other ``tune`` run of
 the same experiment still marked Running is dead (or stops at its next lease check):
 it and its Running task runs, and its parent if that is not the new driver's own,
-are set to Crashed, saying who took over.
+are set to Crashed, saying who took over. The state is named "Superseded": its event,
+``prefect.flow-run.Superseded``, is not the ``prefect.flow-run.Crashed`` that the
+re-run automation (``automations.yaml``) answers, so a run already taken over is
+not re-run.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ logger = logging.getLogger(__name__)
 
 
 def close_stale_runs(experiment: str, epoch: int) -> int:
-    """Mark the other Running ``tune`` flow runs of ``experiment`` (and what they hold)
-    Crashed; how many flow runs were marked. Best effort: the API's trouble is logged,
+    """Mark the other Running ``tune`` flow runs of ``experiment`` (and what they hold),
+    and the task runs an earlier attempt of this one left Running, Crashed; how many
+    flow runs were cleaned up. Best effort: the API's trouble is logged,
     never raised (the training goes on either way)."""
     from prefect.runtime import flow_run
 
@@ -55,6 +59,10 @@ def _close(experiment: str, current: UUID, parent: Any, epoch: int) -> int:
         f"taken over: experiment {experiment!r} resumed by flow run {current} (driver epoch "
         f"{epoch}); this run's driver had stopped"
     )
+
+    def superseded() -> Any:
+        return Crashed(name="Superseded", message=message)
+
     marked = 0
     with get_client(sync_client=True) as client:
         runs = client.read_flow_runs(
@@ -64,7 +72,7 @@ def _close(experiment: str, current: UUID, parent: Any, epoch: int) -> int:
             ),
         )
         for run in runs:
-            if run.id == current or (run.parameters or {}).get("name") != experiment:
+            if (run.parameters or {}).get("name") != experiment:
                 continue
             tasks = client.read_task_runs(
                 task_run_filter=TaskRunFilter(
@@ -72,17 +80,21 @@ def _close(experiment: str, current: UUID, parent: Any, epoch: int) -> int:
                     state=TaskRunFilterState(type=TaskRunFilterStateType(any_=running)),
                 )
             )
+            # this driver's own run has no round running yet: what runs in it is an
+            # earlier attempt's (Prefect gives a re-run parent its old subflow run back)
             for task in tasks:
-                client.set_task_run_state(task.id, Crashed(message=message), force=True)
-            client.set_flow_run_state(run.id, Crashed(message=message), force=True)
-            marked += 1
+                client.set_task_run_state(task.id, superseded(), force=True)
+            marked += bool(tasks) if run.id == current else 1
+            if run.id == current:
+                continue
+            client.set_flow_run_state(run.id, superseded(), force=True)
             if run.parent_task_run_id is not None:  # its parent flow run, unless it is ours
                 parent_task = client.read_task_run(run.parent_task_run_id)
                 holder = parent_task.flow_run_id
                 if holder is not None and str(holder) != str(parent) and holder != current:
                     holder_run = client.read_flow_run(holder)
                     if holder_run.state is not None and holder_run.state.type in running:
-                        client.set_flow_run_state(holder, Crashed(message=message), force=True)
+                        client.set_flow_run_state(holder, superseded(), force=True)
     if marked:
-        logger.warning("%s: marked %d run(s) of earlier drivers Crashed", experiment, marked)
+        logger.warning("%s: marked the runs of %d earlier driver(s) Crashed", experiment, marked)
     return marked

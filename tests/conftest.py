@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -40,11 +41,10 @@ def wait_until_healthy(url: str, proc: subprocess.Popen, timeout: float = 180.0)
     raise TimeoutError(f"prefect server at {url} not healthy after {timeout}s")
 
 
-@pytest.fixture(scope="session")
-def prefect_server() -> Iterator[str]:
-    """``prefect server start`` on 127.0.0.1 with its own home; the session's flows report to it."""
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
+@contextmanager
+def prefect_server_process(**settings: str) -> Iterator[tuple[str, str]]:
+    """``prefect server start`` on 127.0.0.1 with its own home (and ``settings``, as
+    environment variables), stopped by its PID on exit; yields its API URL and home."""
     home = tempfile.mkdtemp(prefix="popflow-prefect-")
     port = free_port()
     env = {
@@ -54,6 +54,7 @@ def prefect_server() -> Iterator[str]:
         "PREFECT_SERVER_API_PORT": str(port),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_UI_ENABLED": "false",
+        **settings,
     }
     env.pop("PREFECT_API_URL", None)
     log = open(os.path.join(home, "server.log"), "wb")  # noqa: SIM115 (lives as long as the server)
@@ -77,21 +78,45 @@ def prefect_server() -> Iterator[str]:
     url = f"http://127.0.0.1:{port}/api"
     try:
         wait_until_healthy(url, proc)
-        with temporary_settings(updates={PREFECT_API_URL: url}):
-            os.environ["PREFECT_API_URL"] = url  # for subprocesses the tests start
-            os.environ["POPFLOW_TEST_PREFECT_HOME"] = home  # where the server keeps its data
-            yield url
+        yield url, home
     finally:
-        from prefect.logging.handlers import APILogWorker
-
-        APILogWorker.drain_all(timeout=5)  # ship queued flow logs before the server goes away
-        os.environ.pop("PREFECT_API_URL", None)
         proc.terminate()
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+@contextmanager
+def using_prefect_server(url: str, home: str) -> Iterator[str]:
+    """Point this process and the subprocesses it starts at the server at ``url``, and back."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    before = {k: os.environ.get(k) for k in ("PREFECT_API_URL", "POPFLOW_TEST_PREFECT_HOME")}
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: url}):
+            os.environ["PREFECT_API_URL"] = url  # for subprocesses the tests start
+            os.environ["POPFLOW_TEST_PREFECT_HOME"] = home  # where the server keeps its data
+            try:
+                yield url
+            finally:
+                from prefect.logging.handlers import APILogWorker
+
+                APILogWorker.drain_all(timeout=5)  # ship queued logs before the server goes
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def prefect_server() -> Iterator[str]:
+    """A Prefect server for the session; the session's flows report to it."""
+    with prefect_server_process() as (url, home), using_prefect_server(url, home):
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -197,3 +197,18 @@ def with_data(config: dict[str, Any], data: Any = None, scale: float = 1.0) -> N
     """A function trainable for ``with_parameters``: scores the sum of ``data``."""
     for _ in range(2):
         report({"score": float(sum(data)) * scale * config["x"], "pid": os.getpid()})
+
+
+class GatedTrainable(ParityTrainable):
+    """ParityTrainable that stops at iteration ``config["gate_at"]`` until the file
+    ``config["gate"]`` exists, after creating ``<gate>.reached``: a test kills the
+    driver there, mid-round, at a known point."""
+
+    def step(self) -> dict[str, Any]:
+        gate = self.config["gate"]
+        if self.iteration + 1 == self.config["gate_at"] and not os.path.exists(gate):
+            with open(gate + ".reached", "w"):
+                pass
+            while not os.path.exists(gate):
+                time.sleep(0.05)  # a file the test creates; nothing else to wait on
+        return super().step()
