@@ -163,7 +163,7 @@ def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | N
             return _ended(grid, f"{experiment.name} had already finished: nothing to run")
         with dask_client(cluster, spec.n_workers, spec.resources) as client:
             _run_logger().info("Dask dashboard: %s", client.dashboard_link)
-            pool = RunnerPool(client, spec.resources)
+            pool = RunnerPool(client, spec.resources, spec.name)
             controller = Controller(spec, experiment, pool)
             if experiment.resumed_from is None:
                 controller.commit()  # round 0: the sampled population, before any training

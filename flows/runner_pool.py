@@ -5,6 +5,9 @@ the pack's trainables are parked; ``finished`` blocks until calls return.
 Results come back through the client's event loop into a queue, so the
 driver's thread never makes a blocking round trip per call.
 
+Each runner holds its slot through a ``hold_slot`` Dask task that asks for the
+trial's resources (:mod:`popflow.tasks.runner`), so Dask accounts for it.
+
 A call that fails returns :class:`CallFailed`. If its worker died, that
 worker's runners are dropped and runners are made on workers that joined (a
 restarted worker comes back under a new address).
@@ -15,7 +18,9 @@ from __future__ import annotations
 import itertools
 import logging
 import queue
+import re
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +28,8 @@ from typing import Any
 from distributed import Client, Future
 
 from popflow.infra.cluster import slots_per_worker
-from popflow.tasks.runner import SegmentRunner, exit_worker_process, pack_specs
+from popflow.infra.gpus import shared_process_warning
+from popflow.tasks.runner import SegmentRunner, exit_worker_process, hold_slot, pack_specs
 from popflow.tasks.specs import SegmentSpec
 
 logger = logging.getLogger(__name__)
@@ -57,13 +63,22 @@ class Runner:
     worker: str
     actor: Any  # distributed.Actor
     future: Future  # the actor lives as long as this future is held
+    hold: Future  # its slot: the hold_slot task its segments run in
     queued: int = 0
 
 
 class RunnerPool:
-    def __init__(self, client: Client, resources: Mapping[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        resources: Mapping[str, float] | None = None,
+        label: str = "trials",
+    ) -> None:
+        """``resources``: what one trial holds (Dask's names); ``label``: the experiment's
+        name, in the slot tasks' keys that the Dask dashboard shows."""
         self.client = client
         self.resources = resources
+        self.label = re.sub(r"[^A-Za-z0-9_.]+", "_", label) or "trials"
         self.runners: list[Runner] = []
         self._dead_workers: set[str] = set()  # addresses of workers that died under a call
         self._done: queue.Queue[tuple[int, Any]] = queue.Queue()
@@ -97,18 +112,43 @@ class RunnerPool:
     def _make_runners(self) -> None:
         per_worker = slots_per_worker(self.client, self.resources)
         alive = {w for w in per_worker if w not in self._dead_workers}
+        gone = [r for r in self.runners if r.worker not in alive]
+        if gone:
+            self.client.cancel([r.hold for r in gone] + [r.future for r in gone])
         self.runners = [r for r in self.runners if r.worker in alive]
         have = {r.worker for r in self.runners}
         new = [(w, n) for w, n in per_worker.items() if w in alive and w not in have]
-        futures = [
-            (w, self.client.submit(SegmentRunner, w, actor=True, workers=[w], pure=False))
-            for w, n in new
-            for _ in range(n)
-        ]
-        for w, future in futures:
-            self.runners.append(Runner(w, future.result(), future))
-        if futures:
+        gpu = (self.resources or {}).get("GPU", 0.0)
+        made = []
+        for w, n in new:
+            if gpu and (why := shared_process_warning(w, n, self._threads(w), gpu)):
+                logger.warning(why)
+            for slot in range(n):
+                token = uuid.uuid4().hex
+                actor = self.client.submit(
+                    SegmentRunner, w, token, slot, gpu, actor=True, workers=[w], pure=False
+                )
+                made.append((w, token, actor))
+        # every actor made before any hold is submitted: making one takes a worker thread,
+        # which a hold, once running, keeps
+        actors = [actor.result() for _, _, actor in made]
+        for (w, token, actor), handle in zip(made, actors, strict=True):
+            hold = self.client.submit(
+                hold_slot,
+                token,
+                key=f"popflow-{self.label}-slot-{token}",
+                workers=[w],
+                allow_other_workers=False,
+                resources=dict(self.resources) if self.resources else None,
+                pure=False,
+            )
+            self.runners.append(Runner(w, handle, actor, hold))
+        if made:
             logger.debug("runners: %d on %d workers", len(self.runners), len(alive))
+
+    def _threads(self, worker: str) -> int:
+        info = self.client.scheduler_info(n_workers=-1)["workers"].get(worker, {})
+        return int(info.get("nthreads", 1))
 
     def refresh_soon(self) -> None:
         """Pick up workers that joined, at most every ``REFRESH_INTERVAL_S``."""
@@ -171,6 +211,8 @@ class RunnerPool:
             runner.queued -= 1
             if isinstance(value, CallFailed) and value.worker_lost:
                 self._dead_workers.add(runner.worker)
+                lost = [r for r in self.runners if r.worker == runner.worker]
+                self.client.cancel([r.hold for r in lost])  # it waits for that worker
                 self.runners = [r for r in self.runners if r.worker != runner.worker]
             out.append((call, value))
         self._mark_started()
@@ -205,7 +247,7 @@ class RunnerPool:
 
     def close(self) -> None:
         self.cancel()
-        futures = [r.future for r in self.runners]
+        futures = [f for r in self.runners for f in (r.future, r.hold)]
         self.runners = []
         if futures and self.client.status == "running":
             self.client.cancel(futures)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import importlib.util
 import logging
 import math
 import os
-import shutil
-import subprocess
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +17,8 @@ from multiprocessing import spawn
 from typing import Any, NamedTuple
 
 from distributed import Client, LocalCluster
+
+from popflow.infra.gpus import CUDA_VISIBLE_DEVICES, detect_gpus, visible_devices
 
 logger = logging.getLogger(__name__)
 
@@ -51,22 +52,13 @@ def default_workers() -> int:
     )
 
 
-def detect_gpus() -> int:
-    """GPUs on this machine, as ``nvidia-smi -L`` lists them (0 without it)."""
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
-
-
 class EmbeddedSize(NamedTuple):
-    """How the embedded cluster is cut: ``n_workers`` processes, each offering ``resources``."""
+    """How the embedded cluster is cut: ``n_workers`` processes, each offering ``resources``;
+    for GPU trials, worker ``i`` sees only ``devices[i]`` (its ``CUDA_VISIBLE_DEVICES``)."""
 
     n_workers: int
     resources: dict[str, float]
+    devices: tuple[tuple[str, ...], ...] = ()
 
 
 def embedded_size(
@@ -84,14 +76,18 @@ def embedded_size(
     for ``trial_cpu > 1``, else one worker per core; a trial needing ``trial_gpu``
     GPUs caps ``n`` at ``floor(gpus / trial_gpu)`` (one GPU trial per worker for
     ``gpu: 1`` on one GPU, two sharing it for ``gpu: 0.5``). Each worker offers
-    ``CPU = max(1, cores / n)`` and ``GPU = gpus / n``.
+    ``CPU = max(1, cores / n)`` and ``GPU = gpus / n``; for GPU trials, each worker
+    is pinned to its share of the devices (dask-cuda's pattern): ``gpus / n`` devices
+    of its own, or one device shared by ``n / gpus`` workers.
 
     >>> embedded_size(2, 2.0, None)
-    EmbeddedSize(n_workers=1, resources={'CPU': 2.0})
+    EmbeddedSize(n_workers=1, resources={'CPU': 2.0}, devices=())
     >>> embedded_size(16, 1.5, None, gpus=2)
-    EmbeddedSize(n_workers=10, resources={'CPU': 1.6, 'GPU': 0.2})
+    EmbeddedSize(n_workers=10, resources={'CPU': 1.6, 'GPU': 0.2}, devices=())
     >>> embedded_size(2, None, None, gpus=1, trial_gpu=1.0)
-    EmbeddedSize(n_workers=1, resources={'CPU': 2.0, 'GPU': 1.0})
+    EmbeddedSize(n_workers=1, resources={'CPU': 2.0, 'GPU': 1.0}, devices=(('0',),))
+    >>> embedded_size(8, None, None, gpus=2, trial_gpu=0.5).devices
+    (('0',), ('0',), ('1',), ('1',))
     """
     if n_workers is not None:
         n = n_workers
@@ -106,7 +102,18 @@ def embedded_size(
     resources = {"CPU": max(1.0, cores / n)}
     if gpus:
         resources["GPU"] = gpus / n
-    return EmbeddedSize(n, resources)
+    if not (trial_gpu and gpus):
+        return EmbeddedSize(n, resources)
+    return EmbeddedSize(n, resources, _pinned(visible_devices(gpus), n))
+
+
+def _pinned(devices: list[str], n: int) -> tuple[tuple[str, ...], ...]:
+    """``devices`` shared out to ``n`` workers: whole devices each while there are enough,
+    else each device to ``n / len(devices)`` workers."""
+    if n <= len(devices):
+        k = len(devices) // n
+        return tuple(tuple(devices[i * k : (i + 1) * k]) for i in range(n))
+    return tuple((devices[i * len(devices) // n],) for i in range(n))
 
 
 def _cpu(trial: Mapping[str, float] | None) -> float | None:
@@ -242,23 +249,45 @@ class _WorkersWithoutMain:
 _WITHOUT_MAIN = _WorkersWithoutMain()
 
 
+class _PinnedCluster(LocalCluster):
+    """A LocalCluster whose worker ``i`` sees only ``devices[i]`` (dask-cuda's
+    ``LocalCUDACluster`` pattern): its nanny sets ``CUDA_VISIBLE_DEVICES`` in the
+    worker process, on every start and restart."""
+
+    def __init__(self, devices: tuple[tuple[str, ...], ...], **kwargs: Any) -> None:
+        self._devices = devices
+        super().__init__(n_workers=0, **kwargs)
+        self.scale(len(devices))
+
+    def new_worker_spec(self) -> dict[Any, dict[str, Any]]:
+        ((name, spec),) = super().new_worker_spec().items()
+        spec = copy.deepcopy(spec)
+        group = self._devices[int(name) % len(self._devices)]
+        spec.setdefault("options", {}).setdefault("env", {})[CUDA_VISIBLE_DEVICES] = ",".join(group)
+        return {name: spec}
+
+
 def _local_cluster(size: EmbeddedSize) -> LocalCluster:
     """The embedded cluster: ``size.n_workers`` process workers with one thread each
     (one segment per process at a time), each declaring ``size.resources`` as Dask
-    resources ``CPU`` and ``GPU``; they do not run the user's main script. Close it
-    with :func:`_close_local_cluster`."""
+    resources ``CPU`` and ``GPU`` (and pinned to ``size.devices``); they do not run the
+    user's main script. Close it with :func:`_close_local_cluster`."""
     # the embedded scheduler lives in this process; its INFO chatter is not the user's business
     logging.getLogger("distributed").setLevel(logging.WARNING)
     _WITHOUT_MAIN.acquire()
+    options: dict[str, Any] = {
+        "threads_per_worker": 1,
+        "processes": True,
+        "dashboard_address": ":0",  # a free port: never collide with another cluster's 8787
+        "resources": size.resources,
+        "silence_logs": logging.WARNING,
+    }
     try:
-        return LocalCluster(
-            n_workers=size.n_workers,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=":0",  # a free port: never collide with another cluster's 8787
-            resources=size.resources,
-            silence_logs=logging.WARNING,
-        )
+        if size.devices:
+            cluster: LocalCluster = _PinnedCluster(size.devices, **options)
+            cluster.wait_for_workers(size.n_workers)
+            return cluster
+        return LocalCluster(n_workers=size.n_workers, **options)
     except BaseException:
         _WITHOUT_MAIN.release()
         raise

@@ -5,22 +5,42 @@ back for its result: ~15 ms each way on a busy two-core machine, more than a
 short segment takes. The driver instead keeps one runner per trial slot on
 every worker and calls it directly (a Dask actor call goes from the client to
 the worker and back, ~1 ms), much as Ray Tune keeps an actor per trial. A
-runner runs its calls one at a time, in its own thread, so a worker holding k
-slots runs k segments at once; its trainables stay parked on the worker
-between segments (:mod:`popflow.tasks.live`).
+runner runs its calls one at a time, so a worker holding k slots runs k
+segments at once; its trainables stay parked on the worker between segments
+(:mod:`popflow.tasks.live`).
+
+Each runner's slot is a Dask task, :func:`hold_slot`, which the driver submits
+with the trial's resources: it holds a worker thread and those resources for as
+long as the runner lives, and the runner's segments run in that thread. So Dask
+counts what popflow uses (other work on a shared cluster waits for a free slot
+instead of oversubscribing the worker), the dashboard shows the slots as running
+``popflow-<experiment>-slot`` tasks, and its profiler sees the training code.
+A GPU trial's segments run with ``CUDA_VISIBLE_DEVICES`` set to its slot's
+devices (:mod:`popflow.infra.gpus`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import math
 import os
 import pickle
-from concurrent.futures import ThreadPoolExecutor
+import queue
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
 
 import cloudpickle
 
+from popflow.infra.gpus import CUDA_VISIBLE_DEVICES, slot_devices, visible_devices
 from popflow.tasks.segment import run_segments
 from popflow.tasks.specs import SegmentOutcome, SegmentSpec
+
+#: Seconds between a holding thread's looks at whether its runner is gone.
+HOLD_POLL_S = 1.0
+#: The work queue of each runner on this worker, by slot token.
+_SLOTS: dict[str, queue.Queue[tuple[Callable[[], Any], Future[Any]] | None]] = {}
 
 
 class SpecsUnreadable(RuntimeError):
@@ -28,17 +48,25 @@ class SpecsUnreadable(RuntimeError):
 
 
 class SegmentRunner:
-    """Created on ``worker`` by ``client.submit(SegmentRunner, worker, actor=True)``."""
+    """Created on ``worker`` by ``client.submit(SegmentRunner, worker, token, gpu,
+    actor=True)``; its segments run in the thread of the ``hold_slot(token)`` task.
 
-    def __init__(self, worker: str) -> None:
+    ``gpu``: what one trial asks for (0: none); ``slot``: which of the worker's
+    trial slots this runner is, which picks its devices.
+    """
+
+    def __init__(self, worker: str, token: str, slot: int = 0, gpu: float = 0.0) -> None:
         self.worker = worker
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="popflow-runner")
+        self.token = token
+        self._work = _SLOTS.setdefault(token, queue.Queue())
+        self.devices = slot_devices(_worker_devices(), slot, gpu) if gpu else ()
 
     async def run(self, blob: bytes) -> list[SegmentOutcome]:
-        """Run the segments pickled in ``blob`` (:func:`pack_specs`) in order, off the
-        worker's event loop."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._thread, self._run, blob)
+        """Run the segments pickled in ``blob`` (:func:`pack_specs`) in order, in the
+        slot's thread, off the worker's event loop."""
+        done: Future[list[SegmentOutcome]] = Future()
+        self._work.put((functools.partial(self._run, blob), done))
+        return await asyncio.wrap_future(done)
 
     def _run(self, blob: bytes) -> list[SegmentOutcome]:
         try:
@@ -54,10 +82,51 @@ class SegmentRunner:
             raise SpecsUnreadable(
                 f"cannot unpickle the segments: {type(exc).__name__}: {exc}{hint}"
             ) from None
+        if self.devices:
+            os.environ[CUDA_VISIBLE_DEVICES] = ",".join(self.devices)
         return run_segments(specs, self.worker)
 
-    def __del__(self) -> None:  # the driver released the actor
-        self._thread.shutdown(wait=False)
+    def __del__(self) -> None:  # the driver released the actor: its slot ends
+        work = _SLOTS.pop(self.token, None)
+        if work is not None:
+            work.put(None)
+
+
+def hold_slot(token: str) -> str:
+    """A Dask task holding one trial slot: it runs runner ``token``'s segments in its
+    thread until the runner is released (its ``__del__``), or until Dask cancels it
+    (the driver is gone)."""
+    from distributed import get_worker
+
+    work = _SLOTS.setdefault(token, queue.Queue())
+    worker = get_worker()
+    key = worker.get_current_task()
+    while True:
+        try:
+            item = work.get(timeout=HOLD_POLL_S)
+        except queue.Empty:
+            task = worker.state.tasks.get(key)
+            if token not in _SLOTS or task is None or task.state == "cancelled":
+                _SLOTS.pop(token, None)
+                return token
+            continue
+        if item is None:
+            return token
+        fn, done = item
+        if done.set_running_or_notify_cancel():
+            try:
+                done.set_result(fn())
+            except BaseException as exc:  # handed to the caller, as a call's own error
+                done.set_exception(exc)
+
+
+def _worker_devices() -> list[str]:
+    """This worker's GPUs: its ``CUDA_VISIBLE_DEVICES`` (pinned by the embedded cluster,
+    or by the user), else as many as its ``GPU`` resource."""
+    from distributed import get_worker
+
+    offered = get_worker().state.total_resources.get("GPU", 0)
+    return visible_devices(math.ceil(offered))
 
 
 def pack_specs(specs: list[SegmentSpec]) -> bytes:

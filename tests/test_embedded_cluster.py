@@ -308,12 +308,54 @@ def test_init_num_cpus_sizes_the_embedded_cluster(prefect_server, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("gpus", "trial_gpu", "expected_workers", "gpu_each"),
-    [(1, 1.0, 1, 1.0), (1, 0.5, 2, 0.5), (4, 1.0, 2, 2.0), (2, 2.0, 1, 2.0)],
+    ("gpus", "trial_gpu", "expected_workers", "gpu_each", "devices"),
+    [
+        (1, 1.0, 1, 1.0, (("0",),)),
+        (1, 0.5, 2, 0.5, (("0",), ("0",))),  # two workers share the device
+        (4, 1.0, 2, 2.0, (("0", "1"), ("2", "3"))),
+        (2, 2.0, 1, 2.0, (("0", "1"),)),
+    ],
 )
-def test_gpu_trials_get_workers_they_fit(gpus, trial_gpu, expected_workers, gpu_each):
+def test_gpu_trials_get_workers_they_fit(gpus, trial_gpu, expected_workers, gpu_each, devices):
     size = embedded_size(2, None, None, gpus, trial_gpu)
-    assert (size.n_workers, size.resources["GPU"]) == (expected_workers, gpu_each)
+    assert (size.n_workers, size.resources["GPU"], size.devices) == (
+        expected_workers,
+        gpu_each,
+        devices,
+    )
+
+
+def test_gpu_workers_are_pinned_to_the_visible_devices(monkeypatch):
+    """A user's own ``CUDA_VISIBLE_DEVICES`` restricts the devices the workers get."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
+    assert embedded_size(4, None, None, 2, 1.0).devices == (("2",), ("5",))
+
+
+def device_reports(config):
+    for _ in range(2):
+        tune.report({"pid": os.getpid(), "devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
+
+
+def test_each_gpu_trial_sees_only_its_device(prefect_server, tmp_path):
+    """Two GPUs (``popflow.init(num_gpus=2)``; no GPU is needed to check the pinning): one
+    worker process per device, and a ``gpu: 1`` trial runs with CUDA_VISIBLE_DEVICES set to
+    its worker's device; a CPU trial's workers are not pinned."""
+    try:
+        popflow.init(num_gpus=2)
+        grid = run(
+            device_reports,
+            resources_per_trial={"gpu": 1},
+            num_samples=4,
+            storage=str(tmp_path),
+            name="two-gpus",
+        )
+        seen = {(r.metrics["pid"], r.metrics["devices"]) for r in grid}
+        assert {d for _, d in seen} == {"0", "1"}
+        assert len({p for p, _ in seen}) == 2  # one process per device, each keeps its own
+        cpu = run(device_reports, num_samples=2, storage=str(tmp_path), name="cpu")
+        assert {r.metrics["devices"] for r in cpu} == {os.environ.get("CUDA_VISIBLE_DEVICES")}
+    finally:
+        popflow.init()
 
 
 def test_init_num_gpus_lets_a_one_gpu_trial_run(prefect_server, tmp_path):
