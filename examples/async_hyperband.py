@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from popflow import run
+from popflow.infra.storage_cli import add_storage_arguments, storage_options_from_args
 from popflow.schedulers import ASHAScheduler, uniform
 from popflow.tasks import report
 
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--name", default=None, help="experiment name (default: timestamped)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=2, help="Dask process workers")
+    add_storage_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
@@ -76,6 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         mode="min",
         num_samples=num_samples,
         storage=args.storage,
+        storage_options=storage_options_from_args(args),
         name=name,
         seed=args.seed,
         n_workers=args.workers,

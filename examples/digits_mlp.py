@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from popflow import CheckpointConfig, Trainable, run
+from popflow.infra.storage_cli import add_storage_arguments, storage_options_from_args
 from popflow.schedulers import (
     ASHAScheduler,
     FIFOScheduler,
@@ -238,6 +239,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--storage", default="./results")
     parser.add_argument("--name", default=None)
     parser.add_argument("--smoke-test", action="store_true", help="4 members, 6 epochs")
+    add_storage_arguments(parser)
     args = parser.parse_args(argv)
     if args.smoke_test:
         args.num_samples, args.epochs, args.interval = 4, 6, 2
@@ -249,6 +251,7 @@ def main(argv: list[str] | None = None) -> None:
         args.seed,
         args.storage,
         args.name,
+        storage_options=storage_options_from_args(args),
     )
     best = results.get_best_result()
     print(

@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from popflow import CheckpointConfig, run
+from popflow.infra.storage_cli import add_storage_arguments, storage_options_from_args
 from popflow.schedulers import HyperBandScheduler, uniform
 from popflow.tasks import Checkpoint, get_checkpoint, report
 
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--name", default=None, help="experiment name (default: timestamped)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=2, help="Dask process workers")
+    add_storage_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
@@ -89,6 +91,7 @@ def main(argv: list[str] | None = None) -> None:
         # a checkpoint per iteration: keep the newest two (and any a trial resumes from)
         checkpoint_config=CheckpointConfig(num_to_keep=2),
         storage=args.storage,
+        storage_options=storage_options_from_args(args),
         name=name,
         seed=args.seed,
         n_workers=args.workers,

@@ -6,6 +6,7 @@ keep up; PBT finds the schedule by copying the best members and perturbing lr.
 
     python examples/pbt_benchmark.py                 # 8 members, up to 1000 iterations
     python examples/pbt_benchmark.py --smoke-test    # 2 workers, 10 iterations
+    python examples/pbt_benchmark.py --storage s3://bucket/prefix --credentials-block my-creds
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from popflow import CheckpointConfig, ResultGrid, run
+from popflow.infra.storage_cli import add_storage_arguments, resolve_storage_options
 from popflow.schedulers import PopulationBasedTraining
 from popflow.tasks import Trainable
 
@@ -77,8 +79,11 @@ def run_benchmark(
     workers: int | None = None,
     resume: bool | str = False,
     max_rounds: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+    credentials_block: str | None = None,
 ) -> ResultGrid:
-    """The benchmark with the issue's settings (Ray's pbt_example.py)."""
+    """The benchmark with the issue's settings (Ray's pbt_example.py); ``storage_options``
+    go over those of the Prefect block ``credentials_block`` (S3 ``storage`` only)."""
     perturbation_interval = 5
     pbt = PopulationBasedTraining(
         time_attr="training_iteration",
@@ -107,6 +112,7 @@ def run_benchmark(
         ),
         name=name,
         storage=storage,
+        storage_options=resolve_storage_options(storage, storage_options, credentials_block),
         seed=seed,
         n_workers=2 if smoke_test else workers,
         resume=resume,
@@ -128,6 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--max-rounds", type=int, default=None, help="end this run after N rounds (resumable)"
     )
+    add_storage_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # each Prefect API request
@@ -140,6 +147,8 @@ def main(argv: list[str] | None = None) -> None:
         workers=args.workers,
         resume=args.resume,
         max_rounds=args.max_rounds,
+        storage_options=args.storage_options,
+        credentials_block=args.credentials_block,
     )
     best = results.get_best_result()
     print("Best hyperparameters found were:", best.config)

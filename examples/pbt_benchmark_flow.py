@@ -2,12 +2,19 @@
 
 A run of the deployment resumes the experiment of the same name ("auto"),
 so a retried or re-triggered run continues where the last one stopped, and
-a finished one is not trained again. The trainable lives in
+a finished one is not trained again. A failed run retries twice; a crashed one
+is re-run by the automation in ``automations.yaml``. The trainable lives in
 ``pbt_benchmark.py``, which does not import Prefect: Dask workers import the
 trainable's module, and have no use for Prefect.
 
     prefect deploy --name pbt-benchmark-smoke
     prefect deployment run pbt-benchmark/pbt-benchmark-smoke
+
+On S3, name a prefect-aws block holding the credentials (only the name is a
+flow-run parameter; the flow run loads the keys):
+
+    prefect deployment run pbt-benchmark/pbt-benchmark-smoke \
+        --param storage=s3://bucket/prefix --param credentials_block=aws-credentials/my-creds
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from pbt_benchmark import run_benchmark
 from prefect import flow
 
 
-@flow(name="pbt-benchmark", log_prints=True)
+@flow(name="pbt-benchmark", log_prints=True, retries=2, retry_delay_seconds=10)
 def pbt_benchmark_flow(
     storage: str = "./results",
     name: str = "pbt_benchmark",
@@ -25,12 +32,15 @@ def pbt_benchmark_flow(
     synch: bool = False,
     resume: str = "auto",
     max_rounds: int | None = None,
+    credentials_block: str | None = None,
 ) -> dict:
     """The benchmark as a flow run; its ``tune`` flow runs as a subflow.
 
     ``max_rounds``: advance the experiment by at most so many rounds per run (a
     scheduled deployment trains a budget at a time); ``name`` may be a template
-    such as ``pbt_{date}`` (a fresh experiment per day)."""
+    such as ``pbt_{date}`` (a fresh experiment per day); ``credentials_block``: a
+    prefect-aws block's name, ``aws-credentials/NAME`` (or ``NAME``) or
+    ``s3-bucket/NAME``, whose credentials open an ``s3://`` ``storage``."""
     results = run_benchmark(
         storage=storage,
         name=name,
@@ -39,6 +49,7 @@ def pbt_benchmark_flow(
         synch=synch,
         resume=resume,
         max_rounds=max_rounds,
+        credentials_block=credentials_block,
     )
     best = results.get_best_result()
     print(f"best config {best.config}, mean_accuracy {best.metrics['mean_accuracy']:.1f}")

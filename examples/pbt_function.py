@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from popflow import CheckpointConfig, run
+from popflow.infra.storage_cli import add_storage_arguments, storage_options_from_args
 from popflow.schedulers import PopulationBasedTraining, uniform
 from popflow.tasks import Checkpoint, get_checkpoint, report
 
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--storage", default="./results")
     parser.add_argument("--name", default="pbt_function")
     parser.add_argument("--seed", type=int, default=0)
+    add_storage_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
@@ -89,6 +91,7 @@ def main(argv: list[str] | None = None) -> None:
         ),
         name=args.name,
         storage=args.storage,
+        storage_options=storage_options_from_args(args),
         seed=args.seed,
         n_workers=2 if args.smoke_test else None,
     )

@@ -24,6 +24,7 @@ import tempfile
 from typing import Any
 
 from popflow import tune
+from popflow.infra.storage_cli import add_storage_arguments, storage_options_from_args
 from popflow.schedulers import PopulationBasedTraining
 
 
@@ -112,6 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--storage", default="./results")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke-test", action="store_true", help="2 members, 4 epochs")
+    add_storage_arguments(parser)
     args = parser.parse_args(argv)
     if args.smoke_test:
         args.num_samples, args.epochs, args.interval = 2, 4, 2
@@ -141,6 +143,7 @@ def main(argv: list[str] | None = None) -> None:
         run_config=tune.RunConfig(
             name="pytorch_cnn",
             storage_path=args.storage,
+            storage_options=storage_options_from_args(args),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
         ),
     )

@@ -18,6 +18,13 @@ started from the Prefect UI (or ``prefect deployment run --param ...``) with par
   ``name`` (templates such as ``"exp_{date}"``), ``seed``, ``max_rounds``,
   ``time_budget_s``, ``resume`` ("auto": each trigger continues the experiment),
   ``dask_address``, checkpointing and ``max_failures``.
+- ``credentials_block``: the name of a prefect-aws block holding the S3 credentials,
+  ``"aws-credentials/NAME"`` (or plain ``"NAME"``), ``"minio-credentials/NAME"`` or
+  ``"s3-bucket/NAME"`` (its credentials); ``storage`` is then an ``s3://`` URL. The
+  flow run loads the block (``pip install 'popflow[aws]'``): only its name is a
+  parameter, and the keys never reach Prefect's parameters or logs
+  (:mod:`popflow.infra.aws_blocks`). Without one, s3fs's default applies: environment
+  variables, then the rest of the AWS chain, on the driver and every worker.
 
 This module imports Prefect; ``popflow`` itself does not import it (Dask workers do
 not need it). Users who prefer their own flow write one as
@@ -32,6 +39,7 @@ from typing import Any
 from prefect import flow
 
 from popflow import CheckpointConfig, run
+from popflow.infra.storage_cli import resolve_storage_options
 from popflow.schedulers import (
     PB2,
     ASHAScheduler,
@@ -116,7 +124,7 @@ def make_scheduler(name: str, args: dict[str, Any] | None) -> TrialScheduler:
         raise ValueError(f"`scheduler_args` for {name!r}: {e}") from None
 
 
-@flow(name="popflow-experiment", validate_parameters=True)
+@flow(name="popflow-experiment", validate_parameters=True, retries=2, retry_delay_seconds=10)
 def experiment(
     trainable: str,
     param_space: dict[str, Any] | None = None,
@@ -136,9 +144,11 @@ def experiment(
     checkpoint_frequency: int = 0,
     num_to_keep: int | None = None,
     max_failures: int = 0,
+    credentials_block: str | None = None,
 ) -> dict[str, Any]:
     """Tune ``trainable`` over ``param_space``; the best trial's config and metrics, where
     the experiment lives, and whether it has finished (or only this run's budget)."""
+    storage_options = resolve_storage_options(storage, None, credentials_block)
     grid = run(
         load_trainable(trainable),
         decode_space(param_space or {}),
@@ -151,6 +161,7 @@ def experiment(
             checkpoint_frequency=checkpoint_frequency, num_to_keep=num_to_keep
         ),
         storage=storage,
+        storage_options=storage_options,
         name=name,
         seed=seed,
         max_rounds=max_rounds,
