@@ -306,3 +306,24 @@ def test_an_interval_schedule_advances_the_experiment_a_budget_per_run(services_
     )
     exp = Storage(storage).child("pbt_benchmark_rounds")
     assert read_experiment(exp.url) == read_experiment(reference.experiment_path)
+
+
+def test_a_flow_run_that_keeps_failing_is_not_started_a_sixth_time(prefect_server):
+    """Retries and crash re-runs end: from its 6th start on, popflow refuses the run (it
+    ends Failed, which the re-run automation does not answer)."""
+    from prefect import flow
+
+    from popflow.flows.prefect_flow import MAX_RUN_COUNT, refuse_crash_loop
+
+    starts = []
+
+    @flow(retries=MAX_RUN_COUNT + 1, retry_delay_seconds=0)
+    def always_fails() -> None:
+        refuse_crash_loop()
+        starts.append(1)
+        raise RuntimeError("boom")
+
+    state = always_fails(return_state=True)
+    assert state.is_failed()
+    assert len(starts) == MAX_RUN_COUNT
+    assert "TooManyRuns" in state.message and "has started 7 times" in state.message
