@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from pbt_benchmark import run_benchmark
 from prefect import flow
+from prefect.states import Completed, State
 
 
 @flow(name="pbt-benchmark", log_prints=True, retries=2, retry_delay_seconds=10)
@@ -33,7 +34,7 @@ def pbt_benchmark_flow(
     resume: str = "auto",
     max_rounds: int | None = None,
     credentials_block: str | None = None,
-) -> dict:
+) -> State:
     """The benchmark as a flow run; its ``tune`` flow runs as a subflow.
 
     ``max_rounds``: advance the experiment by at most so many rounds per run (a
@@ -53,8 +54,10 @@ def pbt_benchmark_flow(
     )
     best = results.get_best_result()
     print(f"best config {best.config}, mean_accuracy {best.metrics['mean_accuracy']:.1f}")
-    return {
+    summary = {
         "config": best.config,
         "metrics": {"mean_accuracy": best.metrics["mean_accuracy"]},
         "finished": all(r.status in ("TERMINATED", "ERROR") for r in results),
     }
+    # the run's final state says how it ended (finished, budget spent, nothing to run)
+    return Completed(message=results.summary, data=summary)

@@ -37,6 +37,7 @@ import importlib
 from typing import Any
 
 from prefect import flow
+from prefect.states import Completed
 
 from popflow import CheckpointConfig, run
 from popflow.infra.storage_cli import resolve_storage_options
@@ -145,9 +146,10 @@ def experiment(
     num_to_keep: int | None = None,
     max_failures: int = 0,
     credentials_block: str | None = None,
-) -> dict[str, Any]:
+) -> Any:
     """Tune ``trainable`` over ``param_space``; the best trial's config and metrics, where
-    the experiment lives, and whether it has finished (or only this run's budget)."""
+    the experiment lives, and whether it has finished (or only this run's budget). The
+    flow run's final state says how the run ended, as its ``tune`` subflow's does."""
     storage_options = resolve_storage_options(storage, None, credentials_block)
     grid = run(
         load_trainable(trainable),
@@ -175,5 +177,8 @@ def experiment(
     try:
         best = grid.get_best_result()
     except (RuntimeError, ValueError):  # no metric, or nothing reported yet
-        return out
-    return {**out, "best_config": best.config, "best_metrics": best.metrics}
+        return Completed(message=grid.summary, data=out)
+    return Completed(
+        message=grid.summary,
+        data={**out, "best_config": best.config, "best_metrics": best.metrics},
+    )

@@ -210,6 +210,7 @@ def _ended(grid: ResultGrid, message: str) -> Any:
     run: finished, budget spent, or nothing to do); the caller gets ``grid``."""
     from prefect.states import Completed
 
+    grid.summary = message  # for a parent flow's own final state
     return Completed(message=message, data=grid)
 
 

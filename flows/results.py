@@ -65,6 +65,9 @@ class ResultGrid(Sequence[Result]):
         self._metric = metric
         self._mode = mode
         self.experiment_path = experiment_path
+        #: how the run that returned this ended, as its ``tune`` flow run's state says
+        #: (finished, a budget spent, nothing to run); None when read from storage
+        self.summary: str | None = None
 
     def __len__(self) -> int:
         return len(self._results)

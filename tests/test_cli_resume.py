@@ -69,3 +69,15 @@ def test_resume_from_another_folder_finds_the_trainable(prefect_server, tmp_path
     message = lost.stderr.strip().splitlines()[-1]
     assert message.startswith("popflow: cannot load the trainable 'counting:Counter'")
     assert f"add '{project}'" in message and "to PYTHONPATH" in message
+
+
+def test_bad_storage_options_are_one_line_and_exit_code_2(tmp_path, capsys):
+    import pytest
+
+    from popflow.flows.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["show", str(tmp_path / "exp"), "--storage-options", "{bad"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("popflow show: error: argument --storage-options: not JSON")

@@ -185,6 +185,7 @@ def test_a_sigkilled_deployed_run_is_rerun_and_finishes_with_nothing_lost(
     print(f"\nSIGKILL to the re-run's end: {recovered_s:.1f} s; states {names}")
     assert run.state.type.value == "COMPLETED", run.state.message
     assert run.run_count == 2  # re-run once, by the automation
+    assert run.state.message.startswith("recovered finished: 4 trials, 0 errors")
     assert "Crashed" in names and "Rerun" in names, names
     assert unfinished_runs() == []
     # the re-run got its tune subflow run back; the killed attempt's round in it was
@@ -205,7 +206,7 @@ def test_a_sigkilled_deployed_run_is_rerun_and_finishes_with_nothing_lost(
     from popflow.flows.deployable import experiment
 
     sys.path.insert(0, HERE)
-    reference = experiment.fn(**{**params, "storage": str(tmp_path / "ref")})
+    reference = experiment(**{**params, "storage": str(tmp_path / "ref")})
     assert read_experiment(exp.url) == read_experiment(reference["experiment"])
 
 
