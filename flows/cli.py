@@ -2,6 +2,7 @@
 
 popflow resume ./results/pbt_benchmark
 popflow resume s3://bucket/experiments/pbt --storage-options '{"endpoint_url": "..."}'
+popflow resume s3://bucket/experiments/pbt --credentials-block aws-credentials/my-creds
 popflow show ./results/pbt_benchmark
 """
 
@@ -17,6 +18,7 @@ import sys
 from popflow.flows.experiment import CodeNotFound, is_finished, load_run_args
 from popflow.infra.experiment_log import EXPERIMENT_FILE, ExperimentLog
 from popflow.infra.storage import Storage
+from popflow.infra.storage_cli import add_storage_arguments, resolve_storage_options
 
 
 def _split(path: str) -> tuple[str, str]:
@@ -29,7 +31,7 @@ def _split(path: str) -> tuple[str, str]:
 
 def _experiment(args: argparse.Namespace) -> tuple[str, str, dict | None, Storage]:
     parent, name = _split(args.path)
-    options = json.loads(args.storage_options) if args.storage_options else None
+    options = resolve_storage_options(args.path, args.storage_options, args.credentials_block)
     return parent, name, options, Storage(parent, options).child(name)
 
 
@@ -90,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     ):
         p = sub.add_parser(command, help=help_text)
         p.add_argument("path", help="<storage>/<name>: a local folder or an fsspec URL")
-        p.add_argument("--storage-options", help="JSON dict passed to fsspec (e.g. endpoint_url)")
+        add_storage_arguments(p)
         if command == "resume":
             p.add_argument("--dask-address", help="an existing Dask scheduler (default: embedded)")
             p.add_argument("--n-workers", type=int, help="workers of the embedded cluster")
