@@ -4,6 +4,7 @@ popflow resume ./results/pbt_benchmark
 popflow resume s3://bucket/experiments/pbt --storage-options '{"endpoint_url": "..."}'
 popflow resume s3://bucket/experiments/pbt --credentials-block aws-credentials/my-creds
 popflow show ./results/pbt_benchmark
+popflow plot ./results/pbt_benchmark        # PNGs in ./results/pbt_benchmark/plots/
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import os
 import posixpath
 import sys
+from typing import NoReturn
 
 from popflow.flows.experiment import CodeNotFound, is_finished, load_run_args
 from popflow.infra.experiment_log import EXPERIMENT_FILE, ExperimentLog
@@ -81,6 +83,28 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _user_error(message: str) -> NoReturn:
+    """One line on stderr and exit status 2 (argparse's for a usage error)."""
+    print(f"popflow: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from popflow.flows.plot_data import NoExperiment, NoMetric
+    from popflow.flows.plots import PlotsUnavailable, plot_experiment
+
+    _, _, options, storage = _experiment(args)
+    try:
+        paths = plot_experiment(
+            storage.url, options, out=args.out, time_attr=args.time_attr, metric=args.metric
+        )
+    except (NoExperiment, NoMetric, PlotsUnavailable) as e:
+        _user_error(str(e))
+    for path in paths:
+        print(path)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="popflow", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -96,9 +120,17 @@ def main(argv: list[str] | None = None) -> int:
         if command == "resume":
             p.add_argument("--dask-address", help="an existing Dask scheduler (default: embedded)")
             p.add_argument("--n-workers", type=int, help="workers of the embedded cluster")
+    p = sub.add_parser("plot", help="draw an experiment's trials as PNGs (needs popflow[plots])")
+    p.add_argument("path", help="<storage>/<name>: a local folder or an fsspec URL")
+    add_storage_arguments(p)
+    p.add_argument("--out", metavar="DIR", help="where to write the PNGs (default: <path>/plots)")
+    p.add_argument("--metric", help="the result key to plot (default: the experiment's metric)")
+    p.add_argument(
+        "--time-attr", default="training_iteration", help="the x axis (default: %(default)s)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    return {"resume": _resume, "show": _show}[args.command](args)
+    return {"resume": _resume, "show": _show, "plot": _plot}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -197,19 +197,19 @@ class ResultGrid(Sequence[Result]):
                 if hist:
                     pick = max if mode == "max" else min
                     row = dict(pick(hist, key=lambda h: float(h[filter_metric])))
-            row.update({f"config/{k}": v for k, v in _flatten(r.config).items()})
+            row.update({f"config/{k}": v for k, v in flatten(r.config).items()})
             row["trial_id"] = r.trial_id
             row["logdir"] = r.path
             rows.append(row)
         return pd.DataFrame(rows)
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
         if isinstance(v, dict):
-            out.update(_flatten(v, key + "/"))
+            out.update(flatten(v, key + "/"))
         else:
             out[key] = v
     return out

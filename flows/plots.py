@@ -1,0 +1,306 @@
+"""Plots of an experiment in storage: a PBT schedule, or early stopping's rungs and stops.
+
+popflow's own readers give the data: the latest commit (:class:`ExperimentLog`)
+gives the trial table and scheduler state, the trials' committed ``result.json``
+lines make a :class:`~popflow.flows.results.ResultGrid`, and PBT's exploits
+come from ``pbt_global.txt`` (Ray's line: target tag, source tag, target and
+source ``training_iteration``, the source's config, the new config). Nothing
+is written but the PNGs, so a running experiment can be plotted as it goes.
+
+- PBT, PB2 (and PBT replay): one panel per mutated hyperparameter (a config
+  key that changes over time) and one of the metric, against ``time_attr``;
+  one line per trial, broken at each exploit; an arrow leads from the source's
+  point to the clone's first point, which a triangle marks.
+- ASHA, HyperBand, median stopping, FIFO: the metric per trial against
+  ``time_attr``, rungs as vertical lines (ASHA's milestones ``r·η^k`` from
+  the scheduler's committed state; otherwise inferred from where trials
+  stopped), a cross at the last point of each trial stopped early.
+
+:func:`~popflow.flows.plot_data.plot_data` is the pure part (experiment in,
+series out, in :mod:`popflow.flows.plot_data`); :func:`render` draws it with
+matplotlib's Agg canvas (no pyplot, no global backend change).
+
+>>> from popflow.flows.plots import plot_experiment  # doctest: +SKIP
+>>> plot_experiment("./results/pbt_demo")            # doctest: +SKIP
+['/abs/results/pbt_demo/plots/population.png']
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import fsspec
+
+from popflow.flows.plot_data import (
+    PlotData,
+    PlotKind,
+    Trace,
+    plot_data,
+    read_experiment,
+)
+from popflow.infra.storage import Storage
+from popflow.schedulers import TrialStatus
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = ["DPI", "PlotsUnavailable", "figure_size_px", "plot_experiment", "render"]
+
+PLOTS_DIR = "plots"
+#: The figures' resolution and size: WIDTH_PX wide, TITLE_PX plus PANEL_PX per panel
+#: (SINGLE_PANEL_PX for a figure of one panel).
+DPI = 100
+WIDTH_PX = 1400
+PANEL_PX = 380
+SINGLE_PANEL_PX = 560
+TITLE_PX = 70
+#: Trials named one by one in the legend; more are only counted.
+MAX_LEGEND_TRIALS = 16
+
+
+class PlotsUnavailable(ImportError):
+    """matplotlib is not installed."""
+
+
+# -- drawing -----------------------------------------------------------------------
+
+
+def _matplotlib() -> Any:
+    try:
+        import matplotlib
+        import matplotlib.ticker
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise PlotsUnavailable(
+            f"plots need matplotlib ({e}): pip install 'popflow[plots]'"
+        ) from None
+    return matplotlib, Figure, FigureCanvasAgg
+
+
+def figure_size_px(data: PlotData) -> tuple[int, int]:
+    """(width, height) in pixels of the figure of ``data``."""
+    n = len(data.panels)
+    return WIDTH_PX, TITLE_PX + (SINGLE_PANEL_PX if n == 1 else PANEL_PX * n)
+
+
+def _colors(matplotlib: Any, trials: Sequence[str]) -> dict[str, Any]:
+    n = len(trials)
+    cmap = matplotlib.colormaps["tab10" if n <= 10 else "tab20" if n <= 20 else "viridis"]
+    if n > 20:
+        return {t: cmap(i / max(1, n - 1)) for i, t in enumerate(trials)}
+    return {t: cmap(i) for i, t in enumerate(trials)}
+
+
+def _title(data: PlotData) -> str:
+    state = "finished" if data.finished else f"running, round {data.round}"
+    what = f"{len(data.trials)} trials"
+    if data.kind == PlotKind.POPULATION:
+        what += f", {len(data.exploits)} exploits"
+    else:
+        stopped = sum(1 for s in data.stops if s.status == TrialStatus.TERMINATED)
+        what += f", {stopped} stopped early"
+    return f"{data.name}: {data.scheduler or 'unknown scheduler'} ({what}; {state})"
+
+
+def _offsets(data: PlotData, key: str) -> dict[str, float]:
+    """Each trial's small vertical shift on a categorical panel, so that trials with one
+    value stay apart (within ±0.15 of the value's code); none on other panels."""
+    n = len(data.trials)
+    if key not in data.categories or n < 2:
+        return dict.fromkeys(data.trials, 0.0)
+    return {t: 0.3 * (i / (n - 1) - 0.5) for i, t in enumerate(data.trials)}
+
+
+def _draw_traces(
+    ax: Axes, traces: Sequence[Trace], colors: Mapping[str, Any], offsets: Mapping[str, float]
+) -> None:
+    for t in traces:
+        values = [v + offsets[t.trial_id] for v in t.values]
+        dots = {"marker": "o", "ms": 3} if len(values) <= 40 else {}  # each result, if few
+        ax.plot(t.times, values, color=colors[t.trial_id], lw=1.6, alpha=0.9, **dots)
+
+
+def _draw_exploits(
+    ax: Axes,
+    data: PlotData,
+    key: str,
+    colors: Mapping[str, Any],
+    offsets: Mapping[str, float],
+) -> None:
+    for e in data.exploits:
+        (xs, ys), (xt, yt) = e.source_at, e.target_at
+        if key not in ys or key not in yt:
+            continue
+        ys_key, yt_key = ys[key] + offsets[e.source], yt[key] + offsets[e.target]
+        ax.annotate(
+            "",
+            xy=(xt, yt_key),
+            xytext=(xs, ys_key),
+            arrowprops={"arrowstyle": "->", "color": "0.35", "lw": 0.9, "ls": "--"},
+        )
+        ax.scatter(
+            [xt],
+            [yt_key],
+            marker="^",
+            s=70,
+            color="white" if e.pending else colors[e.target],
+            edgecolors=colors[e.target] if e.pending else "black",
+            linewidths=0.8,
+            zorder=5,
+        )
+
+
+def _draw_rungs(ax: Axes, data: PlotData) -> None:
+    times = [x for ts in data.panels.values() for t in ts for x in t.times]
+    if not times:
+        return
+    lo, hi = min(times), max(times)
+    for r in data.rungs:
+        if lo <= r <= hi:
+            ax.axvline(r, color="0.45", ls=":", lw=1.2, zorder=0)
+            ax.annotate(
+                f"rung {r:g}",
+                xy=(r, 1.0),
+                xycoords=("data", "axes fraction"),
+                xytext=(2, -2),
+                textcoords="offset points",
+                ha="left",
+                va="top",
+                fontsize=9,
+                color="0.3",
+            )
+
+
+def _draw_stops(ax: Axes, data: PlotData, colors: Mapping[str, Any]) -> None:
+    """A cross at each stopped trial's last point; a red-edged one where a trial errored."""
+    for s in data.stops:
+        if s.status == TrialStatus.TERMINATED:
+            style = {"marker": "x", "s": 80, "linewidths": 2.0}
+        else:
+            style = {"marker": "X", "s": 110, "edgecolors": "red", "linewidths": 1.0}
+        ax.scatter([s.time], [s.value], color=colors[s.trial_id], zorder=5, **style)
+
+
+def _legend(fig: Figure, data: PlotData, colors: Mapping[str, Any]) -> None:
+    from matplotlib.lines import Line2D
+
+    def marker(label: str, **style: Any) -> Line2D:
+        return Line2D([], [], ls="none", label=label, **style)
+
+    handles: list[Any] = []
+    if len(data.trials) <= MAX_LEGEND_TRIALS:
+        handles += [Line2D([], [], color=colors[t], lw=2, label=t) for t in data.trials]
+    else:
+        handles.append(Line2D([], [], color="none", label=f"{len(data.trials)} trials"))
+    if data.exploits:
+        handles += [
+            Line2D([], [], color="0.35", lw=0.9, ls="--", label="cloned from (source → clone)"),
+            marker("clone's first result", color="0.6", marker="^", ms=8, mec="black"),
+        ]
+    if any(e.pending for e in data.exploits):
+        handles.append(
+            marker("clone not trained yet (new config)", color="white", marker="^", ms=8, mec="0.3")
+        )
+    if data.rungs:
+        label = "rung (inferred from stops)" if data.rungs_inferred else "rung (milestone)"
+        handles.append(Line2D([], [], color="0.45", ls=":", lw=1.2, label=label))
+    if any(s.status == TrialStatus.TERMINATED for s in data.stops):
+        handles.append(marker("stopped early", color="0.3", marker="x", ms=8, mew=2))
+    if any(s.status == TrialStatus.ERROR for s in data.stops):
+        handles.append(marker("error", color="0.3", marker="X", ms=9, mec="red"))
+    fig.legend(handles=handles, loc="outside right upper", fontsize=10, frameon=False)
+
+
+def _format_axis(ax: Axes, data: PlotData, key: str) -> None:
+    if key == data.metric:
+        ax.set_ylabel(f"{key} ({data.mode})" if data.mode else key)
+        ax.set_title(f"{key} per trial", loc="left", fontsize=11)
+    else:
+        ax.set_ylabel(key)
+        ax.set_title(f"hyperparameter {key}", loc="left", fontsize=11)
+    labels = data.categories.get(key)
+    if labels:
+        ax.set_yticks(range(len(labels)), labels)
+        ax.set_ylim(-0.5, len(labels) - 0.5)
+    elif key != data.metric:  # a hyperparameter over decades (a learning rate): log scale
+        values = [v for t in data.panels[key] for v in t.values]
+        if values and min(values) > 0 and max(values) / min(values) >= 100:
+            ax.set_yscale("log")
+    ax.grid(True, alpha=0.3)
+
+
+def render(data: PlotData) -> dict[str, bytes]:
+    """The PNGs of ``data`` by file name (``population.png`` or ``metric.png``)."""
+    matplotlib, Figure, FigureCanvasAgg = _matplotlib()
+    width, height = figure_size_px(data)
+    with matplotlib.rc_context({"font.size": 11, "axes.titlesize": 11, "axes.labelsize": 11}):
+        fig = Figure(figsize=(width / DPI, height / DPI), dpi=DPI, layout="constrained")
+        FigureCanvasAgg(fig)
+        keys = [data.metric] + [k for k in data.panels if k != data.metric]
+        if data.kind == PlotKind.POPULATION:  # the schedule on top, the outcome below
+            keys = keys[1:] + keys[:1]
+        axes = fig.subplots(len(keys), 1, sharex=True, squeeze=False)[:, 0]
+        colors = _colors(matplotlib, data.trials)
+        for ax, key in zip(axes, keys, strict=True):
+            offsets = _offsets(data, key)
+            _draw_traces(ax, data.panels[key], colors, offsets)
+            if data.kind == PlotKind.POPULATION:
+                _draw_exploits(ax, data, key, colors, offsets)
+            else:
+                _draw_rungs(ax, data)
+                _draw_stops(ax, data, colors)
+            _format_axis(ax, data, key)
+            if not data.panels[key]:
+                ax.text(0.5, 0.5, "no results yet", transform=ax.transAxes, ha="center")
+        axes[-1].set_xlabel(data.time_attr)
+        times = [x for traces in data.panels.values() for t in traces for x in t.times]
+        if times and all(x == int(x) for x in times):  # iterations: no ticks between them
+            axes[-1].xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        fig.suptitle(_title(data), fontsize=13)
+        _legend(fig, data, colors)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=DPI)
+    name = "population.png" if data.kind == PlotKind.POPULATION else "metric.png"
+    return {name: buf.getvalue()}
+
+
+def _out_storage(
+    experiment: str, out: str | os.PathLike[str] | None, storage_options: dict[str, Any] | None
+) -> Storage:
+    if out is None:
+        return Storage(experiment, storage_options).child(PLOTS_DIR)
+    out = os.fspath(out)
+    same = fsspec.utils.get_protocol(out) == fsspec.utils.get_protocol(experiment)
+    return Storage(out, storage_options if same else None)
+
+
+def plot_experiment(
+    path: str | os.PathLike[str],
+    storage_options: dict[str, Any] | None = None,
+    out: str | os.PathLike[str] | None = None,
+    *,
+    time_attr: str = "training_iteration",
+    metric: str | None = None,
+) -> list[str]:
+    """Draw the experiment at ``path`` (finished or running: its latest commit) as PNGs.
+
+    ``out``: the folder to write them to (default ``<path>/plots/``; the
+    experiment's ``storage_options`` apply to it if it uses the same protocol).
+    Returns the PNGs' paths (URLs on object stores). Raises
+    :class:`NoExperiment` if nothing is committed at ``path``,
+    :class:`PlotsUnavailable` without matplotlib.
+    """
+    _matplotlib()  # before any reading: say at once what to install
+    path = os.fspath(path)
+    data = plot_data(read_experiment(path, storage_options), time_attr=time_attr, metric=metric)
+    target = _out_storage(path, out, storage_options)
+    written = []
+    for name, png in render(data).items():
+        target.write_bytes(png, name)
+        written.append(target.full_url(name))
+    return written
