@@ -20,9 +20,9 @@ from distributed import Client
 
 from popflow.flows.config import CheckpointConfig, resources_of
 from popflow.flows.prefect_flow import (
+    embedded_server_settings,
     is_flow_retry,
     prefect_objects,
-    quiet_embedded_server,
     refuse_crash_loop,
 )
 from popflow.flows.results import ResultGrid
@@ -151,16 +151,16 @@ def run(
     if params is not None:  # with_parameters: its objects, once, before any segment is pickled
         params.store(spec.experiment_storage)
     _ship_by_value(spec.trainable, remote=spec.dask_address is not None)
-    quiet_embedded_server()
     tune_flow = prefect_objects().tune_flow
-    if spec.dask_address is not None:
-        return tune_flow(spec.name, spec, spec.dask_address)
-    # the embedded cluster starts while Prefect creates the flow run
-    cluster = ClusterStart(spec.n_workers, spec.resources)
-    try:
-        return tune_flow(spec.name, spec, cluster)
-    finally:
-        cluster.close()
+    with embedded_server_settings():
+        if spec.dask_address is not None:
+            return tune_flow(spec.name, spec, spec.dask_address)
+        # the embedded cluster starts while Prefect creates the flow run
+        cluster = ClusterStart(spec.n_workers, spec.resources)
+        try:
+            return tune_flow(spec.name, spec, cluster)
+        finally:
+            cluster.close()
 
 
 def _ship_by_value(trainable: Any, remote: bool = False) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from distributed import Client
@@ -119,20 +121,50 @@ def _run_logger() -> Any:
 
 #: Prefect's setting for its server's telemetry service.
 ANALYTICS = "PREFECT_SERVER_ANALYTICS_ENABLED"
+#: Prefect's setting for how long it waits for its embedded server to answer.
+STARTUP_TIMEOUT = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+#: popflow's wait (Prefect's is 20 s, which a loaded 2-core machine overran: the
+#: server's first start migrates its database while the Dask workers start).
+EMBEDDED_STARTUP_TIMEOUT_S = 90
+
+
+def _users_own(setting: str) -> bool:
+    """Whether the user set ``setting``, in the environment or in their Prefect profile."""
+    from prefect.context import get_settings_context
+
+    if setting in os.environ:
+        return True
+    return any(getattr(k, "name", "") == setting for k in get_settings_context().profile.settings)
 
 
 def quiet_embedded_server() -> None:
     """Start Prefect's embedded server (no ``PREFECT_API_URL``) without its telemetry
     service, which prints ``Failed to send telemetry`` offline and a ``database is
     locked`` traceback under load. A user's own setting (environment or profile) is kept."""
-    from prefect.context import get_settings_context
     from prefect.settings import get_current_settings
 
-    if get_current_settings().api.url or ANALYTICS in os.environ:
-        return
-    if any(getattr(k, "name", "") == ANALYTICS for k in get_settings_context().profile.settings):
+    if get_current_settings().api.url or _users_own(ANALYTICS):
         return
     os.environ[ANALYTICS] = "false"
+
+
+@contextmanager
+def embedded_server_settings() -> Iterator[None]:
+    """Within: the embedded server (no ``PREFECT_API_URL``) quiet, and waited for
+    ``EMBEDDED_STARTUP_TIMEOUT_S`` when it starts; a user's own settings are kept."""
+    from prefect.settings import (
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+        get_current_settings,
+        temporary_settings,
+    )
+
+    quiet_embedded_server()
+    if get_current_settings().api.url or _users_own(STARTUP_TIMEOUT):
+        yield
+        return
+    wait = {PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: EMBEDDED_STARTUP_TIMEOUT_S}
+    with temporary_settings(updates=wait):
+        yield
 
 
 class TrialError(RuntimeError):

@@ -87,3 +87,32 @@ def test_a_users_own_telemetry_setting_is_kept(monkeypatch):
         monkeypatch.delenv(ANALYTICS)
         quiet_embedded_server()  # the user's own server: nothing to change
         assert ANALYTICS not in os.environ
+
+
+def test_the_embedded_server_is_waited_for_longer_unless_the_user_says(monkeypatch):
+    """Prefect waits 20 s for its embedded server; on a loaded 2-core machine its first
+    start took longer (``make demo`` failed with "Timed out while attempting to connect
+    to ephemeral Prefect API server"), so popflow waits 90 s, unless the user set it."""
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+        temporary_settings,
+    )
+
+    from popflow.flows.prefect_flow import (
+        EMBEDDED_STARTUP_TIMEOUT_S,
+        STARTUP_TIMEOUT,
+        embedded_server_settings,
+    )
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.delenv(STARTUP_TIMEOUT, raising=False)
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):
+        before = PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value()
+        with embedded_server_settings():
+            assert PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value() == 90
+        assert PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value() == before
+        monkeypatch.setenv(STARTUP_TIMEOUT, "33")
+        with embedded_server_settings():  # the user's own: not overridden
+            assert PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value() == before
+    assert EMBEDDED_STARTUP_TIMEOUT_S == 90

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import Any
 
 from popflow.flows.experiment import is_finished
 from popflow.infra.experiment_log import ExperimentLog
@@ -54,6 +55,20 @@ def work_until_done(run_output: str, tries: int = 5) -> str:
             assert kind == "COMPLETED", f"the flow run ended {kind}: {message}"
             return message
     raise AssertionError(f"the flow run is still {kind} after {tries} worker passes")
+
+
+def uninterrupted_rounds(storage: Any) -> str:
+    """``pbt-benchmark-rounds``' smoke experiment in one uninterrupted run, in this process;
+    where it is."""
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import cloudpickle
+    import pbt_benchmark
+
+    cloudpickle.register_pickle_by_value(pbt_benchmark)
+    reference = pbt_benchmark.run_benchmark(
+        storage=str(storage), name="pbt_benchmark_rounds", seed=0, smoke_test=True, synch=True
+    )
+    return reference.experiment_path
 
 
 def test_deployment_runs_on_a_worker_and_resumes_on_rerun(prefect_server, tmp_path):
@@ -129,20 +144,7 @@ def test_a_rounds_deployment_advances_the_experiment_a_budget_per_run(prefect_se
     assert any(m.startswith("pbt_benchmark_rounds finished: 8 trials") for m in said)
     assert any(m == "pbt_benchmark_rounds had already finished: nothing to run" for m in said)
 
-    # the same experiment in one uninterrupted run, in this process
-    sys.path.insert(0, os.path.join(ROOT, "examples"))
-    import cloudpickle
-    import pbt_benchmark
-
-    cloudpickle.register_pickle_by_value(pbt_benchmark)
-    reference = pbt_benchmark.run_benchmark(
-        storage=str(tmp_path / "ref"),
-        name="pbt_benchmark_rounds",
-        seed=0,
-        smoke_test=True,
-        synch=True,
-    )
-    assert read_experiment(exp.url) == read_experiment(reference.experiment_path)
+    assert read_experiment(exp.url) == read_experiment(uninterrupted_rounds(tmp_path / "ref"))
 
 
 def test_the_generic_experiment_deployment_runs_json_parameters(prefect_server, tmp_path):
