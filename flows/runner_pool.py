@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from distributed import Client, Future
+from distributed import Client, Future, wait
 
 from popflow.infra.cluster import slots_per_worker
 from popflow.infra.gpus import shared_process_warning
@@ -40,6 +40,9 @@ REFRESH_INTERVAL_S = 5.0
 WORKER_WAIT_S = 120.0
 #: Seconds between the waiting driver's looks at what is still running.
 WAIT_POLL_S = 1.0
+#: Seconds the driver waits for its slots to be given back when it closes (a slot whose
+#: segment still runs, as after a time budget, is cancelled then).
+CLOSE_WAIT_S = 2.0
 
 
 @dataclass
@@ -246,8 +249,17 @@ class RunnerPool:
         self.client.run(exit_worker_process, workers=[worker], wait=False, on_error="ignore")
 
     def close(self) -> None:
+        """Give the slots back: each hold task returns (a running segment finishes first;
+        cancelling a running task would leave it in its thread, and distributed warns
+        about each one still running when the cluster closes), then the actors go."""
         self.cancel()
-        futures = [f for r in self.runners for f in (r.future, r.hold)]
-        self.runners = []
-        if futures and self.client.status == "running":
-            self.client.cancel(futures)
+        runners, self.runners = self.runners, []
+        if not runners or self.client.status != "running":
+            return
+        try:
+            for r in runners:
+                r.actor.close()
+            wait([r.hold for r in runners], timeout=CLOSE_WAIT_S)
+        except Exception as e:  # a worker gone meanwhile: its hold ends with it
+            logger.debug("closing the runners: %s", e)
+        self.client.cancel([f for r in runners for f in (r.hold, r.future)])

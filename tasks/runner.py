@@ -86,10 +86,14 @@ class SegmentRunner:
             os.environ[CUDA_VISIBLE_DEVICES] = ",".join(self.devices)
         return run_segments(specs, self.worker)
 
-    def __del__(self) -> None:  # the driver released the actor: its slot ends
+    def close(self) -> None:
+        """End the slot: its ``hold_slot`` task returns (after the segment it runs)."""
         work = _SLOTS.pop(self.token, None)
         if work is not None:
             work.put(None)
+
+    def __del__(self) -> None:  # the driver released the actor without closing it
+        self.close()
 
 
 def hold_slot(token: str) -> str:
