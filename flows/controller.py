@@ -36,6 +36,7 @@ from popflow.flows.guards import (
 from popflow.flows.packing import pack_size, packs
 from popflow.flows.results import checkpoint_of
 from popflow.flows.retention import Janitor, retire_checkpoints
+from popflow.flows.run_log import last_line, run_logger
 from popflow.flows.run_spec import RunSpec
 from popflow.flows.runner_calls import RunnerCalls
 from popflow.flows.runner_pool import RunnerPool
@@ -346,7 +347,7 @@ class Controller:
             self._discard_live(target)  # its state is replaced by the clone
         self.logs.add_exploit(clone_into(target, source, exploit), target)
         self._events.append(exploit.describe())
-        logger.info(exploit.describe())
+        logger.debug(exploit.describe())  # one of the round's events: logged with them
 
     def _on_error(self, rec: TrialRecord, outcome: SegmentOutcome) -> None:
         for ckpt in outcome.checkpoints:  # never committed: nobody can refer to them
@@ -372,7 +373,8 @@ class Controller:
         self._check_lease()
         self.storage.write_text(outcome.error or "", rec.dirname, "error.txt")
         self._events.append(f"[error] {rec.trial_id}")
-        logger.error("trial %s errored:\n%s", rec.trial_id, outcome.error)
+        run_logger().error("trial %s errored: %s", rec.trial_id, last_line(outcome.error))
+        logger.debug("trial %s errored:\n%s", rec.trial_id, outcome.error)
         self.hooks.trial_error(rec.trial)
         self.early_end.errored(rec)
 
@@ -409,14 +411,14 @@ class Controller:
 
     def _drop_bad_checkpoint(self, path: str, error: str | None) -> bool:
         """Stop using a checkpoint that failed its check (False: no earlier one to use)."""
-        last_line = ((error or "").strip().splitlines()[-1:] or ["?"])[0]
+        reason = last_line(error)
         fallback = fall_back_from(self.records, path)
         if fallback is None:
-            logger.error("checkpoint %s is corrupt and no earlier one exists: %s", path, last_line)
+            logger.error("checkpoint %s is corrupt and no earlier one exists: %s", path, reason)
             return False
         self._events.append(f"[corrupt checkpoint] {path}; using {fallback}")
         logger.error(
-            "checkpoint %s failed its check (%s); falling back to %s", path, last_line, fallback
+            "checkpoint %s failed its check (%s); falling back to %s", path, reason, fallback
         )
         return True
 

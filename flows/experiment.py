@@ -95,7 +95,7 @@ def open_experiment(spec: RunSpec, resume: bool | str) -> Iterator[Experiment]:
         t["status"] == TrialStatus.ERROR.value for t in (latest or {}).get("trials", [])
     )
     if latest is not None and is_finished(latest) and not requeue:
-        logger.info("%s already finished; returning its results", spec.name)
+        logger.debug("%s already finished; returning its results", spec.name)
         records = restore_records(storage, latest, log, spec.scheduler)
         yield Experiment(
             storage, log, records, _saved_seed(storage), latest, finished=True, name=spec.name
@@ -176,7 +176,7 @@ def _resume(spec: RunSpec, storage: Storage, log: ExperimentLog, lease: Lease) -
     records = restore_records(storage, latest, log, scheduler, remove_orphans=not fell_back)
     if spec.errored != "skip":
         records = _requeue_errored(spec, storage, records)
-    logger.info("%s: resuming after round %d from %s", spec.name, latest["round"], storage.url)
+    logger.debug("%s: resuming after round %d from %s", spec.name, latest["round"], storage.url)
     return Experiment(storage, log, records, seed, latest, lease=lease, name=spec.name)
 
 
@@ -236,7 +236,7 @@ def _start(spec: RunSpec, storage: Storage, log: ExperimentLog, lease: Lease) ->
             "created": time.time(),
         }
     )
-    logger.info(
+    logger.debug(
         "%s: %d trials, %s, results in %s (seed %d)",
         spec.name,
         len(records),

@@ -21,6 +21,7 @@ from distributed import Client
 from popflow.flows.controller import Controller
 from popflow.flows.experiment import Experiment, open_experiment
 from popflow.flows.results import ResultGrid, results_of
+from popflow.flows.run_log import run_logger
 from popflow.flows.run_spec import RunSpec
 from popflow.flows.runner_pool import RunnerPool
 from popflow.flows.stale_runs import close_stale_runs
@@ -68,13 +69,11 @@ def refuse_crash_loop() -> None:
 
 def _round(controller: Controller) -> bool:
     """One round as a Prefect task: its summary and decisions show in the task's logs."""
-    from prefect import get_run_logger
-
     more = controller.run_round()
-    run_logger = get_run_logger()
-    run_logger.info(round_summary(controller))
+    log = run_logger()
+    log.info(round_summary(controller))
     for event in controller.last_commit["events"]:
-        run_logger.info(event)
+        log.info(event)
     return more
 
 
@@ -92,31 +91,20 @@ def round_summary(controller: Controller) -> str:
 
 def _announce(spec: RunSpec, experiment: Experiment) -> None:
     """Where the experiment lives and its seed, first thing in the flow run's logs."""
-    run_logger = _run_logger()
+    log = run_logger()
     if experiment.finished:
         state = "already finished; returning its results"
     elif experiment.resumed_from is not None:
         state = f"resuming after round {experiment.resumed_from['round']}"
     else:
         state = f"{len(experiment.records)} trials"
-    run_logger.info(
+    log.info(
         "%s: %s; results in %s (seed %d)",
         experiment.name,
         state,
         experiment.storage.url,
         experiment.seed,
     )
-
-
-def _run_logger() -> Any:
-    """The flow run's logger (its lines show in the Prefect UI), else popflow's."""
-    from prefect import get_run_logger
-    from prefect.exceptions import MissingContextError
-
-    try:
-        return get_run_logger()
-    except MissingContextError:
-        return logger
 
 
 #: Prefect's setting for its server's telemetry service.
@@ -194,7 +182,7 @@ def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | N
             grid = results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
             return _ended(grid, f"{experiment.name} had already finished: nothing to run")
         with dask_client(cluster, spec.n_workers, spec.resources) as client:
-            _run_logger().info("Dask dashboard: %s", client.dashboard_link)
+            run_logger().info("Dask dashboard: %s", client.dashboard_link)
             pool = RunnerPool(client, spec.resources, spec.name)
             controller = Controller(spec, experiment, pool)
             if experiment.resumed_from is None:
@@ -220,14 +208,14 @@ def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | N
             f"{controller.rounds}; {len(stuck)} trials to go, committed: resume "
             "(resume='auto', Tuner.restore) goes on from here"
         )
-        logger.info(message)
+        run_logger().info(message)
         return _ended(grid, message)
     controller.hooks.experiment_end()
     if stuck:
-        logger.warning(
+        run_logger().warning(
             "%d trials never finished (the scheduler chose none to run): %s", len(stuck), stuck
         )
-    logger.info(
+    run_logger().info(
         "%s finished: %d trials, %d errors; %s",
         experiment.name,
         len(grid),

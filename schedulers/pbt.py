@@ -362,7 +362,7 @@ class PopulationBasedTraining(TrialScheduler):
             source_tag=source.orig_tag,
             new_tag=perturbed_tag(target.orig_tag, new_config, self._hyperparam_mutations),
         )
-        logger.info("%s", exploit.describe())
+        logger.debug("%s", exploit.describe())  # the round task logs it, once
         self._num_perturbations += 1
         # The target now holds the source's checkpoint: take over its clock (Ray's
         # _exploit) and the result that checkpoint belongs to, so a later clone of the

@@ -118,3 +118,25 @@ def test_the_embedded_server_is_waited_for_longer_unless_the_user_says(monkeypat
         with embedded_server_settings():  # the user's own: not overridden
             assert PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value() == before
     assert EMBEDDED_STARTUP_TIMEOUT_S == 90
+
+
+def test_make_demos_info_output_holds_each_decision_once(tmp_path):
+    """``make demo``'s script (INFO logging) on the embedded default: each exploit is one
+    line (it used to be three: the scheduler's, the controller's and the round task's),
+    and the experiment's start and end are said once each."""
+    import re
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+    proc = subprocess.run(
+        [sys.executable, os.path.join(root, "examples", "pbt_benchmark.py"), "--smoke-test",
+         "--storage", str(tmp_path), "--name", "demo"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    exploits = re.findall(r"\[exploit\] (\S+ \(iter \d+\) <- \S+ \(iter \d+\))", out)
+    assert exploits and len(exploits) == len(set(exploits)), out
+    assert len(re.findall(r"demo: 8 trials", out)) == 1, out
+    assert len(re.findall(r"demo finished: 8 trials, 0 errors;", out)) == 1, out

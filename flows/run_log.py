@@ -1,0 +1,35 @@
+"""The log of the Prefect run a line belongs to: what the console and the Prefect UI show.
+
+popflow's own loggers (``popflow.*``) stay quiet unless the user configures logging;
+what a person follows a run by (the run's start, each round's summary and
+decisions, a trial's error, the run's end) goes once to the run's logger, which
+Prefect prints and sends to its API, so the UI holds it in the run's logs.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+logger = logging.getLogger("popflow")
+
+
+def run_logger() -> Any:
+    """The current flow or task run's logger, else popflow's (outside a Prefect run)."""
+    from prefect import get_run_logger
+    from prefect.exceptions import MissingContextError
+
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logger
+
+
+def last_line(text: str | None) -> str:
+    r"""A trace's last line: the one-line reason.
+
+    >>> last_line("Traceback ...\n  File x\nValueError: bad lr\n")
+    'ValueError: bad lr'
+    """
+    lines = (text or "").strip().splitlines()
+    return lines[-1] if lines else "?"
