@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from distributed import Client
 
+from popflow.flows.artifacts import RunArtifacts
 from popflow.flows.controller import Controller
 from popflow.flows.experiment import Experiment, open_experiment
 from popflow.flows.results import ResultGrid, results_of
@@ -67,13 +68,15 @@ def refuse_crash_loop() -> None:
         )
 
 
-def _round(controller: Controller) -> bool:
-    """One round as a Prefect task: its summary and decisions show in the task's logs."""
+def _round(controller: Controller, artifacts: RunArtifacts) -> bool:
+    """One round as a Prefect task: its summary and decisions show in the task's logs, the
+    leaderboard and progress on the Artifacts page."""
     more = controller.run_round()
     log = run_logger()
     log.info(round_summary(controller))
     for event in controller.last_commit["events"]:
         log.info(event)
+    artifacts.round(controller.records, controller.rounds)
     return more
 
 
@@ -185,17 +188,21 @@ def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | N
             run_logger().info("Dask dashboard: %s", client.dashboard_link)
             pool = RunnerPool(client, spec.resources, spec.name)
             controller = Controller(spec, experiment, pool)
+            artifacts = RunArtifacts(experiment.name, spec.metric, spec.mode)
             if experiment.resumed_from is None:
                 controller.commit()  # round 0: the sampled population, before any training
             try:
                 round_no = controller.rounds + 1
                 round_task = prefect_objects().round_task
-                while round_task.with_options(task_run_name=f"round-{round_no}")(controller):
+                while round_task.with_options(task_run_name=f"round-{round_no}")(
+                    controller, artifacts
+                ):
                     round_no += 1
                 controller.seal()
             finally:
                 controller.cancel()
                 pool.close()
+                artifacts.flush()  # a run that ends by an error sends no summary
         failed = controller.early_end.failed
     if failed is not None and spec.fail_fast == "raise":
         raise TrialError(failed.trial_id, failed.error or "")
@@ -209,6 +216,7 @@ def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | N
             "(resume='auto', Tuner.restore) goes on from here"
         )
         run_logger().info(message)
+        artifacts.final(grid, message, records)
         return _ended(grid, message)
     controller.hooks.experiment_end()
     if stuck:
@@ -222,7 +230,9 @@ def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | N
         grid.num_errors,
         spec.scheduler.debug_string(),
     )
-    return _ended(grid, f"{experiment.name} finished: {len(grid)} trials, {grid.num_errors} errors")
+    message = f"{experiment.name} finished: {len(grid)} trials, {grid.num_errors} errors"
+    artifacts.final(grid, message, records)
+    return _ended(grid, message)
 
 
 def _ended(grid: ResultGrid, message: str) -> Any:

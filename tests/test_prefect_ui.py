@@ -1,0 +1,109 @@
+"""What the Prefect UI shows of a run, read back from a real server's API: popflow's log
+lines in the run's logs, and its artifacts (leaderboard, progress, summary)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from test_tune_pbt import parity_scheduler, parity_space
+from trainables import Misbehaving, ParityTrainable
+
+from popflow import run
+from popflow.schedulers import FIFOScheduler
+
+
+def run_logs(name: str) -> list[str]:
+    """Every log line of the ``tune`` flow runs of experiment ``name``, in the API."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowFilter,
+        FlowFilterName,
+        LogFilter,
+        LogFilterFlowRunId,
+    )
+
+    async def call() -> list[str]:
+        async with get_client() as client:
+            runs = await client.read_flow_runs(
+                flow_filter=FlowFilter(name=FlowFilterName(any_=["tune"]))
+            )
+            ids = [r.id for r in runs if r.parameters.get("name") == name]
+            logs = await client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=ids))
+            )
+        return [log.message for log in logs]
+
+    from prefect.logging.handlers import APILogWorker
+
+    APILogWorker.drain_all(timeout=10)  # what the run logged, shipped before it is read
+    return asyncio.run(call())
+
+
+def test_a_runs_start_rounds_trial_errors_and_end_are_in_its_prefect_logs(tune_env):
+    config: dict[str, Any] = {"a": 1, "how": "fail", "at": 2}
+    grid = run(
+        Misbehaving,
+        config,
+        scheduler=FIFOScheduler(),
+        num_samples=2,
+        stop={"training_iteration": 3},
+        name="logged",
+        **tune_env,
+    )
+    assert grid.num_errors == 2
+    said = run_logs("logged")
+    assert any(m.startswith("logged: 2 trials; results in ") for m in said), said
+    assert any(m.startswith("round 1 committed: ") for m in said), said
+    errors = [m for m in said if " errored: " in m]
+    assert len(errors) == 2, said
+    assert all(m.endswith("errored: RuntimeError: deterministic failure") for m in errors)
+    assert any(m.startswith("logged finished: 2 trials, 2 errors") for m in said), said
+
+
+def artifacts(key: str) -> list[Any]:
+    """Every version of the artifact ``key``, oldest first."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.sorting import ArtifactSort
+
+    async def call() -> list[Any]:
+        async with get_client() as client:
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
+                sort=ArtifactSort.CREATED_DESC,
+            )
+
+    return asyncio.run(call())[::-1]
+
+
+def test_each_round_versions_the_leaderboard_and_the_end_writes_a_summary(tune_env):
+    import json
+
+    grid = run(
+        ParityTrainable,
+        parity_space([10, 20, 40]),
+        scheduler=parity_scheduler(synch=True),
+        metric="mean_accuracy",
+        mode="max",
+        num_samples=3,
+        stop={"training_iteration": 3},
+        name="Shown_PBT",
+        seed=0,
+        **tune_env,
+    )
+    boards = artifacts("shown-pbt-leaderboard")
+    assert len(boards) == 3  # a version per round
+    rows = json.loads(boards[-1].data) if isinstance(boards[-1].data, str) else boards[-1].data
+    assert [r["trial"] for r in rows] == [r.trial_id for r in grid]  # all equal: in order
+    assert {r["status"] for r in rows} == {"TERMINATED"}
+    assert [r["iteration"] for r in rows] == [3, 3, 3]
+    assert [r["mean_accuracy"] for r in rows] == [43, 43, 43]
+    assert all(json.loads(r["config"])["c"] == 1 for r in rows)
+    (progress,) = artifacts("shown-pbt-progress")  # one artifact, updated in place
+    assert progress.data == 100.0
+    (summary,) = artifacts("shown-pbt-summary")
+    text = summary.data
+    assert text.startswith("# Shown_PBT finished: 3 trials, 0 errors")
+    assert "**Best mean_accuracy**: 43" in text and "**Checkpoint**: `" in text
+    assert f"popflow plot {grid.experiment_path}" in text
