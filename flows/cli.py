@@ -90,7 +90,8 @@ def _user_error(message: str) -> NoReturn:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from popflow.flows.plot_data import NoExperiment, NoMetric
+    from popflow.flows.plot_data import NoMetric
+    from popflow.flows.plot_read import NoExperiment
     from popflow.flows.plots import PlotsUnavailable, plot_experiment
 
     _, _, options, storage = _experiment(args)

@@ -17,7 +17,8 @@ is written but the PNGs, so a running experiment can be plotted as it goes.
   stopped), a cross at the last point of each trial stopped early.
 
 :func:`~popflow.flows.plot_data.plot_data` is the pure part (experiment in,
-series out, in :mod:`popflow.flows.plot_data`); :func:`render` draws it with
+series out, in :mod:`popflow.flows.plot_data`; read by :mod:`popflow.flows.plot_read`);
+:func:`render` draws it with
 matplotlib's Agg canvas (no pyplot, no global backend change).
 
 >>> from popflow.flows.plots import plot_experiment  # doctest: +SKIP
@@ -34,13 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 import fsspec
 
-from popflow.flows.plot_data import (
-    PlotData,
-    PlotKind,
-    Trace,
-    plot_data,
-    read_experiment,
-)
+from popflow.flows.plot_data import PlotData, PlotKind, Trace, plot_data
+from popflow.flows.plot_read import read_experiment
 from popflow.infra.storage import Storage
 from popflow.schedulers import TrialStatus
 

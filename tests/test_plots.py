@@ -16,16 +16,8 @@ import pytest
 
 from popflow import ResultGrid, choice, run, uniform
 from popflow.flows.cli import main
-from popflow.flows.plot_data import (
-    ExperimentSnapshot,
-    NoExperiment,
-    NoMetric,
-    PlotData,
-    PlotKind,
-    plot_data,
-    plot_kind,
-    read_experiment,
-)
+from popflow.flows.plot_data import NoMetric, PlotData, PlotKind, plot_data, plot_kind
+from popflow.flows.plot_read import ExperimentSnapshot, NoExperiment, read_experiment
 from popflow.flows.plots import PlotsUnavailable, figure_size_px, plot_experiment, render
 from popflow.flows.results import Result
 from popflow.infra.storage import Storage

@@ -1,0 +1,117 @@
+"""An experiment in storage as a plot needs it, as of its latest commit (reads only).
+
+popflow's own readers give the data: the latest commit (:class:`ExperimentLog`)
+gives the trial table and scheduler state, the trials' committed ``result.json``
+lines make a :class:`~popflow.flows.results.ResultGrid`, and PBT's exploits
+come from ``pbt_global.txt`` (Ray's line: target tag, source tag, target and
+source ``training_iteration``, the source's config, the new config). Nothing is
+written, so a running experiment can be read as it goes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from popflow.flows.experiment import is_finished
+from popflow.flows.results import ResultGrid, results_of
+from popflow.flows.trial_logs import GLOBAL_POLICY
+from popflow.flows.trial_table import TrialRecord
+from popflow.infra.experiment_log import EXPERIMENT_FILE, ExperimentLog
+from popflow.infra.storage import Storage
+
+
+class NoExperiment(FileNotFoundError):
+    """No committed experiment at the path."""
+
+
+@dataclass(frozen=True)
+class ExperimentSnapshot:
+    """An experiment as its latest commit has it (what :func:`plot_data` needs).
+
+    ``policy``: the exploits' ``pbt_global.txt`` lines; ``tags``: trial id of
+    each trial's original experiment tag (the tags those lines name).
+    """
+
+    name: str
+    scheduler: str
+    scheduler_state: Mapping[str, Any]
+    metric: str | None
+    mode: str | None
+    grid: ResultGrid
+    policy: tuple[tuple[Any, ...], ...] = ()
+    tags: Mapping[str, str] | None = None
+    round: int = 0
+    finished: bool = True
+
+
+def _committed_results(storage: Storage, trial: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The trial's committed ``result.json`` lines (a running driver may have written
+    more; an object store's log may lag the commit: then what is there)."""
+    count = int(trial["num_results"])
+    if count == 0:
+        return []
+    try:
+        lines = storage.read_text(trial["dirname"], "result.json").splitlines()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in lines[:count] if line.strip()]
+
+
+def _policy_lines(storage: Storage, commit: Mapping[str, Any]) -> tuple[tuple[Any, ...], ...]:
+    """The committed exploits: ``pbt_global.txt`` up to the commit's count; without that
+    file (PBT's ``log_config=False``), the distinct entries of the trials' lineages."""
+    try:
+        text = storage.read_text(GLOBAL_POLICY)
+    except FileNotFoundError:
+        seen: dict[str, tuple[Any, ...]] = {}
+        for t in commit["trials"]:
+            for entry in t.get("lineage") or []:
+                seen.setdefault(json.dumps(entry[:4]), tuple(entry))
+        return tuple(sorted(seen.values(), key=lambda e: (e[2], e[3])))
+    lines = [tuple(json.loads(line)) for line in text.splitlines() if line.strip()]
+    total = commit.get("policy_total")
+    return tuple(lines if total is None else lines[:total])
+
+
+def read_experiment(
+    path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+) -> ExperimentSnapshot:
+    """Read the experiment at ``path`` (a folder or fsspec URL) as of its latest commit.
+
+    Reads only: a running experiment is not disturbed. :class:`NoExperiment` if
+    nothing is committed there.
+    """
+    storage = Storage(path, storage_options)
+    commit = ExperimentLog(storage).latest()
+    if commit is None:
+        raise NoExperiment(f"no committed experiment at {storage.url}")
+    try:
+        info = json.loads(storage.read_text(EXPERIMENT_FILE))
+    except FileNotFoundError:
+        info = {}
+    state = commit.get("scheduler") or {}
+    metric = info.get("metric") or state.get("metric")
+    mode = info.get("mode") or state.get("mode")
+    records = [TrialRecord.from_state(t, _committed_results(storage, t)) for t in commit["trials"]]
+    # the tags exploit lines name: a trial's original tag (Ray's start with its index)
+    tags = {str(t["index"]): t["trial_id"] for t in commit["trials"]}
+    tags.update({t["experiment_tag"]: t["trial_id"] for t in commit["trials"] if not t["lineage"]})
+    for t in state.get("trials", []) if isinstance(state.get("trials"), list) else []:
+        if isinstance(t, dict) and "orig_tag" in t:  # PBT's state: each trial's original tag
+            tags[t["orig_tag"]] = t["trial_id"]
+    return ExperimentSnapshot(
+        name=info.get("name") or os.path.basename(storage.root.rstrip("/")),
+        scheduler=info.get("scheduler", ""),
+        scheduler_state=state,
+        metric=metric,
+        mode=mode,
+        grid=results_of(records, storage, metric, mode),
+        policy=_policy_lines(storage, commit),
+        tags=tags,
+        round=int(commit.get("round", 0)),
+        finished=is_finished(commit),
+    )
