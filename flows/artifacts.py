@@ -50,9 +50,12 @@ def leaderboard(
     records: Sequence[TrialRecord], metric: str | None, mode: str | None
 ) -> list[dict[str, Any]]:
     """A row per trial, best first (at most ``MAX_ROWS``): trial, status, iteration, the
-    metric and the config."""
+    metric and the config (only the rows kept are built: this runs every round)."""
+    ranked = list(records)
+    if metric:
+        ranked.sort(key=lambda rec: _score((rec.trial.last_result or {}).get(metric), mode))
     rows = []
-    for rec in records:
+    for rec in ranked[:MAX_ROWS]:
         last = rec.trial.last_result or {}
         row: dict[str, Any] = {
             "trial": rec.trial_id,
@@ -63,9 +66,7 @@ def leaderboard(
             row[metric] = last.get(metric)
         row["config"] = json.dumps(rec.trial.config, default=str, sort_keys=True)
         rows.append(row)
-    if metric:
-        rows.sort(key=lambda r: _score(r[metric], mode))
-    return rows[:MAX_ROWS]
+    return rows
 
 
 def finished_percent(records: Sequence[TrialRecord]) -> float:
