@@ -122,9 +122,10 @@ class RunnerPool:
         have = {r.worker for r in self.runners}
         new = [(w, n) for w, n in per_worker.items() if w in alive and w not in have]
         gpu = (self.resources or {}).get("GPU", 0.0)
+        threads = self._threads() if gpu and new else {}
         made = []
         for w, n in new:
-            if gpu and (why := shared_process_warning(w, n, self._threads(w), gpu)):
+            if gpu and (why := shared_process_warning(w, n, threads.get(w, 1), gpu)):
                 logger.warning(why)
             for slot in range(n):
                 token = uuid.uuid4().hex
@@ -149,9 +150,10 @@ class RunnerPool:
         if made:
             logger.debug("runners: %d on %d workers", len(self.runners), len(alive))
 
-    def _threads(self, worker: str) -> int:
-        info = self.client.scheduler_info(n_workers=-1)["workers"].get(worker, {})
-        return int(info.get("nthreads", 1))
+    def _threads(self) -> dict[str, int]:
+        """Each worker's threads, by address (one look at the scheduler)."""
+        workers = self.client.scheduler_info(n_workers=-1)["workers"]
+        return {w: int(info.get("nthreads", 1)) for w, info in workers.items()}
 
     def refresh_soon(self) -> None:
         """Pick up workers that joined, at most every ``REFRESH_INTERVAL_S``."""
