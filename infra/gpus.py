@@ -55,27 +55,6 @@ def visible_devices(count: int) -> list[str]:
     return devices[:count] if count else devices
 
 
-def devices_per_worker(trial_gpu: float) -> int:
-    """Devices one worker process holds for trials needing ``trial_gpu`` GPUs each.
-
-    >>> [devices_per_worker(g) for g in (0.25, 1, 1.5, 2)]
-    [1, 1, 2, 2]
-    """
-    return max(1, math.ceil(trial_gpu))
-
-
-def device_groups(devices: Sequence[str], trial_gpu: float) -> list[tuple[str, ...]]:
-    """``devices`` cut into one group per worker process (whole groups only).
-
-    >>> device_groups(["0", "1", "2"], 2.0)
-    [('0', '1')]
-    >>> device_groups(["0", "1"], 0.5)
-    [('0',), ('1',)]
-    """
-    k = devices_per_worker(trial_gpu)
-    return [tuple(devices[i : i + k]) for i in range(0, len(devices) - k + 1, k)]
-
-
 def slot_devices(devices: Sequence[str], slot: int, trial_gpu: float) -> tuple[str, ...]:
     """The devices trial slot ``slot`` of a worker with ``devices`` uses.
 
