@@ -167,15 +167,25 @@ def _main_path(data: Mapping[str, Any]) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=16)
+#: CPython 3.11's ``ast.parse`` is not thread-safe ("AST constructor recursion depth
+#: mismatch", gh-106905), and the embedded cluster's workers start in threads at once
+_PARSE_LOCK = threading.Lock()
+
+
 def main_is_guarded(path: str | None) -> bool:
     """Whether the script at ``path`` runs its work under ``if __name__ == "__main__":``.
 
     Such a script is safe to import in a worker, and is (Dask's usual way: what its
     objects refer to by name, a ``functools.cache``'d function say, is found
     there). One without the guard would start tune again in every worker, so its
-    workers do without it.
+    workers do without it. Parsed once per path, one thread at a time.
     """
+    with _PARSE_LOCK:
+        return _main_is_guarded(path)
+
+
+@functools.lru_cache(maxsize=16)
+def _main_is_guarded(path: str | None) -> bool:
     if path is None:
         return False
     try:

@@ -377,3 +377,48 @@ def test_init_num_gpus_lets_a_one_gpu_trial_run(prefect_server, tmp_path):
             popflow.init(num_gpus=-1)
     finally:
         popflow.init()
+
+
+def test_workers_starting_at_once_never_parse_the_main_script_at_once(tmp_path, monkeypatch):
+    """The embedded cluster's workers start in threads of their own, each asking whether
+    ``__main__`` is guarded. CPython 3.11's ``ast.parse`` is not thread-safe: two at once
+    failed a CI run with ``SystemError: AST constructor recursion depth mismatch`` and
+    ``Nanny failed to start``. The script is parsed once, by one thread."""
+    import ast
+    import threading
+
+    from popflow.infra import cluster
+
+    script = tmp_path / "script.py"
+    script.write_text('if __name__ == "__main__":\n    pass\n')
+    inside, most, calls = [0], [0], []
+    lock, entered = threading.Lock(), threading.Event()
+    real_parse = ast.parse
+
+    def parse(*args, **kwargs):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+            calls.append(1)
+            if inside[0] > 1:
+                entered.set()
+        entered.wait(timeout=0.5)  # long enough for a second thread to come in, if it can
+        with lock:
+            inside[0] -= 1
+        return real_parse(*args, **kwargs)
+
+    monkeypatch.setattr(cluster.ast, "parse", parse)
+    start = threading.Barrier(4)
+    answers: list[bool] = []
+
+    def ask() -> None:
+        start.wait()
+        answers.append(cluster.main_is_guarded(str(script)))
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert answers == [True] * 4
+    assert most[0] == 1 and len(calls) == 1
