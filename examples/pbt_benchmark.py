@@ -79,6 +79,7 @@ def run_benchmark(
     workers: int | None = None,
     resume: bool | str = False,
     max_rounds: int | None = None,
+    verbose: int | None = None,
     storage_options: dict[str, Any] | None = None,
     credentials_block: str | None = None,
 ) -> ResultGrid:
@@ -117,6 +118,7 @@ def run_benchmark(
         n_workers=2 if smoke_test else workers,
         resume=resume,
         max_rounds=max_rounds,
+        verbose=verbose,
     )
 
 
@@ -134,6 +136,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--max-rounds", type=int, default=None, help="end this run after N rounds (resumable)"
     )
+    parser.add_argument(
+        "--verbose",
+        type=int,
+        choices=range(4),
+        default=None,
+        help="0 quiet, 1 status line, 2 trial table (default), 3 also each result and decision",
+    )
     add_storage_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -147,6 +156,7 @@ def main(argv: list[str] | None = None) -> None:
         workers=args.workers,
         resume=args.resume,
         max_rounds=args.max_rounds,
+        verbose=args.verbose,
         storage_options=args.storage_options,
         credentials_block=args.credentials_block,
     )

@@ -33,6 +33,7 @@ from popflow.flows.guards import (
     raise_storage_failure,
     result_problem,
 )
+from popflow.flows.live_table import LiveTable
 from popflow.flows.packing import pack_size, packs
 from popflow.flows.results import checkpoint_of
 from popflow.flows.retention import Janitor, retire_checkpoints
@@ -60,6 +61,8 @@ class Controller:
         self.spec = spec
         self.records = experiment.records
         self.by_id = {r.trial_id: r for r in self.records}
+        for r in self.records:  # for callbacks that write beside a trial (Ray's Trial.path)
+            r.trial.path = experiment.storage.full_url(r.dirname)
         self.scheduler = spec.scheduler
         self.storage = experiment.storage  # the experiment's folder
         self.log = experiment.log
@@ -91,14 +94,28 @@ class Controller:
         self.janitor = Janitor(self.storage)
         self.calls = RunnerCalls(pool, spec.segment_timeout_s, self.lease)
         self._clock = max((r.trial.last_train_time for r in self.records), default=0.0)
-        self._events: list[str] = []
+        self._events: list[str] = []  # committed with the round
+        self._decisions: list[str] = []  # the round's exploits in Ray's words, for its log
         self._discards: dict[str, list[str]] = {}  # worker address -> parked tokens to drop
         self.retries = Retries()
         self.missing_metric = MissingMetric(self.scheduler.metric, type(self.scheduler).__name__)
-        self.last_commit: dict[str, Any] = {"results": 0, "events": []}
+        self.last_commit: dict[str, Any] = {"results": 0, "events": [], "decisions": []}
         self.early_end = EarlyEnd(spec, resumed)
+        self._display: LiveTable | None = None
         isolate_dask_sampling()
         self.hooks.setup(spec.stop, spec.num_samples, len(self.records))
+
+    @property
+    def display(self) -> LiveTable | None:
+        """The console's trial table (:mod:`popflow.flows.live_table`), if one is shown."""
+        return self._display
+
+    @display.setter
+    def display(self, table: LiveTable | None) -> None:
+        self._display = table
+        self.calls.while_waiting = (
+            None if table is None else lambda: table.tick(self.records, self.rounds)
+        )
 
     @property
     def trials(self) -> list[Trial]:
@@ -226,6 +243,8 @@ class Controller:
                         continue
                     break
                 self._reduce_all(self.calls.returned())
+                if self.display is not None:
+                    self.display.tick(self.records, self.rounds)
                 if time.monotonic() >= deadline or self.early_end.due:
                     break
                 if self.early_end.over_budget():
@@ -259,6 +278,8 @@ class Controller:
         rec.trial.last_result = result
         self.logs.add_result(rec, result)
         self.hooks.trial_result(rec.trial, result)
+        if self.display is not None:
+            self.display.result(rec, result)
 
     def _reduce(self, outcome: SegmentOutcome) -> None:
         rec = self.by_id[outcome.trial_id]
@@ -346,8 +367,8 @@ class Controller:
         if source is not target:
             self._discard_live(target)  # its state is replaced by the clone
         self.logs.add_exploit(clone_into(target, source, exploit), target)
-        self._events.append(exploit.describe())
-        logger.debug(exploit.describe())  # one of the round's events: logged with them
+        self._events.append(exploit.brief())
+        self._decisions.append(exploit.describe())  # the round task logs it, once
 
     def _on_error(self, rec: TrialRecord, outcome: SegmentOutcome) -> None:
         for ckpt in outcome.checkpoints:  # never committed: nobody can refer to them
@@ -452,8 +473,12 @@ class Controller:
             logs_written=self.logs.written,
         )
         self.janitor.committed(retired, wait=final)
-        self.last_commit = {"results": sum(map(len, results.values())), "events": self._events}
-        self._events = []
+        self.last_commit = {
+            "results": sum(map(len, results.values())),
+            "events": self._events,
+            "decisions": self._decisions,
+        }
+        self._events, self._decisions = [], []
 
     def seal(self) -> None:
         """After the final commit: one more, so the checkpoints it retired can go."""

@@ -19,6 +19,7 @@ import cloudpickle
 from distributed import Client
 
 from popflow.flows.config import CheckpointConfig, resources_of
+from popflow.flows.console import console_verbosity
 from popflow.flows.prefect_flow import (
     embedded_server_settings,
     is_flow_retry,
@@ -65,6 +66,7 @@ def run(
     trial_name_creator: Callable[[Any], str] | None = None,
     trial_dirname_creator: Callable[[Any], str] | None = None,
     errored: str = "skip",
+    verbose: int | None = None,
 ) -> ResultGrid:
     """Tune ``trainable`` over ``param_space`` with ``scheduler``; Ray Tune's ``Tuner.fit``.
 
@@ -109,6 +111,9 @@ def run(
       trial returning its name (``str(trial)``) or its folder's name.
     - ``errored``: when resuming, what errored trials do: "skip" (stay errored),
       "resume" (from their last checkpoint) or "restart" (from scratch).
+    - ``verbose``: Ray's 0-3: what the console shows (0 warnings only, 1 a status
+      line, 2 the trial table, 3 also each result and decision; default 2);
+      :mod:`popflow.flows.console`.
     - ``log_flush_interval``: on object stores, seconds between rewrites of
       result.json / progress.csv / pbt_global.txt (each commit holds its own
       results, so nothing is lost in between); local files are appended at once.
@@ -146,13 +151,14 @@ def run(
         trial_name_creator=trial_name_creator,
         trial_dirname_creator=trial_dirname_creator,
         errored=errored,
+        verbose=verbose,
     )
     params = parameters_of(spec.trainable)
     if params is not None:  # with_parameters: its objects, once, before any segment is pickled
         params.store(spec.experiment_storage)
     _ship_by_value(spec.trainable, remote=spec.dask_address is not None)
     tune_flow = prefect_objects().tune_flow
-    with embedded_server_settings():
+    with embedded_server_settings(), console_verbosity(verbose):
         if spec.dask_address is not None:
             return tune_flow(spec.name, spec, spec.dask_address)
         # the embedded cluster starts while Prefect creates the flow run

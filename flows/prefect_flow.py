@@ -19,8 +19,10 @@ from typing import Any, NamedTuple
 from distributed import Client
 
 from popflow.flows.artifacts import RunArtifacts
+from popflow.flows.console import DETAIL, check_verbose
 from popflow.flows.controller import Controller
 from popflow.flows.experiment import Experiment, open_experiment
+from popflow.flows.live_table import LiveTable, shown
 from popflow.flows.results import ResultGrid, results_of
 from popflow.flows.run_log import run_logger
 from popflow.flows.run_spec import RunSpec
@@ -73,10 +75,16 @@ def _round(controller: Controller, artifacts: RunArtifacts) -> bool:
     leaderboard and progress on the Artifacts page."""
     more = controller.run_round()
     log = run_logger()
-    log.info(round_summary(controller))
+    # the console shows the detail at verbose=3 only; the Prefect UI always
+    log.info(round_summary(controller), extra=DETAIL)
+    for decision in controller.last_commit["decisions"]:
+        log.info(decision, extra=DETAIL)  # each exploit once, in Ray's words
     for event in controller.last_commit["events"]:
-        log.info(event)
+        if not event.startswith(("[exploit]", "[error]")):  # said above, or when it errored
+            log.info(event)
     artifacts.round(controller.records, controller.rounds)
+    if controller.display is not None:
+        controller.display.tick(controller.records, controller.rounds)
     return more
 
 
@@ -184,10 +192,14 @@ def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | N
         if experiment.finished:
             grid = results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
             return _ended(grid, f"{experiment.name} had already finished: nothing to run")
-        with dask_client(cluster, spec.n_workers, spec.resources) as client:
+        with (
+            dask_client(cluster, spec.n_workers, spec.resources) as client,
+            shown(_live_table(spec, experiment), client.dashboard_link) as table,
+        ):
             run_logger().info("Dask dashboard: %s", client.dashboard_link)
             pool = RunnerPool(client, spec.resources, spec.name)
             controller = Controller(spec, experiment, pool)
+            controller.display = table
             artifacts = RunArtifacts(experiment.name, spec.metric, spec.mode)
             if experiment.resumed_from is None:
                 controller.commit()  # round 0: the sampled population, before any training
@@ -203,18 +215,16 @@ def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | N
                 controller.cancel()
                 pool.close()
                 artifacts.flush()  # a run that ends by an error sends no summary
+            grid = results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
+            if table is not None:
+                table.close(experiment.records, grid, _how_it_ended(experiment, controller))
         failed = controller.early_end.failed
     if failed is not None and spec.fail_fast == "raise":
         raise TrialError(failed.trial_id, failed.error or "")
     records = experiment.records
-    grid = results_of(records, experiment.storage, spec.metric, spec.mode)
     stuck = [r.trial_id for r in records if r.trial.is_live]
     if controller.early_end.spent:
-        message = (
-            f"{experiment.name}: {controller.early_end.budget} spent after round "
-            f"{controller.rounds}; {len(stuck)} trials to go, committed: resume "
-            "(resume='auto', Tuner.restore) goes on from here"
-        )
+        message = _how_it_ended(experiment, controller)
         run_logger().info(message)
         artifacts.final(grid, message, records)
         return _ended(grid, message)
@@ -230,9 +240,39 @@ def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | N
         grid.num_errors,
         spec.scheduler.debug_string(),
     )
-    message = f"{experiment.name} finished: {len(grid)} trials, {grid.num_errors} errors"
+    message = _how_it_ended(experiment, controller)
     artifacts.final(grid, message, records)
     return _ended(grid, message)
+
+
+def _how_it_ended(experiment: Experiment, controller: Controller) -> str:
+    """The run's last word: finished, or its budget spent (what to do next)."""
+    records = experiment.records
+    if controller.early_end.spent:
+        to_go = sum(1 for r in records if r.trial.is_live)
+        return (
+            f"{experiment.name}: {controller.early_end.budget} spent after round "
+            f"{controller.rounds}; {to_go} trials to go, committed: resume "
+            "(resume='auto', Tuner.restore) goes on from here"
+        )
+    errors = sum(1 for r in records if r.error)
+    return f"{experiment.name} finished: {len(records)} trials, {errors} errors"
+
+
+def _live_table(spec: RunSpec, experiment: Experiment) -> LiveTable | None:
+    """The console's trial table at ``spec.verbose`` (none at 0)."""
+    verbose = check_verbose(spec.verbose)
+    if verbose == 0:
+        return None
+    return LiveTable(
+        verbose,
+        name=experiment.name,
+        path=experiment.storage.url,
+        seed=experiment.seed,
+        scheduler=type(spec.scheduler).__name__,
+        metric=spec.metric,
+        mode=spec.mode,
+    )
 
 
 def _ended(grid: ResultGrid, message: str) -> Any:

@@ -20,6 +20,7 @@ from distributed import Client
 
 from popflow.flows.callbacks import check_callbacks
 from popflow.flows.config import CheckpointConfig
+from popflow.flows.console import check_verbose
 from popflow.infra.cluster import dask_resources
 from popflow.infra.storage import Storage
 from popflow.schedulers import FIFOScheduler, TrialScheduler
@@ -73,6 +74,8 @@ class RunSpec:
     #: on resume, errored trials: "skip" (stay errored), "resume" (from their last
     #: checkpoint) or "restart" (from scratch); Ray's ``resume_errored``/``restart_errored``
     errored: str = "skip"
+    #: Ray's ``verbose`` as given (None: the default); see :mod:`popflow.flows.console`
+    verbose: int | None = None
 
     @property
     def metric(self) -> str | None:
@@ -330,6 +333,7 @@ def run_spec(
     trial_name_creator: Callable[[Any], str] | None = None,
     trial_dirname_creator: Callable[[Any], str] | None = None,
     errored: str = "skip",
+    verbose: int | None = None,
 ) -> RunSpec:
     """Check ``popflow.run``'s arguments; the spec they describe."""
     scheduler = scheduler if scheduler is not None else FIFOScheduler()
@@ -380,6 +384,7 @@ def run_spec(
         _check_function_checkpoints(checkpoint_config)
     if errored not in ("skip", "resume", "restart"):
         raise ValueError(f"`errored` is {errored!r}, but must be 'skip', 'resume' or 'restart'")
+    check_verbose(verbose)
     resources = dask_resources(resources_per_trial)
     if not scheduler.set_search_properties(metric, mode):
         raise ValueError(
@@ -418,4 +423,5 @@ def run_spec(
         trial_name_creator=trial_name_creator,
         trial_dirname_creator=trial_dirname_creator,
         errored=errored,
+        verbose=verbose,
     )

@@ -12,6 +12,7 @@ its lease and watches for segments that run far longer than their peers
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from popflow.flows.guards import SegmentWatch
 from popflow.flows.runner_pool import CallFailed, RunnerPool
@@ -40,6 +41,8 @@ class RunnerCalls:
         self.segment_seconds: float | None = None
         self.watch = SegmentWatch(segment_timeout_s)
         self._lease = lease
+        #: also run while the driver waits (the console's table, to show time passing)
+        self.while_waiting: Callable[[], None] | None = None
 
     def __bool__(self) -> bool:
         return bool(self.in_flight)
@@ -81,6 +84,8 @@ class RunnerCalls:
             self.segment_seconds or 0.0,
             self.pool.restart_worker,
         )
+        if self.while_waiting is not None:
+            self.while_waiting()
 
     def _outcomes(
         self, call: int, value: list[SegmentOutcome] | CallFailed

@@ -10,12 +10,12 @@ end (``TuneConfig.seed``, ``RunConfig.storage_options``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from popflow.flows.config import CheckpointConfig
+from popflow.flows.console import check_verbose
 from popflow.flows.experiment import load_run_args
 from popflow.flows.launch import run
 from popflow.flows.results import ResultGrid
@@ -28,40 +28,6 @@ logger = logging.getLogger(__name__)
 
 #: Where results go when ``RunConfig.storage_path`` is None (Ray: ``~/ray_results``).
 DEFAULT_STORAGE = "./results"
-
-
-#: Ray's ``verbose`` 0-3 as the console's log level: 0 warnings only, 1-2 each round's
-#: summary and decisions (the default), 3 also popflow's debug lines. The Prefect
-#: UI gets its logs whatever the level.
-VERBOSE_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.INFO, 3: logging.DEBUG}
-
-
-@contextmanager
-def console_verbosity(verbose: int | None) -> Iterator[None]:
-    """While a run goes: Prefect's console handler (where popflow's and Prefect's lines
-    are printed) at ``verbose``'s level; popflow's logger at DEBUG for 3."""
-    if verbose is None:
-        yield
-        return
-    from prefect.logging.configuration import setup_logging
-    from prefect.logging.handlers import PrefectConsoleHandler
-
-    root = logging.getLogger()
-    if not any(isinstance(h, PrefectConsoleHandler) for h in root.handlers):
-        setup_logging()  # Prefect sets up its logging once, on its first run
-    consoles = [h for h in root.handlers if isinstance(h, PrefectConsoleHandler)]
-    popflow_logger = logging.getLogger("popflow")
-    saved = [h.level for h in consoles], popflow_logger.level
-    for h in consoles:
-        h.setLevel(VERBOSE_LEVELS[verbose])
-    if verbose == 3:
-        popflow_logger.setLevel(logging.DEBUG)
-    try:
-        yield
-    finally:
-        for h, level in zip(consoles, saved[0], strict=True):
-            h.setLevel(level)
-        popflow_logger.setLevel(saved[1])
 
 
 class Unsupported(ValueError):
@@ -145,7 +111,7 @@ class RunConfig:
             "progress_reporter",
             self.progress_reporter,
             None,
-            "popflow logs each round (Prefect UI, console); `verbose` 0 quiets it",
+            "popflow draws its own trial table; `verbose` (0-3) sets how much it shows",
         )
         _refuse(
             "log_to_file",
@@ -154,8 +120,7 @@ class RunConfig:
             "trial output goes to its Dask worker's log (the embedded cluster's: this "
             "console); write files into the trial's folder from the trainable instead",
         )
-        if self.verbose is not None and self.verbose not in (0, 1, 2, 3):
-            raise ValueError(f"`verbose` is {self.verbose!r}, but must be 0, 1, 2 or 3")
+        check_verbose(self.verbose)
         if self.checkpoint_config is not None and not isinstance(
             self.checkpoint_config, CheckpointConfig
         ):
@@ -241,32 +206,32 @@ class Tuner:
         """Run the experiment (or continue it, after :meth:`restore`); its results."""
         tc, rc = self.tune_config, self.run_config
         failure = rc.failure_config or FailureConfig()
-        with console_verbosity(rc.verbose):
-            if self._restore is not None:
-                return run(**self._restore, **cluster_arguments())
-            return run(
-                self.trainable,
-                self.param_space,
-                scheduler=tc.scheduler,
-                num_samples=tc.num_samples,
-                metric=tc.metric,
-                mode=tc.mode,
-                stop=rc.stop,
-                checkpoint_config=rc.checkpoint_config,
-                storage=rc.storage_path or DEFAULT_STORAGE,
-                storage_options=rc.storage_options,
-                name=rc.name,
-                seed=tc.seed,
-                max_failures=failure.max_failures,
-                fail_fast=failure.fail_fast,
-                **self._resume,
-                time_budget_s=tc.time_budget_s,
-                max_concurrent_trials=tc.max_concurrent_trials,
-                callbacks=rc.callbacks,
-                trial_name_creator=tc.trial_name_creator,
-                trial_dirname_creator=tc.trial_dirname_creator,
-                **cluster_arguments(),
-            )
+        if self._restore is not None:
+            return run(**self._restore, verbose=rc.verbose, **cluster_arguments())
+        return run(
+            self.trainable,
+            self.param_space,
+            scheduler=tc.scheduler,
+            num_samples=tc.num_samples,
+            metric=tc.metric,
+            mode=tc.mode,
+            stop=rc.stop,
+            checkpoint_config=rc.checkpoint_config,
+            storage=rc.storage_path or DEFAULT_STORAGE,
+            storage_options=rc.storage_options,
+            name=rc.name,
+            seed=tc.seed,
+            max_failures=failure.max_failures,
+            fail_fast=failure.fail_fast,
+            **self._resume,
+            time_budget_s=tc.time_budget_s,
+            max_concurrent_trials=tc.max_concurrent_trials,
+            callbacks=rc.callbacks,
+            verbose=rc.verbose,
+            trial_name_creator=tc.trial_name_creator,
+            trial_dirname_creator=tc.trial_dirname_creator,
+            **cluster_arguments(),
+        )
 
     def fit_resuming(self, errored: str = "skip") -> ResultGrid:
         """:meth:`fit`, continuing the experiment if it exists (Ray's ``tune.run(resume=...)``;

@@ -337,6 +337,12 @@ class PopulationBasedTraining(TrialScheduler):
         ]
         return quantiles(scored, self._quantile_fraction)
 
+    def _metric_value(self, last_score: float | None) -> float | None:
+        """A score as the metric's value (``mode="min"`` scores are negated)."""
+        if last_score is None:
+            return None
+        return last_score if self._mode == "max" else -last_score
+
     def _checkpoint_or_exploit(
         self, trial_id: str, lower: list[str], upper: list[str]
     ) -> tuple[Exploit, ...]:
@@ -361,8 +367,10 @@ class PopulationBasedTraining(TrialScheduler):
             target_tag=target.orig_tag,
             source_tag=source.orig_tag,
             new_tag=perturbed_tag(target.orig_tag, new_config, self._hyperparam_mutations),
+            scheduler=type(self).__name__,
+            source_score=self._metric_value(source.last_score),
+            target_score=self._metric_value(target.last_score),
         )
-        logger.debug("%s", exploit.describe())  # the round task logs it, once
         self._num_perturbations += 1
         # The target now holds the source's checkpoint: take over its clock (Ray's
         # _exploit) and the result that checkpoint belongs to, so a later clone of the

@@ -162,6 +162,7 @@ class PopulationBasedTrainingReplay(TrialScheduler):
             target_tag=self.experiment_tag,
             source_tag=self.experiment_tag,
             new_tag=perturbed_tag(self.experiment_tag, new_config, new_config),
+            scheduler=type(self).__name__,
         )
         return Decision(Action.CONTINUE, exploits=(exploit,))
 

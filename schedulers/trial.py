@@ -42,6 +42,8 @@ class Trial:
     trainable_name: str = ""
     #: what ``trial_name_creator`` named it (None: ``<trainable_name>_<trial_id>``, Ray's)
     custom_name: str | None = None
+    #: Ray's ``Trial.path``: the URL of the trial's folder in storage (set by the driver)
+    path: str = ""
 
     @property
     def is_live(self) -> bool:

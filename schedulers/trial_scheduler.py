@@ -47,6 +47,10 @@ class Exploit:
     target_tag: str
     source_tag: str
     new_tag: str
+    #: the deciding scheduler's class name, and the two trials' latest scores (Ray's log)
+    scheduler: str = ""
+    source_score: float | None = None
+    target_score: float | None = None
 
     def policy_entry(self) -> list[Any]:
         """Ray's pbt_global.txt / pbt_policy_*.txt line, as a list to json.dumps."""
@@ -59,12 +63,62 @@ class Exploit:
             self.new_config,
         ]
 
-    def describe(self) -> str:
+    def brief(self) -> str:
+        """One line for the commit's event list."""
         ops = ", ".join(f"{k}: {v}" for k, v in self.operations.items()) or "no change"
         return (
             f"[exploit] {self.trial_id} (iter {self.target_iteration}) <- "
             f"{self.source_trial_id} (iter {self.source_iteration}); explore: {ops}"
         )
+
+    def describe(self) -> str:
+        """The decision in Ray Tune's words: the exploit line, then the explore block with
+        one ``key : old --- (operation) --> new`` line per mutated hyperparameter.
+
+        >>> e = Exploit("t1", "t0", 5, 5, {"lr": 0.002}, {"lr": 0.0024}, {"lr": "* 1.2"},
+        ...             "1_lr=0.001", "0_lr=0.002", "1_lr=0.0024", "PopulationBasedTraining",
+        ...             0.9, 0.5)
+        >>> print(e.describe())
+        [PopulationBasedTraining] [Exploit] Cloning trial t0 (score = 0.900000) into trial t1 (score = 0.500000)
+        [PopulationBasedTraining] [Explore] Perturbed the hyperparameter config of trial t1:
+        lr : 0.002 --- (* 1.2) --> 0.0024
+        """
+        name = self.scheduler or "PopulationBasedTraining"
+        if self.source_trial_id == self.trial_id:  # a replayed schedule: no clone
+            return (
+                f"[{name}] Population Based Training replay is now at step "
+                f"{self.target_iteration}. Configuration of trial {self.trial_id} will be "
+                f"changed to {self.new_config}."
+            )
+        changes = [
+            f"{path} : {_at(self.source_config, path)!r} --- ({op}) --> "
+            f"{_at(self.new_config, path)!r}"
+            for path, op in self.operations.items()
+        ]
+        return "\n".join(
+            [
+                f"[{name}] [Exploit] Cloning trial {self.source_trial_id} "
+                f"(score = {_score(self.source_score)}) into trial {self.trial_id} "
+                f"(score = {_score(self.target_score)})",
+                f"[{name}] [Explore] Perturbed the hyperparameter config of trial {self.trial_id}:",
+                *(changes or ["No hyperparameters mutated."]),
+            ]
+        )
+
+
+def _at(config: Mapping[str, Any], path: str) -> Any:
+    """The value at an operations key (``outer/inner`` for a nested one)."""
+    value: Any = config
+    for part in path.split("/"):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _score(score: float | None) -> str:
+    """Ray's ``{:4f}`` (of the metric's value: Ray shows ``mode="min"`` scores negated)."""
+    return "?" if score is None else f"{score:4f}"
 
 
 @dataclass(frozen=True, eq=False)

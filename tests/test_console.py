@@ -120,23 +120,55 @@ def test_the_embedded_server_is_waited_for_longer_unless_the_user_says(monkeypat
     assert EMBEDDED_STARTUP_TIMEOUT_S == 90
 
 
-def test_make_demos_info_output_holds_each_decision_once(tmp_path):
-    """``make demo``'s script (INFO logging) on the embedded default: each exploit is one
-    line (it used to be three: the scheduler's, the controller's and the round task's),
-    and the experiment's start and end are said once each."""
-    import re
-
+def run_demo(tmp_path, *args: str) -> str:
+    """``make demo``'s script (its own INFO logging), smoke-sized, on the embedded default."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
     proc = subprocess.run(
         [sys.executable, os.path.join(root, "examples", "pbt_benchmark.py"), "--smoke-test",
-         "--storage", str(tmp_path), "--name", "demo"],
+         "--storage", str(tmp_path), "--name", "demo", *args],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
-    exploits = re.findall(r"\[exploit\] (\S+ \(iter \d+\) <- \S+ \(iter \d+\))", out)
-    assert exploits and len(exploits) == len(set(exploits)), out
+    return out
+
+
+def test_make_demos_output_fits_on_a_screen(tmp_path):
+    """By default the console has the run's start and end once each, the trial table and
+    the best result: no line per decision or per round (those are in the Prefect UI)."""
+    import re
+
+    out = run_demo(tmp_path)
+    assert len(out.splitlines()) <= 40, out
+    assert "[Exploit]" not in out and "round 1 committed" not in out, out
+    assert "Finished in state Completed()" not in out, out  # Prefect's, per round task
     assert len(re.findall(r"demo: 8 trials", out)) == 1, out
     assert len(re.findall(r"demo finished: 8 trials, 0 errors;", out)) == 1, out
+    assert len(re.findall(r"^\| [* ] PBTBenchmarkExample_\S+ \| TERMINATED", out, re.M)) == 8
+
+
+def test_verbose_3_logs_each_decision_once_in_ray_tunes_words(tmp_path):
+    """It used to be three times (the scheduler's line, the controller's and the round
+    task's); now once, as Ray words it: the exploit, then each hyperparameter's change."""
+    import re
+
+    out = run_demo(tmp_path, "--verbose", "3")
+    clones = re.findall(
+        r"\[PopulationBasedTraining\] \[Exploit\] Cloning trial (\S+) \(score = [-\d.]+\) "
+        r"into trial (\S+) \(score = [-\d.]+\)",
+        out,
+    )
+    explores = re.findall(
+        r"\[PopulationBasedTraining\] \[Explore\] Perturbed the hyperparameter config of "
+        r"trial (\S+):\n(lr : [\d.e-]+ --- \(.+?\) --> [\d.e-]+)",
+        out,
+    )
+    assert clones and len(clones) == len(explores), out
+    assert [target for _, target in clones] == [target for target, _ in explores]
+    perturbs = re.search(
+        r"demo finished: .*PopulationBasedTraining: \d+ checkpoints, (\d+) perturbs", out
+    )
+    assert perturbs and int(perturbs.group(1)) == len(clones), out  # once each
+    assert "round 1 committed" in out

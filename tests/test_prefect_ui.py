@@ -107,3 +107,10 @@ def test_each_round_versions_the_leaderboard_and_the_end_writes_a_summary(tune_e
     assert text.startswith("# Shown_PBT finished: 3 trials, 0 errors")
     assert "**Best mean_accuracy**: 43" in text and "**Checkpoint**: `" in text
     assert f"popflow plot {grid.experiment_path}" in text
+    # each exploit once in the run's logs, in Ray's words, as pbt_global.txt has it
+    said = run_logs("Shown_PBT")
+    clones = [m for m in said if m.startswith("[PopulationBasedTraining] [Exploit] Cloning trial")]
+    with open(f"{grid.experiment_path}/pbt_global.txt") as f:
+        policy = f.read().splitlines()
+    assert clones and len(clones) == len(policy), (clones, policy)
+    assert all("\n[PopulationBasedTraining] [Explore] Perturbed" in m for m in clones)

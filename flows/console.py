@@ -1,0 +1,77 @@
+"""What the console shows while a run goes, by Ray's ``verbose`` (0-3).
+
+- 0: warnings only, no table;
+- 1: the status line (Ray's "Trial status: ..."), the run's start and end, errors;
+- 2 (the default): the same with the trial table (:mod:`popflow.flows.live_table`);
+- 3: the table, a line per result, and the detail: each round's summary and each
+  scheduler decision in Ray's words, and popflow's debug lines.
+
+The detail always reaches the Prefect API, so the UI's logs hold every decision;
+only the console leaves it out below 3, so a normal run's output fits on a screen.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+#: ``verbose`` as the console's log level (the Prefect UI gets its logs whatever it is)
+VERBOSE_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.INFO, 3: logging.DEBUG}
+DEFAULT_VERBOSE = 2
+#: ``extra`` of a log record that is detail: the console shows it at ``verbose=3`` only
+DETAIL = {"popflow_detail": True}
+
+
+def check_verbose(verbose: int | None) -> int:
+    """``verbose`` as given (None: the default), checked."""
+    if verbose is None:
+        return DEFAULT_VERBOSE
+    if isinstance(verbose, bool) or verbose not in VERBOSE_LEVELS:
+        raise ValueError(f"`verbose` is {verbose!r}, but must be 0, 1, 2 or 3")
+    return verbose
+
+
+def _is_not_detail(record: logging.LogRecord) -> bool:
+    if getattr(record, "popflow_detail", False):
+        return False
+    # Prefect's line for each round task that completed: one per round, nothing to read
+    return not (
+        str(getattr(record, "task_run_name", "")).startswith("round-")
+        and record.getMessage().startswith("Finished in state Completed")
+    )
+
+
+@contextmanager
+def console_verbosity(verbose: int | None) -> Iterator[None]:
+    """While a run goes: the console's handlers (Prefect's, or the user's own on the root
+    logger) leave out the detail below ``verbose=3``; a ``verbose`` given sets Prefect's
+    console handler to its level, and 3 popflow's logger to DEBUG. None keeps the user's
+    logging as it is, detail left out."""
+    from prefect.logging.configuration import setup_logging
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    root = logging.getLogger()
+    if verbose is not None and not any(isinstance(h, PrefectConsoleHandler) for h in root.handlers):
+        setup_logging()  # Prefect sets up its logging once, on its first run
+    level = check_verbose(verbose)
+    consoles = [h for h in root.handlers if isinstance(h, PrefectConsoleHandler)]
+    filtered = [h for h in root.handlers if level < 3]
+    popflow_logger = logging.getLogger("popflow")
+    saved = [h.level for h in consoles], popflow_logger.level
+    if verbose is not None:
+        for h in consoles:
+            h.setLevel(VERBOSE_LEVELS[verbose])
+        if verbose == 3:
+            popflow_logger.setLevel(logging.DEBUG)
+    for h in filtered:
+        h.addFilter(_is_not_detail)
+    try:
+        yield
+    finally:
+        for h in filtered:
+            h.removeFilter(_is_not_detail)
+        if verbose is not None:
+            for h, old in zip(consoles, saved[0], strict=True):
+                h.setLevel(old)
+            popflow_logger.setLevel(saved[1])

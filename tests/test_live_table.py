@@ -1,0 +1,176 @@
+"""The trial table on the console: redrawn in place on a terminal (a real pseudo-terminal),
+plain lines through a pipe, and what each ``verbose`` shows."""
+
+from __future__ import annotations
+
+import io
+import os
+import pty
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+
+from popflow.flows.live_table import MAX_ROWS, LiveTable
+from popflow.flows.trial_table import TrialRecord
+from popflow.schedulers import Trial, TrialStatus
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import time
+
+    from popflow import tune
+
+
+    def objective(config):
+        for step in range(1, 9):
+            time.sleep(0.4)
+            tune.report({"score": config["x"] * step})
+
+
+    if __name__ == "__main__":
+        tuner = tune.Tuner(
+            objective,
+            param_space={"x": tune.grid_search([1, 2])},
+            tune_config=tune.TuneConfig(metric="score", mode="max", seed=3),
+            run_config=tune.RunConfig(
+                name="watched", storage_path="results", verbose=int(sys.argv[1])
+            ),
+        )
+        print("best", tuner.fit().get_best_result().config)
+    """
+)
+ESCAPE = re.compile(r"\x1b\[")
+CURSOR_UP = "\x1b[1A"
+
+
+def _env(tmp_path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+    env["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    return env
+
+
+def run_in_terminal(tmp_path, verbose: int) -> str:
+    """The script's output as a terminal shows it: stdout and stderr on a pseudo-terminal."""
+    (tmp_path / "script.py").write_text(SCRIPT)
+    leader, follower = pty.openpty()
+    env = {**_env(tmp_path), "COLUMNS": "160", "LINES": "40", "TERM": "xterm-256color"}
+    proc = subprocess.Popen(
+        [sys.executable, "script.py", str(verbose)],
+        cwd=tmp_path,
+        env=env,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        close_fds=True,
+    )
+    os.close(follower)
+    chunks: list[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # EIO: the other end closed
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    rc = proc.wait(timeout=300)
+    reader.join(timeout=30)
+    os.close(leader)
+    out = b"".join(chunks).decode(errors="replace")
+    assert rc == 0, out[-3000:]
+    return out
+
+
+def run_through_pipe(tmp_path, verbose: int) -> str:
+    (tmp_path / "script.py").write_text(SCRIPT)
+    proc = subprocess.run(
+        [sys.executable, "script.py", str(verbose)],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    return out
+
+
+def test_on_a_terminal_the_table_is_redrawn_in_place_under_the_log_lines(tmp_path):
+    out = run_in_terminal(tmp_path, 2)
+    assert "best {'x': 2}" in out
+    assert CURSOR_UP in out, out[-3000:]  # the live region moved up to redraw itself
+    frames = out.count("Trial status:")
+    assert frames >= 3, out[-3000:]  # drawn while running, not only at the end
+    assert re.search(r"Trial status: 2 RUNNING", out), out[-3000:]
+    assert re.search(r"Trial status: 2 TERMINATED .* done", out), out[-3000:]
+    # a log line printed while the table is up lands above it, whole
+    assert re.search(r"watched finished: 2 trials, 0 errors", out), out[-3000:]
+    assert re.search(r"Best trial \S+: score=16 at iteration 8", out), out[-3000:]
+
+
+def test_through_a_pipe_the_table_is_plain_text_printed_once_at_the_end(tmp_path):
+    out = run_through_pipe(tmp_path, 2)
+    assert not ESCAPE.search(out), out[-3000:]
+    assert out.count("Trial status:") == 1  # a short run: no periodic print before the end
+    header = [line for line in out.splitlines() if line.startswith("popflow: watched at ")]
+    assert len(header) == 1 and " · seed 3 · FIFOScheduler · Dask dashboard http" in header[0]
+    rows = [line for line in out.splitlines() if line.startswith("|") and "objective_" in line]
+    assert len(rows) == 2 and all("| TERMINATED |" in row for row in rows), out
+    best = [row for row in rows if row.startswith("| * ")]
+    assert len(best) == 1 and best[0].rstrip("|").split("|")[-1].strip() == "16", rows
+    assert re.search(r"Best trial \S+: score=16 at iteration 8, config \{'x': 2\}", out), out
+
+
+def test_verbose_1_shows_the_status_line_and_no_table(tmp_path):
+    out = run_through_pipe(tmp_path, 1)
+    assert "Trial status: 2 TERMINATED" in out
+    assert not [line for line in out.splitlines() if line.startswith("|")], out
+
+
+def test_verbose_3_shows_every_result(tmp_path):
+    out = run_through_pipe(tmp_path, 3)
+    reported = re.findall(
+        r"Trial (objective_\S+) reported score=(\d+), training_iteration=(\d+)", out
+    )
+    assert len(reported) == 16, out[-3000:]
+    assert sorted({int(it) for _, _, it in reported}) == list(range(1, 9))
+    assert "round 1 committed" in out  # the detail the console leaves out below 3
+
+
+def _records(n: int) -> list[TrialRecord]:
+    records = []
+    for i in range(n):
+        trial = Trial(f"t{i:03d}", {"lr": i / 10, "fixed": 1}, trainable_name="f")
+        trial.status = TrialStatus.RUNNING if i == 0 else TrialStatus.TERMINATED
+        trial.last_result = {"score": float(i % 7), "training_iteration": i}
+        records.append(TrialRecord(trial=trial, index=i, dirname=f"f_t{i:03d}"))
+    return records
+
+
+def test_a_large_population_shows_the_best_and_live_trials_and_counts_the_rest():
+    out = io.StringIO()
+    table = LiveTable(
+        2, name="big", path="/x/big", seed=0, scheduler="PBT", metric="score", mode="max",
+        file=out,
+    )  # fmt: skip
+    records = _records(50)
+    table.start(None)
+    table.close(records, None, "big finished")
+    text = out.getvalue()
+    rows = [line for line in text.splitlines() if re.match(r"\| [* ] f_t\d{3}", line)]
+    assert len(rows) == MAX_ROWS, text
+    assert any(line.startswith("|   f_t000") for line in rows)  # the running trial
+    assert any(line.startswith("| * f_t006") for line in rows)  # the first best (score 6)
+    assert f"... {50 - MAX_ROWS} more trials not shown ({50 - MAX_ROWS} TERMINATED)" in text
+    header = text.splitlines()[0]
+    assert "lr" in text and " fixed " not in text, header  # only what varies is a column
