@@ -20,6 +20,7 @@ from distributed import Client
 
 from popflow.flows.config import CheckpointConfig, resources_of
 from popflow.flows.console import console_verbosity
+from popflow.flows.flow_parameters import Shown, cluster_view, spec_view
 from popflow.flows.prefect_flow import (
     embedded_server_settings,
     is_flow_retry,
@@ -27,7 +28,7 @@ from popflow.flows.prefect_flow import (
     refuse_crash_loop,
 )
 from popflow.flows.results import ResultGrid
-from popflow.flows.run_spec import run_spec
+from popflow.flows.run_spec import RunSpec, run_spec
 from popflow.infra.cluster import ClusterStart
 from popflow.infra.storage import Storage
 from popflow.schedulers import TrialScheduler
@@ -160,13 +161,18 @@ def run(
     tune_flow = prefect_objects().tune_flow
     with embedded_server_settings(), console_verbosity(verbose):
         if spec.dask_address is not None:
-            return tune_flow(spec.name, spec, spec.dask_address)
+            return tune_flow(spec.name, *_shown(spec, spec.dask_address))
         # the embedded cluster starts while Prefect creates the flow run
         cluster = ClusterStart(spec.n_workers, spec.resources)
         try:
-            return tune_flow(spec.name, spec, cluster)
+            return tune_flow(spec.name, *_shown(spec, cluster))
         finally:
             cluster.close()
+
+
+def _shown(spec: RunSpec, cluster: Any) -> tuple[Shown[RunSpec], Shown[Any]]:
+    """The ``tune`` flow's arguments, readable in the Prefect UI as its parameters."""
+    return Shown(spec, spec_view(spec)), Shown(cluster, cluster_view(cluster, spec.n_workers))
 
 
 def _ship_by_value(trainable: Any, remote: bool = False) -> None:

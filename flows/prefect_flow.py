@@ -22,6 +22,7 @@ from popflow.flows.artifacts import RunArtifacts
 from popflow.flows.console import DETAIL, check_verbose
 from popflow.flows.controller import Controller
 from popflow.flows.experiment import Experiment, open_experiment
+from popflow.flows.flow_parameters import Shown
 from popflow.flows.live_table import LiveTable, shown
 from popflow.flows.results import ResultGrid, results_of
 from popflow.flows.run_log import run_logger
@@ -175,15 +176,23 @@ class TrialError(RuntimeError):
         self.trial_id = trial_id
 
 
-def tune_flow(name: str, spec: RunSpec, cluster: str | Client | ClusterStart | None) -> Any:
+def tune_flow(
+    name: str,
+    spec: Shown[RunSpec] | RunSpec,
+    cluster: Shown[str | Client | ClusterStart | None] | str | Client | ClusterStart | None,
+) -> Any:
     """Run (or resume) the experiment ``spec`` describes, on ``cluster``.
 
     ``name``: the experiment's (``spec.name``), a flow-run parameter that the
-    UI shows. The spec's storage hides its credentials, so they never become
-    flow-run parameters in Prefect's database. ``cluster``: a Dask
-    scheduler's address, a Client, the embedded cluster being started, or
-    None (start one here).
+    UI shows. ``spec`` and ``cluster`` come :class:`Shown` as the UI shows them
+    (:mod:`popflow.flows.flow_parameters`: never the storage's credentials).
+    ``cluster``: a Dask scheduler's address, a Client, the embedded cluster
+    being started, or None (start one here).
     """
+    if isinstance(spec, Shown):
+        spec = spec.value
+    if isinstance(cluster, Shown):
+        cluster = cluster.value
     resume = spec.resume or ("auto" if is_flow_retry() else False)
     with open_experiment(spec, resume) as experiment:
         _announce(spec, experiment)

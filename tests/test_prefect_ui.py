@@ -114,3 +114,46 @@ def test_each_round_versions_the_leaderboard_and_the_end_writes_a_summary(tune_e
         policy = f.read().splitlines()
     assert clones and len(clones) == len(policy), (clones, policy)
     assert all("\n[PopulationBasedTraining] [Explore] Perturbed" in m for m in clones)
+
+
+def flow_run_parameters(name: str) -> list[dict[str, Any]]:
+    """The parameters of every ``tune`` flow run of experiment ``name``, as the API has them."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    async def call() -> list[dict[str, Any]]:
+        async with get_client() as client:
+            runs = await client.read_flow_runs(
+                flow_filter=FlowFilter(name=FlowFilterName(any_=["tune"]))
+            )
+        return [r.parameters for r in runs if r.parameters.get("name") == name]
+
+    return asyncio.run(call())
+
+
+def test_the_flow_runs_parameters_read_as_the_run_was_asked_for(tune_env):
+    """Not ``"<RunSpec>"``: the trainable by import path, the storage URL, the scheduler
+    with its arguments, num_samples, stop; the round task runs named by their round."""
+    grid = run(
+        ParityTrainable,
+        parity_space([10, 20]),
+        scheduler=parity_scheduler(synch=True),
+        metric="mean_accuracy",
+        mode="max",
+        num_samples=2,
+        stop={"training_iteration": 2},
+        name="readable",
+        seed=5,
+        **tune_env,
+    )
+    (params,) = flow_run_parameters("readable")
+    spec = params["spec"]
+    assert spec["trainable"] == "trainables:ParityTrainable"
+    assert spec["storage"] == grid.experiment_path
+    assert spec["scheduler"]["class"] == "PopulationBasedTraining"
+    assert spec["scheduler"]["perturbation_interval"] == 1
+    assert spec["scheduler"]["synch"] is True
+    assert spec["scheduler"]["time_attr"] == "training_iteration"
+    assert (spec["num_samples"], spec["stop"], spec["seed"]) == (2, {"training_iteration": 2}, 5)
+    assert (spec["metric"], spec["mode"]) == ("mean_accuracy", "max")
+    assert params["cluster"] == {"cluster": tune_env["dask_address"].scheduler.address}
