@@ -1,0 +1,1 @@
+"""Ray's ``ray.air.integrations``: ``popflow.air.integrations.mlflow``."""
