@@ -1,10 +1,10 @@
 """An experiment in storage as a plot needs it, as of its latest commit (reads only).
 
-popflow's own readers give the data: the latest commit (:class:`ExperimentLog`)
-gives the trial table and scheduler state, the trials' committed ``result.json``
-lines make a :class:`~popflow.flows.results.ResultGrid`, and PBT's exploits
-come from ``pbt_global.txt`` (Ray's line: target tag, source tag, target and
-source ``training_iteration``, the source's config, the new config). Nothing is
+:mod:`popflow.flows.experiment_read` reads the latest commit (trial table,
+scheduler state, the trials' committed ``result.json`` lines, which make a
+:class:`~popflow.flows.results.ResultGrid`); PBT's exploits come from
+``pbt_global.txt`` (Ray's line: target tag, source tag, target and source
+``training_iteration``, the source's config, the new config). Nothing is
 written, so a running experiment can be read as it goes.
 """
 
@@ -16,16 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from popflow.flows.experiment import is_finished
-from popflow.flows.results import ResultGrid, results_of
+from popflow.flows.experiment_read import NoExperiment, read_committed
+from popflow.flows.results import ResultGrid, committed_results
 from popflow.flows.trial_logs import GLOBAL_POLICY
-from popflow.flows.trial_table import TrialRecord
-from popflow.infra.experiment_log import EXPERIMENT_FILE, ExperimentLog
 from popflow.infra.storage import Storage
 
-
-class NoExperiment(FileNotFoundError):
-    """No committed experiment at the path."""
+__all__ = ["ExperimentSnapshot", "NoExperiment", "read_experiment"]
 
 
 @dataclass(frozen=True)
@@ -46,19 +42,6 @@ class ExperimentSnapshot:
     tags: Mapping[str, str] | None = None
     round: int = 0
     finished: bool = True
-
-
-def _committed_results(storage: Storage, trial: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The trial's committed ``result.json`` lines (a running driver may have written
-    more; an object store's log may lag the commit: then what is there)."""
-    count = int(trial["num_results"])
-    if count == 0:
-        return []
-    try:
-        lines = storage.read_text(trial["dirname"], "result.json").splitlines()
-    except FileNotFoundError:
-        return []
-    return [json.loads(line) for line in lines[:count] if line.strip()]
 
 
 def _policy_lines(storage: Storage, commit: Mapping[str, Any]) -> tuple[tuple[Any, ...], ...]:
@@ -85,18 +68,8 @@ def read_experiment(
     Reads only: a running experiment is not disturbed. :class:`NoExperiment` if
     nothing is committed there.
     """
-    storage = Storage(path, storage_options)
-    commit = ExperimentLog(storage).latest()
-    if commit is None:
-        raise NoExperiment(f"no committed experiment at {storage.url}")
-    try:
-        info = json.loads(storage.read_text(EXPERIMENT_FILE))
-    except FileNotFoundError:
-        info = {}
-    state = commit.get("scheduler") or {}
-    metric = info.get("metric") or state.get("metric")
-    mode = info.get("mode") or state.get("mode")
-    records = [TrialRecord.from_state(t, _committed_results(storage, t)) for t in commit["trials"]]
+    experiment = read_committed(path, storage_options)
+    commit, state = experiment.commit, experiment.scheduler_state
     # the tags exploit lines name: a trial's original tag (Ray's start with its index)
     tags = {str(t["index"]): t["trial_id"] for t in commit["trials"]}
     tags.update({t["experiment_tag"]: t["trial_id"] for t in commit["trials"] if not t["lineage"]})
@@ -104,14 +77,14 @@ def read_experiment(
         if isinstance(t, dict) and "orig_tag" in t:  # PBT's state: each trial's original tag
             tags[t["orig_tag"]] = t["trial_id"]
     return ExperimentSnapshot(
-        name=info.get("name") or os.path.basename(storage.root.rstrip("/")),
-        scheduler=info.get("scheduler", ""),
+        name=experiment.name,
+        scheduler=experiment.scheduler,
         scheduler_state=state,
-        metric=metric,
-        mode=mode,
-        grid=results_of(records, storage, metric, mode),
-        policy=_policy_lines(storage, commit),
+        metric=experiment.metric,
+        mode=experiment.mode,
+        grid=committed_results(experiment),
+        policy=_policy_lines(experiment.storage, commit),
         tags=tags,
-        round=int(commit.get("round", 0)),
-        finished=is_finished(commit),
+        round=experiment.round,
+        finished=experiment.finished,
     )

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from popflow.flows.experiment_read import CommittedExperiment, read_committed
 from popflow.flows.trial_table import TrialRecord
 from popflow.infra.storage import Storage
 from popflow.tasks.checkpoint import Checkpoint
@@ -54,6 +56,9 @@ def _finite(x: Any) -> bool:
 
 
 class ResultGrid(Sequence[Result]):
+    """The trials of an experiment, as ``popflow.run`` returns them or
+    :meth:`from_path` reads them back."""
+
     def __init__(
         self,
         results: list[Result],
@@ -68,6 +73,24 @@ class ResultGrid(Sequence[Result]):
         #: how the run that returned this ended, as its ``tune`` flow run's state says
         #: (finished, a budget spent, nothing to run); None when read from storage
         self.summary: str | None = None
+
+    @classmethod
+    def from_path(
+        cls, path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+    ) -> ResultGrid:
+        """The grid of the experiment at ``path`` (``<storage>/<name>``: a local folder or an
+        fsspec URL) as of its latest commit, with the run's metric and mode.
+
+        Reads only, so an experiment still running can be read as it goes: its
+        trials as committed, a trial then running as PENDING (as a resume
+        restores it). Ray's ``ResultGrid`` of ``Tuner.restore(path).get_results()``.
+        :class:`~popflow.flows.experiment_read.NoExperiment` (a
+        ``FileNotFoundError``) if nothing is committed there.
+
+        >>> grid = ResultGrid.from_path("./results/pbt_benchmark")  # doctest: +SKIP
+        >>> grid.get_best_result().config  # doctest: +SKIP
+        """
+        return committed_results(read_committed(path, storage_options))
 
     def __len__(self) -> int:
         return len(self._results)
@@ -245,3 +268,10 @@ def results_of(
             )
         )
     return ResultGrid(out, metric, mode, storage.url)
+
+
+def committed_results(experiment: CommittedExperiment) -> ResultGrid:
+    """The grid of an experiment as its latest commit has it."""
+    return results_of(
+        list(experiment.records), experiment.storage, experiment.metric, experiment.mode
+    )

@@ -72,6 +72,13 @@ def lease_holder(storage: Storage) -> dict[str, Any] | None:
     return None if not current or _lapsed(current) else current
 
 
+def live_holder(storage: Storage) -> dict[str, Any] | None:
+    """:func:`lease_holder`, and only while its driver lives: on this host a holder whose
+    process is gone holds nothing (the rule a driver taking over applies)."""
+    holder = lease_holder(storage)
+    return None if holder is None or Lease(storage).is_gone(holder) else holder
+
+
 def _lapsed(lease: dict[str, Any]) -> bool:
     """Released by its holder, or past its expiry."""
     return bool(lease.get("released")) or lease.get("expires", 0) < time.time()
@@ -133,7 +140,7 @@ class Lease:
         except ValueError:
             return {}  # a torn lease file is an expired lease
 
-    def _gone(self, lease: dict[str, Any]) -> bool:
+    def is_gone(self, lease: dict[str, Any]) -> bool:
         """Whether ``lease``'s holder no longer holds it."""
         if _lapsed(lease):
             return True
@@ -152,7 +159,7 @@ class Lease:
         epochs = self._epochs()
         newest = epochs[-1] if epochs else 0
         current = self._read(newest) if newest else None
-        if current is not None and not self._gone(current):
+        if current is not None and not self.is_gone(current):
             raise LeaseHeldError(
                 f"experiment at {self.storage.url} is being run by pid {current.get('pid')} on "
                 f"{current.get('host')} (lease valid for another "

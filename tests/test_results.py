@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import pickle
+import re
 import uuid
 from typing import Any
 
@@ -191,6 +192,23 @@ def test_len_iteration_indexing_errors_and_status():
     assert g.num_terminated == 2
     assert repr(g) == "ResultGrid(3 trials, 1 errors, at '/exp')"
     assert grid().num_errors == 0 and len(grid()) == 0
+
+
+# -- read back from storage (real runs: tests/test_cli_status.py) ------------------
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_from_path_without_a_commit_is_a_file_not_found_error_naming_the_url(where, tmp_path):
+    path = str(tmp_path / "exp") if where == "local" else f"memory://{uuid.uuid4().hex}/exp"
+    url = path if where == "local" else path.replace("://", ":///")  # memory's root is "/"
+    with pytest.raises(FileNotFoundError, match=f"^no committed experiment at {re.escape(url)}$"):
+        ResultGrid.from_path(path)
+    fs, root = fsspec.core.url_to_fs(path)
+    fs.makedirs(root, exist_ok=True)
+    fs.pipe_file(f"{root}/experiment.json", b'{"name": "exp"}')  # started, nothing committed
+    with pytest.raises(FileNotFoundError, match=f"^no committed experiment at {re.escape(url)}$"):
+        ResultGrid.from_path(path)
+    assert fs.ls(root, detail=False) == [f"{root}/experiment.json"]  # read only
 
 
 # -- Checkpoint ------------------------------------------------------------------

@@ -1,0 +1,110 @@
+"""An experiment in storage as of its latest commit, for readers (reads only).
+
+The latest commit (:class:`ExperimentLog`) gives the trial table and the
+scheduler's state, ``experiment.json`` the run's name, scheduler, seed, metric
+and mode, and each trial's committed ``result.json`` lines its results.
+Nothing is written and the lease is never taken, so a running experiment can
+be read as it goes. :meth:`ResultGrid.from_path
+<popflow.flows.results.ResultGrid.from_path>`, ``popflow status``/``show`` and
+the plots (:mod:`popflow.flows.plot_read`) read through here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from popflow.flows.experiment import is_finished
+from popflow.flows.trial_table import TrialRecord
+from popflow.infra.experiment_log import EXPERIMENT_FILE, ExperimentLog
+from popflow.infra.storage import Storage
+
+
+class NoExperiment(FileNotFoundError):
+    """No committed experiment at the path."""
+
+
+class ExperimentState(StrEnum):
+    """What is happening to an experiment, as its commit and its lease say."""
+
+    FINISHED = "finished"  # every trial ended
+    RUNNING = "running"  # a live driver holds the lease
+    INTERRUPTED = "interrupted"  # unfinished and no live driver: `popflow resume` goes on
+
+
+@dataclass(frozen=True)
+class CommittedExperiment:
+    """An experiment as its latest commit has it.
+
+    ``records``: the trials as a resume would restore them (a trial committed
+    RUNNING is PENDING: its segment's result was never committed); ``commit``
+    the commit itself, whose trials keep their status as committed.
+    """
+
+    storage: Storage
+    name: str
+    scheduler: str
+    scheduler_state: Mapping[str, Any]
+    metric: str | None
+    mode: str | None
+    seed: int | None
+    records: tuple[TrialRecord, ...]
+    commit: Mapping[str, Any]
+    round: int
+    finished: bool
+
+
+def _committed_results(storage: Storage, trial: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The trial's committed ``result.json`` lines (a running driver may have written
+    more; an object store's log may lag the commit: then what is there)."""
+    count = int(trial["num_results"])
+    if count == 0:
+        return []
+    try:
+        lines = storage.read_text(trial["dirname"], "result.json").splitlines()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in lines[:count] if line.strip()]
+
+
+def read_committed(
+    path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+) -> CommittedExperiment:
+    """Read the experiment at ``path`` (``<storage>/<name>``: a folder or fsspec URL) as of
+    its latest commit; :class:`NoExperiment` if nothing is committed there."""
+    storage = Storage(path, storage_options)
+    commit = ExperimentLog(storage).latest()
+    if commit is None:
+        raise NoExperiment(f"no committed experiment at {storage.url}")
+    try:
+        info = json.loads(storage.read_text(EXPERIMENT_FILE))
+    except FileNotFoundError:
+        info = {}
+    state = commit.get("scheduler") or {}
+    return CommittedExperiment(
+        storage=storage,
+        name=info.get("name") or os.path.basename(storage.root.rstrip("/")),
+        scheduler=info.get("scheduler", ""),
+        scheduler_state=state,
+        metric=info.get("metric") or state.get("metric"),
+        mode=info.get("mode") or state.get("mode"),
+        seed=info.get("seed"),
+        records=tuple(
+            TrialRecord.from_state(t, _committed_results(storage, t)) for t in commit["trials"]
+        ),
+        commit=commit,
+        round=int(commit.get("round", 0)),
+        finished=is_finished(commit),
+    )
+
+
+def state_of(experiment: CommittedExperiment, driver: Mapping[str, Any] | None) -> ExperimentState:
+    """Finished, running (``driver``, :func:`~popflow.infra.lease.live_holder`'s answer, holds the lease) or
+    interrupted."""
+    if experiment.finished:
+        return ExperimentState.FINISHED
+    return ExperimentState.RUNNING if driver is not None else ExperimentState.INTERRUPTED
