@@ -23,6 +23,9 @@ from pbt_benchmark import run_benchmark
 from prefect import flow
 from prefect.states import Completed, State
 
+from popflow.flows.artifacts import plots_artifact
+from popflow.infra.storage_cli import resolve_storage_options
+
 
 @flow(name="pbt-benchmark", log_prints=True, retries=2, retry_delay_seconds=10)
 def pbt_benchmark_flow(
@@ -34,6 +37,7 @@ def pbt_benchmark_flow(
     resume: str = "auto",
     max_rounds: int | None = None,
     credentials_block: str | None = None,
+    plots: bool = True,
 ) -> State:
     """The benchmark as a flow run; its ``tune`` flow runs as a subflow.
 
@@ -41,7 +45,8 @@ def pbt_benchmark_flow(
     scheduled deployment trains a budget at a time); ``name`` may be a template
     such as ``pbt_{date}`` (a fresh experiment per day); ``credentials_block``: a
     prefect-aws block's name, ``aws-credentials/NAME`` (or ``NAME``) or
-    ``s3-bucket/NAME``, whose credentials open an ``s3://`` ``storage``."""
+    ``s3-bucket/NAME``, whose credentials open an ``s3://`` ``storage``; ``plots``:
+    draw the plots at the end, onto the Artifacts page (needs ``popflow[plots]``)."""
     results = run_benchmark(
         storage=storage,
         name=name,
@@ -59,5 +64,9 @@ def pbt_benchmark_flow(
         "metrics": {"mean_accuracy": best.metrics["mean_accuracy"]},
         "finished": all(r.status in ("TERMINATED", "ERROR") for r in results),
     }
+    if plots:
+        path = results.experiment_path
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+        plots_artifact(name, path, resolve_storage_options(storage, None, credentials_block))
     # the run's final state says how it ended (finished, budget spent, nothing to run)
     return Completed(message=results.summary, data=summary)

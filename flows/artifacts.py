@@ -179,3 +179,45 @@ def summary_markdown(
             ]
     lines.append(f"Plots: `popflow plot {grid.experiment_path}`")
     return "\n".join(lines)
+
+
+def plots_artifact(
+    experiment: str, path: str, storage_options: dict[str, Any] | None = None
+) -> list[str]:
+    """Draw the experiment's plots (:func:`popflow.flows.plots.plot_experiment`) and show
+    them on the Artifacts page: a markdown artifact ``<name>-plots`` with each PNG
+    embedded (a data URI: the browser showing the UI need not reach the storage) and its
+    path. Needs the ``plots`` extra; without it, or if drawing fails, a warning and
+    nothing else (the run's result stands). The PNGs' paths."""
+    import base64
+
+    from prefect.artifacts import create_markdown_artifact
+
+    from popflow.flows.plots import PlotsUnavailable, plot_experiment
+    from popflow.infra.storage import Storage
+
+    try:
+        paths = plot_experiment(path, storage_options)
+    except PlotsUnavailable as e:
+        logger.warning("no plots for %s: %s", experiment, e)
+        return []
+    except Exception as e:  # a plot is a view: its failure never fails the run
+        logger.warning("could not draw the plots of %s: %s: %s", experiment, type(e).__name__, e)
+        return []
+    lines = [f"# {experiment}: plots", ""]
+    for url in paths:
+        folder, name = url.rsplit("/", 1)
+        png = Storage(folder, storage_options).read_bytes(name)
+        lines += [
+            f"![{name}](data:image/png;base64,{base64.b64encode(png).decode()})",
+            "",
+            f"`{url}`",
+            "",
+        ]
+    try:
+        create_markdown_artifact(
+            "\n".join(lines), key=artifact_key(experiment, "plots"), description=experiment
+        )
+    except Exception as e:  # Prefect is told, never relied on
+        logger.warning("could not send the plots of %s to Prefect: %s", experiment, e)
+    return paths

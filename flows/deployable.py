@@ -40,6 +40,7 @@ from prefect import flow
 from prefect.states import Completed
 
 from popflow import CheckpointConfig, run
+from popflow.flows.artifacts import plots_artifact
 from popflow.infra.storage_cli import resolve_storage_options
 from popflow.schedulers import (
     PB2,
@@ -146,10 +147,13 @@ def experiment(
     num_to_keep: int | None = None,
     max_failures: int = 0,
     credentials_block: str | None = None,
+    plots: bool = True,
 ) -> Any:
     """Tune ``trainable`` over ``param_space``; the best trial's config and metrics, where
     the experiment lives, and whether it has finished (or only this run's budget). The
-    flow run's final state says how the run ended, as its ``tune`` subflow's does."""
+    flow run's final state says how the run ended, as its ``tune`` subflow's does.
+    ``plots``: draw the experiment's plots at the end, into ``<experiment>/plots`` and
+    onto the Artifacts page (``<name>-plots``; needs ``popflow[plots]``)."""
     storage_options = resolve_storage_options(storage, None, credentials_block)
     grid = run(
         load_trainable(trainable),
@@ -174,6 +178,12 @@ def experiment(
     )
     finished = all(r.status in ("TERMINATED", "ERROR") for r in grid)
     out: dict[str, Any] = {"experiment": grid.experiment_path, "finished": finished}
+    if plots:
+        out["plots"] = plots_artifact(
+            grid.experiment_path.rstrip("/").rsplit("/", 1)[-1],
+            grid.experiment_path,
+            storage_options,
+        )
     try:
         best = grid.get_best_result()
     except (RuntimeError, ValueError):  # no metric, or nothing reported yet

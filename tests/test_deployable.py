@@ -3,7 +3,12 @@ the Prefect UI can send), with clear errors for what it cannot resolve."""
 
 from __future__ import annotations
 
+import base64
+import re
+import struct
+
 import pytest
+from test_prefect_ui import artifacts
 
 from popflow.flows import deployable
 from popflow.schedulers import PopulationBasedTraining
@@ -28,6 +33,7 @@ def test_an_experiment_runs_from_json_parameters_a_budget_at_a_time(tune_env):
         max_rounds=1,
         checkpoint_frequency=2,
         dask_address=tune_env["dask_address"].scheduler.address,
+        plots=False,
     )
     first = deployable.experiment(**params)
     assert first["experiment"].endswith("/from-json")
@@ -39,6 +45,26 @@ def test_an_experiment_runs_from_json_parameters_a_budget_at_a_time(tune_env):
         assert runs < 30
     assert 0 < out["best_metrics"]["episode_reward_mean"] <= 100
     assert set(out["best_config"]) == {"width", "height"}
+    # a run of the finished experiment trains nothing; with plots, it draws them
+    drawn = deployable.experiment(**{**params, "plots": True})
+    (png,) = drawn["plots"]
+    assert png == f"{out['experiment']}/plots/metric.png"
+    with open(png, "rb") as f:
+        drawn_png = f.read()
+    assert_png(drawn_png)
+    (artifact,) = artifacts("from-json-plots")
+    embedded = re.search(
+        r"!\[metric.png\]\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", artifact.data
+    )
+    assert embedded and base64.b64decode(embedded.group(1)) == drawn_png
+    assert f"`{png}`" in artifact.data
+
+
+def assert_png(data: bytes) -> None:
+    """A PNG of a figure's size (its IHDR chunk: width and height in pixels)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert width >= 400 and height >= 300, (width, height)
 
 
 def test_json_search_spaces_and_mutations_decode():
