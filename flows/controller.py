@@ -190,6 +190,7 @@ class Controller:
             taken=frozenset(c.name for c in rec.checkpoints) | self.janitor.deleting(rec.dirname),
             live_token=rec.live[0] if rec.live else None,
             lease_epoch=self.lease.epoch if self.lease is not None else 0,
+            progress_topic=self._display.live.topic if self._display is not None else None,
         )
 
     def _pack_size(self, slots: int) -> int:
@@ -283,6 +284,8 @@ class Controller:
 
     def _reduce(self, outcome: SegmentOutcome) -> None:
         rec = self.by_id[outcome.trial_id]
+        if self._display is not None:
+            self._display.live.reduced(rec.trial_id)
         rec.live = (
             (outcome.live_token, outcome.worker) if outcome.live_token and outcome.worker else None
         )

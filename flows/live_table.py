@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any
 
+from popflow.flows.live_results import LiveResults
 from popflow.flows.results import flatten
 from popflow.flows.trial_table import TrialRecord
 from popflow.schedulers import TrialStatus
@@ -89,11 +90,16 @@ class LiveTable:
         self._due = self._t0 + self.interval
         self._live: Any = None
         self._restore: list[tuple[Any, str, Any]] = []
+        #: the running segments' latest results, sent as they train
+        self.live = LiveResults()
 
     # -- the driver's calls ----------------------------------------------------
-    def start(self, dashboard: str | None) -> None:
-        """The run started: on a terminal the live region opens under the header."""
+    def start(self, dashboard: str | None, client: Any = None) -> None:
+        """The run started: on a terminal the live region opens under the header; the
+        running segments' results come from ``client`` (a Dask client) as they train."""
         self.dashboard = dashboard
+        if client is not None:
+            self.live.subscribe(client)
         if not self.tty:
             self.console.print(self._header())
             return
@@ -132,6 +138,7 @@ class LiveTable:
         then how it ended and the best result."""
         view = self._view(records, final=True)
         footer = self._footer(grid, message)
+        self.live.close()
         if self._live is not None:
             self._live.update(view, refresh=True)
             self._stop_live()
@@ -141,7 +148,19 @@ class LiveTable:
 
     def abandon(self) -> None:
         """The run is ending by an error: give the terminal back as it is."""
+        self.live.close()
         self._stop_live()
+
+    def _result(self, rec: TrialRecord) -> dict[str, Any]:
+        """What a row shows of ``rec``: its last committed result, or, while its segment
+        trains, the newer one the segment sent."""
+        last = rec.trial.last_result
+        if rec.trial.status != TrialStatus.RUNNING:
+            return last
+        live = self.live.latest(rec.trial_id)
+        if live and live.get("training_iteration", 0) > last.get("training_iteration", 0):
+            return {**last, **live}
+        return last
 
     # -- drawing ---------------------------------------------------------------
     def _show(self, view: Any) -> None:
@@ -173,8 +192,8 @@ class LiveTable:
         )
         best = self._best(records)
         if best is not None and self.metric:
-            value = best.trial.last_result.get(self.metric)
-            iteration = best.trial.last_result.get("training_iteration")
+            value = self._result(best).get(self.metric)
+            iteration = self._result(best).get("training_iteration")
             line += f" · best {best.trial} {self.metric}={_number(value)} (iter {iteration})"
         return line + (" · done" if final else "")
 
@@ -184,7 +203,7 @@ class LiveTable:
         scored = [
             (float(v), rec)
             for rec in records
-            if isinstance(v := rec.trial.last_result.get(self.metric), int | float)
+            if isinstance(v := self._result(rec).get(self.metric), int | float)
             and not isinstance(v, bool)
             and math.isfinite(v)
         ]
@@ -222,7 +241,7 @@ class LiveTable:
         shown, hidden = _rows(records, best)
         for rec in shown:
             flat = flatten(rec.trial.config)
-            last = rec.trial.last_result
+            last = self._result(rec)
             row = [
                 ("* " if rec is best else "  ") + str(rec.trial),
                 rec.trial.status.value,
@@ -325,12 +344,13 @@ def _rows(
 
 
 @contextmanager
-def shown(table: LiveTable | None, dashboard: str | None) -> Iterator[LiveTable | None]:
-    """Within: ``table`` started; a run that ends by an error gives the terminal back."""
+def shown(table: LiveTable | None, client: Any) -> Iterator[LiveTable | None]:
+    """Within: ``table`` started on ``client``'s cluster; a run that ends by an error gives
+    the terminal back."""
     if table is None:
         yield None
         return
-    table.start(dashboard)
+    table.start(getattr(client, "dashboard_link", None), client)
     try:
         yield table
     except BaseException:

@@ -203,7 +203,7 @@ def tune_flow(
             return _ended(grid, f"{experiment.name} had already finished: nothing to run")
         with (
             dask_client(cluster, spec.n_workers, spec.resources) as client,
-            shown(_live_table(spec, experiment), client.dashboard_link) as table,
+            shown(_live_table(spec, experiment), client) as table,
         ):
             run_logger().info("Dask dashboard: %s", client.dashboard_link)
             pool = RunnerPool(client, spec.resources, spec.name)

@@ -15,6 +15,7 @@ from popflow.infra.checkpoint_store import publish_checkpoint
 from popflow.infra.jsonutil import jsonable
 from popflow.infra.lease import fence
 from popflow.tasks.progress import ProgressClock
+from popflow.tasks.progress_events import ProgressSender
 from popflow.tasks.specs import (
     CheckpointNeed,
     CheckpointRecord,
@@ -56,6 +57,7 @@ class SegmentRun:
         self.reason: EndReason | None = None
         self._taken = set(spec.taken)
         self._start_iteration = clock.iteration
+        self._progress = ProgressSender(spec.progress_topic, spec.trial_id)
 
     def record(self, metrics: dict[str, Any]) -> EndReason | None:
         """Record one iteration's metrics; return why the segment ends here, if it does."""
@@ -63,6 +65,7 @@ class SegmentRun:
             raise TypeError(f"reported metrics must be a dict, got {metrics!r}")
         result = self.clock.fill(metrics)
         self.outcome.results.append(result)
+        self._progress.result(result)
         self.reason = self._end_reason(result)
         return self.reason
 

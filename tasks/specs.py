@@ -82,6 +82,7 @@ class SegmentSpec:
     taken: frozenset[str] = frozenset()  # checkpoint names this trial has or is deleting
     live_token: str | None = None  # continue the trainable this worker parked under it
     lease_epoch: int = 0  # the driver's lease: no checkpoint is published once a newer exists
+    progress_topic: str | None = None  # send the latest result meanwhile (tasks.progress_events)
 
 
 @dataclass

@@ -34,8 +34,10 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def run_script(tmp_path, *args: str) -> str:
-    (tmp_path / "script.py").write_text(SCRIPT)
+def run_script(tmp_path, *args: str, script: str = SCRIPT) -> str:
+    """``script`` run as a user would, in a fresh process on the embedded default, with
+    a Prefect home of its own; its stdout and stderr."""
+    (tmp_path / "script.py").write_text(script)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env["PREFECT_HOME"] = str(tmp_path / "prefect-home")  # the user's own, fresh
     proc = subprocess.run(

@@ -12,6 +12,8 @@ import sys
 import textwrap
 import threading
 
+from test_console import run_script
+
 from popflow.flows.live_table import MAX_ROWS, LiveTable
 from popflow.flows.trial_table import TrialRecord
 from popflow.schedulers import Trial, TrialStatus
@@ -25,8 +27,8 @@ SCRIPT = textwrap.dedent(
 
 
     def objective(config):
-        for step in range(1, 9):
-            time.sleep(0.4)
+        for step in range(1, 13):
+            time.sleep(0.5)
             tune.report({"score": config["x"] * step})
 
 
@@ -91,18 +93,7 @@ def run_in_terminal(tmp_path, verbose: int) -> str:
 
 
 def run_through_pipe(tmp_path, verbose: int) -> str:
-    (tmp_path / "script.py").write_text(SCRIPT)
-    proc = subprocess.run(
-        [sys.executable, "script.py", str(verbose)],
-        cwd=tmp_path,
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-3000:]
-    return out
+    return run_script(tmp_path, str(verbose), script=SCRIPT)
 
 
 def test_on_a_terminal_the_table_is_redrawn_in_place_under_the_log_lines(tmp_path):
@@ -112,10 +103,12 @@ def test_on_a_terminal_the_table_is_redrawn_in_place_under_the_log_lines(tmp_pat
     frames = out.count("Trial status:")
     assert frames >= 3, out[-3000:]  # drawn while running, not only at the end
     assert re.search(r"Trial status: 2 RUNNING", out), out[-3000:]
+    # a FIFO trial is one segment: its rows move with the results it sends as it trains
+    assert re.search(r"objective_\S+\s+RUNNING\s+[12]\s+([1-9]|1[01])\s", out), out[-3000:]
     assert re.search(r"Trial status: 2 TERMINATED .* done", out), out[-3000:]
     # a log line printed while the table is up lands above it, whole
     assert re.search(r"watched finished: 2 trials, 0 errors", out), out[-3000:]
-    assert re.search(r"Best trial \S+: score=16 at iteration 8", out), out[-3000:]
+    assert re.search(r"Best trial \S+: score=24 at iteration 12", out), out[-3000:]
 
 
 def test_through_a_pipe_the_table_is_plain_text_printed_once_at_the_end(tmp_path):
@@ -127,8 +120,8 @@ def test_through_a_pipe_the_table_is_plain_text_printed_once_at_the_end(tmp_path
     rows = [line for line in out.splitlines() if line.startswith("|") and "objective_" in line]
     assert len(rows) == 2 and all("| TERMINATED |" in row for row in rows), out
     best = [row for row in rows if row.startswith("| * ")]
-    assert len(best) == 1 and best[0].rstrip("|").split("|")[-1].strip() == "16", rows
-    assert re.search(r"Best trial \S+: score=16 at iteration 8, config \{'x': 2\}", out), out
+    assert len(best) == 1 and best[0].rstrip("|").split("|")[-1].strip() == "24", rows
+    assert re.search(r"Best trial \S+: score=24 at iteration 12, config \{'x': 2\}", out), out
 
 
 def test_verbose_1_shows_the_status_line_and_no_table(tmp_path):
@@ -142,8 +135,8 @@ def test_verbose_3_shows_every_result(tmp_path):
     reported = re.findall(
         r"Trial (objective_\S+) reported score=(\d+), training_iteration=(\d+)", out
     )
-    assert len(reported) == 16, out[-3000:]
-    assert sorted({int(it) for _, _, it in reported}) == list(range(1, 9))
+    assert len(reported) == 24, out[-3000:]
+    assert sorted({int(it) for _, _, it in reported}) == list(range(1, 13))
     assert "round 1 committed" in out  # the detail the console leaves out below 3
 
 
@@ -174,3 +167,35 @@ def test_a_large_population_shows_the_best_and_live_trials_and_counts_the_rest()
     assert f"... {50 - MAX_ROWS} more trials not shown ({50 - MAX_ROWS} TERMINATED)" in text
     header = text.splitlines()[0]
     assert "lr" in text and " fixed " not in text, header  # only what varies is a column
+
+
+def test_a_segment_sends_its_latest_result_to_the_driver_as_it_trains(dask_cluster):
+    """Over the cluster for real: a worker's sender reaches the driver's subscription, at
+    most one event per interval, and what came before the segment's outcome is dropped."""
+    import time
+
+    from popflow.flows.live_results import LiveResults
+    from popflow.tasks import progress_events
+
+    live = LiveResults()
+    live.subscribe(dask_cluster)
+
+    def train(topic: str) -> int:
+        progress_events.PROGRESS_INTERVAL_S = 0.0  # in this worker process only
+        sender = progress_events.ProgressSender(topic, "t7")
+        sender._due = 0.0
+        for it in range(1, 4):
+            sender.result({"training_iteration": it, "loss": 1.0 / it, "blob": [1, 2]})
+        return it
+
+    assert dask_cluster.submit(train, live.topic, pure=False).result() == 3
+    deadline = time.monotonic() + 30
+    while (live.latest("t7") or {}).get("training_iteration") != 3:
+        assert time.monotonic() < deadline, live.latest("t7")
+        time.sleep(0.05)  # polling for the event's arrival, with a deadline
+    assert live.latest("t7") == {"training_iteration": 3, "loss": 1.0 / 3}  # numbers only
+    live.reduced("t7")
+    assert live.latest("t7") is None
+    live._event((time.time() - 60, {"trial_id": "t7", "result": {"training_iteration": 9}}))
+    assert live.latest("t7") is None  # sent before the outcome came back: history
+    live.close()

@@ -13,31 +13,36 @@ from popflow import run
 from popflow.schedulers import FIFOScheduler
 
 
-def run_logs(name: str) -> list[str]:
-    """Every log line of the ``tune`` flow runs of experiment ``name``, in the API."""
+def tune_runs(name: str, then: Any = None) -> Any:
+    """The ``tune`` flow runs of experiment ``name`` in the API; with ``then`` (an async
+    function of the client and the runs' ids), what it reads of them."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (
-        FlowFilter,
-        FlowFilterName,
-        LogFilter,
-        LogFilterFlowRunId,
-    )
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
 
-    async def call() -> list[str]:
+    async def call() -> Any:
         async with get_client() as client:
             runs = await client.read_flow_runs(
                 flow_filter=FlowFilter(name=FlowFilterName(any_=["tune"]))
             )
-            ids = [r.id for r in runs if r.parameters.get("name") == name]
-            logs = await client.read_logs(
-                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=ids))
-            )
-        return [log.message for log in logs]
+            runs = [r for r in runs if r.parameters.get("name") == name]
+            return runs if then is None else await then(client, [r.id for r in runs])
 
+    return asyncio.run(call())
+
+
+def run_logs(name: str) -> list[str]:
+    """Every log line of the ``tune`` flow runs of experiment ``name``, in the API."""
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
     from prefect.logging.handlers import APILogWorker
 
+    async def logs(client: Any, ids: list[Any]) -> list[str]:
+        found = await client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=ids))
+        )
+        return [log.message for log in found]
+
     APILogWorker.drain_all(timeout=10)  # what the run logged, shipped before it is read
-    return asyncio.run(call())
+    return tune_runs(name, logs)
 
 
 def test_a_runs_start_rounds_trial_errors_and_end_are_in_its_prefect_logs(tune_env):
@@ -116,19 +121,19 @@ def test_each_round_versions_the_leaderboard_and_the_end_writes_a_summary(tune_e
     assert all("\n[PopulationBasedTraining] [Explore] Perturbed" in m for m in clones)
 
 
-def flow_run_parameters(name: str) -> list[dict[str, Any]]:
-    """The parameters of every ``tune`` flow run of experiment ``name``, as the API has them."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+def round_task_names(name: str) -> list[str]:
+    """The names of the task runs of experiment ``name``'s ``tune`` flow run, in order."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.client.schemas.sorting import TaskRunSort
 
-    async def call() -> list[dict[str, Any]]:
-        async with get_client() as client:
-            runs = await client.read_flow_runs(
-                flow_filter=FlowFilter(name=FlowFilterName(any_=["tune"]))
-            )
-        return [r.parameters for r in runs if r.parameters.get("name") == name]
+    async def names(client: Any, ids: list[Any]) -> list[str]:
+        tasks = await client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids)),
+            sort=TaskRunSort.EXPECTED_START_TIME_ASC,
+        )
+        return [t.name for t in tasks]
 
-    return asyncio.run(call())
+    return tune_runs(name, names)
 
 
 def test_the_flow_runs_parameters_read_as_the_run_was_asked_for(tune_env):
@@ -146,7 +151,8 @@ def test_the_flow_runs_parameters_read_as_the_run_was_asked_for(tune_env):
         seed=5,
         **tune_env,
     )
-    (params,) = flow_run_parameters("readable")
+    (params,) = [r.parameters for r in tune_runs("readable")]
+    assert round_task_names("readable") == ["round-1", "round-2"]
     spec = params["spec"]
     assert spec["trainable"] == "trainables:ParityTrainable"
     assert spec["storage"] == grid.experiment_path
