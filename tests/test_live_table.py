@@ -199,3 +199,23 @@ def test_a_segment_sends_its_latest_result_to_the_driver_as_it_trains(dask_clust
     live._event((time.time() - 60, {"trial_id": "t7", "result": {"training_iteration": 9}}))
     assert live.latest("t7") is None  # sent before the outcome came back: history
     live.close()
+
+
+def test_through_a_pipe_a_long_run_prints_its_table_every_interval(monkeypatch):
+    """Plain output is periodic: a print when the interval has passed, none before."""
+    from popflow.flows import live_table
+
+    now = [1000.0]
+    monkeypatch.setattr(live_table.time, "monotonic", lambda: now[0])
+    out = io.StringIO()
+    table = LiveTable(
+        2, name="long", path="/x/long", seed=0, scheduler="PBT", metric="score", mode="max",
+        file=out, interval_s=30.0,
+    )  # fmt: skip
+    records = _records(3)
+    table.start(None)
+    for step in range(1, 100):  # 99 ticks over 99 s: prints at 30, 60 and 90 s
+        now[0] = 1000.0 + step
+        table.tick(records, round_no=step)
+    frames = re.findall(r"Trial status: .* · round (\d+) · 0:0(\d:\d\d)", out.getvalue())
+    assert frames == [("30", "0:30"), ("60", "1:00"), ("90", "1:30")], out.getvalue()
