@@ -26,6 +26,7 @@ from typing import Any
 
 from popflow.flows.callbacks import Hooks
 from popflow.flows.early_end import EarlyEnd
+from popflow.flows.ending_trials import EndingTrials
 from popflow.flows.experiment import Experiment
 from popflow.flows.guards import (
     MissingMetric,
@@ -37,12 +38,11 @@ from popflow.flows.live_table import LiveTable
 from popflow.flows.packing import pack_size, packs
 from popflow.flows.results import checkpoint_of
 from popflow.flows.retention import Janitor, retire_checkpoints
-from popflow.flows.run_log import last_line, run_logger
 from popflow.flows.run_spec import RunSpec
 from popflow.flows.runner_calls import RunnerCalls
 from popflow.flows.runner_pool import RunnerPool
 from popflow.flows.trial_logs import TrialLogs
-from popflow.flows.trial_table import TrialRecord, TrialTable, clone_into, fall_back_from
+from popflow.flows.trial_table import TrialRecord, TrialTable, clone_into
 from popflow.schedulers import Action, Exploit, Trial, TrialStatus
 from popflow.tasks.live import discard_parked_soon
 from popflow.tasks.seeding import DRIVER, isolate_dask_sampling, seed_globals, segment_seed
@@ -56,7 +56,7 @@ def _started(rec: TrialRecord) -> bool:
     return bool(rec.results) or rec.restore is not None or rec.trial.status != TrialStatus.PENDING
 
 
-class Controller:
+class Controller(EndingTrials):
     def __init__(self, spec: RunSpec, experiment: Experiment, pool: RunnerPool) -> None:
         self.spec = spec
         self.records = experiment.records
@@ -372,79 +372,6 @@ class Controller:
         self.logs.add_exploit(clone_into(target, source, exploit), target)
         self._events.append(exploit.brief())
         self._decisions.append(exploit.describe())  # the round task logs it, once
-
-    def _on_error(self, rec: TrialRecord, outcome: SegmentOutcome) -> None:
-        for ckpt in outcome.checkpoints:  # never committed: nobody can refer to them
-            self.storage.remove(rec.checkpoint_path(ckpt.name))
-        if outcome.bad_checkpoint and self._drop_bad_checkpoint(
-            outcome.bad_checkpoint, outcome.error
-        ):
-            rec.trial.status = TrialStatus.PENDING  # storage's fault, not the trial's: retry
-            return
-        rec.num_failures += 1
-        max_failures = self.spec.max_failures
-        if max_failures < 0 or rec.num_failures <= max_failures:
-            self.retries.failed(
-                rec.trial_id, rec.num_failures, max_failures, outcome.error, rec.restore
-            )
-            rec.trial.status = TrialStatus.PENDING
-            self.hooks.trial_recover(rec.trial)
-            return
-        for result in outcome.results:
-            self._record(rec, result)
-        rec.error = outcome.error
-        self.table.fail(rec.trial)
-        self._check_lease()
-        self.storage.write_text(outcome.error or "", rec.dirname, "error.txt")
-        self._events.append(f"[error] {rec.trial_id}")
-        run_logger().error("trial %s errored: %s", rec.trial_id, last_line(outcome.error))
-        logger.debug("trial %s errored:\n%s", rec.trial_id, outcome.error)
-        self.hooks.trial_error(rec.trial)
-        self.early_end.errored(rec)
-
-    def _stop_all(self) -> None:
-        """End every live trial where it stands (:mod:`popflow.flows.early_end`)."""
-        self.calls.cancel()  # segments in flight: their results are not taken
-        stopped = [r for r in self.records if r.trial.is_live]
-        for rec in stopped:
-            rec.trial.status = TrialStatus.TERMINATED
-            self.scheduler.on_trial_remove(rec.trial)
-            self._discard_live(rec)
-            self.hooks.trial_complete(rec.trial)
-        why = self.early_end.why
-        self._events.append(f"[stopped] {why}; {len(stopped)} trials stopped")
-        logger.warning("%s; stopping the experiment (%d trials stopped)", why, len(stopped))
-
-    def _out_of_time(self) -> bool:
-        """The run's budget is spent (``time_budget_s``, ``max_rounds``): cancel what
-        runs, commit, end the run (not the experiment: its trials wait, as last
-        committed, for a resume)."""
-        self.early_end.end_of_budget()
-        self.calls.cancel()
-        waiting = 0
-        for rec in self.records:
-            if rec.trial.status == TrialStatus.RUNNING:
-                rec.trial.status = TrialStatus.PENDING
-                self._discard_live(rec)
-            waiting += rec.trial.is_live
-        self._events.append(f"[budget] {self.early_end.budget} spent; {waiting} trials wait")
-        self._flush_discards()
-        self.hooks.step_end()
-        self.commit(final=True)
-        return False
-
-    def _drop_bad_checkpoint(self, path: str, error: str | None) -> bool:
-        """Stop using a checkpoint that failed its check (False: no earlier one to use)."""
-        reason = last_line(error)
-        fallback = fall_back_from(self.records, path)
-        if fallback is None:
-            logger.error("checkpoint %s is corrupt and no earlier one exists: %s", path, reason)
-            return False
-        self._events.append(f"[corrupt checkpoint] {path}; using {fallback}")
-        logger.error(
-            "checkpoint %s failed its check (%s); falling back to %s", path, reason, fallback
-        )
-        return True
 
     # -- commit ----------------------------------------------------------------
     def commit(self, final: bool = False) -> None:

@@ -1,0 +1,109 @@
+"""How a controller's trials end other than by finishing: a trial's error (retried or
+for good), a checkpoint that failed its check, the experiment stopped early, the run's
+budget spent. A mixin of :class:`popflow.flows.controller.Controller`, whose state it
+uses; split from it to keep one idea per module."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from popflow.flows.run_log import last_line, run_logger
+from popflow.flows.trial_table import TrialRecord, fall_back_from
+from popflow.schedulers import TrialStatus
+from popflow.tasks.specs import SegmentOutcome
+
+logger = logging.getLogger("popflow.flows.controller")  # the controller's lines, as before
+
+
+class EndingTrials:
+    if TYPE_CHECKING:  # the controller's, used here
+        spec: Any
+        storage: Any
+        records: list[TrialRecord]
+        retries: Any
+        hooks: Any
+        table: Any
+        calls: Any
+        scheduler: Any
+        early_end: Any
+        _events: list[str]
+
+        def _record(self, rec: TrialRecord, result: dict[str, Any]) -> None: ...
+        def _check_lease(self) -> None: ...
+        def _discard_live(self, rec: TrialRecord) -> None: ...
+        def _flush_discards(self) -> None: ...
+        def commit(self, final: bool = False) -> None: ...
+
+    def _on_error(self, rec: TrialRecord, outcome: SegmentOutcome) -> None:
+        for ckpt in outcome.checkpoints:  # never committed: nobody can refer to them
+            self.storage.remove(rec.checkpoint_path(ckpt.name))
+        if outcome.bad_checkpoint and self._drop_bad_checkpoint(
+            outcome.bad_checkpoint, outcome.error
+        ):
+            rec.trial.status = TrialStatus.PENDING  # storage's fault, not the trial's: retry
+            return
+        rec.num_failures += 1
+        max_failures = self.spec.max_failures
+        if max_failures < 0 or rec.num_failures <= max_failures:
+            self.retries.failed(
+                rec.trial_id, rec.num_failures, max_failures, outcome.error, rec.restore
+            )
+            rec.trial.status = TrialStatus.PENDING
+            self.hooks.trial_recover(rec.trial)
+            return
+        for result in outcome.results:
+            self._record(rec, result)
+        rec.error = outcome.error
+        self.table.fail(rec.trial)
+        self._check_lease()
+        self.storage.write_text(outcome.error or "", rec.dirname, "error.txt")
+        self._events.append(f"[error] {rec.trial_id}")
+        run_logger().error("trial %s errored: %s", rec.trial_id, last_line(outcome.error))
+        logger.debug("trial %s errored:\n%s", rec.trial_id, outcome.error)
+        self.hooks.trial_error(rec.trial)
+        self.early_end.errored(rec)
+
+    def _stop_all(self) -> None:
+        """End every live trial where it stands (:mod:`popflow.flows.early_end`)."""
+        self.calls.cancel()  # segments in flight: their results are not taken
+        stopped = [r for r in self.records if r.trial.is_live]
+        for rec in stopped:
+            rec.trial.status = TrialStatus.TERMINATED
+            self.scheduler.on_trial_remove(rec.trial)
+            self._discard_live(rec)
+            self.hooks.trial_complete(rec.trial)
+        why = self.early_end.why
+        self._events.append(f"[stopped] {why}; {len(stopped)} trials stopped")
+        logger.warning("%s; stopping the experiment (%d trials stopped)", why, len(stopped))
+
+    def _out_of_time(self) -> bool:
+        """The run's budget is spent (``time_budget_s``, ``max_rounds``): cancel what
+        runs, commit, end the run (not the experiment: its trials wait, as last
+        committed, for a resume)."""
+        self.early_end.end_of_budget()
+        self.calls.cancel()
+        waiting = 0
+        for rec in self.records:
+            if rec.trial.status == TrialStatus.RUNNING:
+                rec.trial.status = TrialStatus.PENDING
+                self._discard_live(rec)
+            waiting += rec.trial.is_live
+        self._events.append(f"[budget] {self.early_end.budget} spent; {waiting} trials wait")
+        self._flush_discards()
+        self.hooks.step_end()
+        self.commit(final=True)
+        return False
+
+    def _drop_bad_checkpoint(self, path: str, error: str | None) -> bool:
+        """Stop using a checkpoint that failed its check (False: no earlier one to use)."""
+        reason = last_line(error)
+        fallback = fall_back_from(self.records, path)
+        if fallback is None:
+            logger.error("checkpoint %s is corrupt and no earlier one exists: %s", path, reason)
+            return False
+        self._events.append(f"[corrupt checkpoint] {path}; using {fallback}")
+        logger.error(
+            "checkpoint %s failed its check (%s); falling back to %s", path, reason, fallback
+        )
+        return True
