@@ -77,7 +77,8 @@ def finished_percent(records: Sequence[TrialRecord]) -> float:
 
 
 class RunArtifacts:
-    """One run's artifacts: :meth:`round` after each committed round, :meth:`final` once."""
+    """One run's artifacts: :meth:`round_rows` after each committed round, :meth:`final_text`
+    once."""
 
     def __init__(self, experiment: str, metric: str | None, mode: str | None) -> None:
         self.experiment = experiment
@@ -99,10 +100,9 @@ class RunArtifacts:
 
         self._sent.append(self._sender.submit(guarded))
 
-    def round(self, records: Sequence[TrialRecord], round_no: int) -> None:
-        """The leaderboard's next version and the progress, from the round just committed."""
-        rows = leaderboard(records, self.metric, self.mode)
-        done = finished_percent(records)
+    def round_rows(self, rows: list[dict[str, Any]], done: float, round_no: int) -> None:
+        """The leaderboard's next version (``rows``, :func:`leaderboard`'s) and the progress
+        (``done``, :func:`finished_percent`'s), after round ``round_no``."""
         self._send(lambda: self._send_round(rows, done, round_no))
 
     def _send_round(self, rows: list[dict[str, Any]], done: float, round_no: int) -> None:
@@ -125,12 +125,11 @@ class RunArtifacts:
         else:
             update_progress_artifact(self._progress, done, description=what)
 
-    def final(self, grid: Any, how: str, records: Sequence[TrialRecord]) -> None:
-        """The summary (how the run ended, the best trial and its checkpoint, the counts),
-        after everything sent before it; returns once all is sent."""
+    def final_text(self, text: str, how: str) -> None:
+        """The summary (:func:`summary_markdown`'s ``text``; ``how`` the run ended), after
+        everything sent before it; returns once all is sent."""
         from prefect.artifacts import create_markdown_artifact
 
-        text = summary_markdown(grid, how, records, self.metric, self.mode)
         key = artifact_key(self.experiment, "summary")
         self._send(lambda: create_markdown_artifact(text, key=key, description=how))
         self.flush()

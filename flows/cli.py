@@ -6,6 +6,8 @@ popflow resume ./results/pbt_benchmark
 popflow resume s3://bucket/experiments/pbt --storage-options '{"endpoint_url": "..."}'
 popflow resume s3://bucket/experiments/pbt --credentials-block aws-credentials/my-creds
 popflow plot ./results/pbt_benchmark        # PNGs in ./results/pbt_benchmark/plots/
+popflow server                              # the local Prefect server's UI address, if up
+popflow server stop                         # stop it (a later run starts it again)
 
 status, show and plot only read: a running experiment is not disturbed. A
 mistake (no experiment there, a bad URL, missing credentials) is one line on
@@ -34,6 +36,7 @@ from popflow.flows.experiment_read import (
 )
 from popflow.flows.results import committed_results
 from popflow.flows.status_view import status_lines, value_text
+from popflow.infra import local_server
 from popflow.infra.experiment_log import EXPERIMENT_FILE, DamagedLog
 from popflow.infra.lease import LeaseHeldError, live_holder
 from popflow.infra.storage import Storage, StorageError
@@ -254,6 +257,22 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _server(args: argparse.Namespace) -> int:
+    """The embedded default's Prefect server (:mod:`popflow.infra.local_server`)."""
+    home = local_server.prefect_home()
+    if args.action == "stop":
+        stopped = local_server.stop(home)
+        print(f"stopped the local Prefect server (pid {stopped.pid})" if stopped else
+              f"no local Prefect server of {home} was running")  # fmt: skip
+        return 0
+    server = local_server.running(home)
+    if server is None:
+        print(f"no local Prefect server of {home} is running (the next run starts one)")
+        return 0
+    print(f"Prefect UI: {server.ui_url}  (API {server.api_url}; pid {server.pid}; home {home})")
+    return 0
+
+
 def _quiet_console() -> None:
     """popflow's and Prefect's INFO on the console; not a line per HTTP request."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -288,9 +307,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--time-attr", default="training_iteration", help="the x axis (default: %(default)s)"
     )
+    p = sub.add_parser("server", help="the local Prefect server that runs start and reuse")
+    p.add_argument("action", nargs="?", choices=("status", "stop"), default="status")
     args = parser.parse_args(argv)
     _quiet_console()
-    commands = {"status": _status, "show": _show, "resume": _resume, "plot": _plot}
+    commands = {
+        "status": _status, "show": _show, "resume": _resume, "plot": _plot, "server": _server,
+    }  # fmt: skip
     try:
         return commands[args.command](args)
     except UserError as e:

@@ -1,9 +1,10 @@
 """``popflow.run``: check the arguments, start the cluster, run the ``tune`` flow.
 
 Ray Tune's legacy ``tune.run`` and ``Tuner.fit`` in one call. The arguments
-are checked into a :class:`~popflow.flows.run_spec.RunSpec` before Prefect
-or the cluster starts; the embedded cluster then starts in the background
-while Prefect creates the flow run (:mod:`popflow.flows.prefect_flow`).
+are checked into a :class:`~popflow.flows.run_spec.RunSpec` before the cluster
+starts. The training (:mod:`popflow.flows.training`) then runs in the calling
+thread at once, while a thread of its own imports Prefect and records the run
+as the ``tune`` flow run (:mod:`popflow.flows.prefect_flow`).
 """
 
 from __future__ import annotations
@@ -19,16 +20,11 @@ import cloudpickle
 from distributed import Client
 
 from popflow.flows.config import CheckpointConfig, resources_of
-from popflow.flows.console import console_verbosity
 from popflow.flows.flow_parameters import Shown, cluster_view, spec_view
-from popflow.flows.prefect_flow import (
-    embedded_server_settings,
-    is_flow_retry,
-    prefect_objects,
-    refuse_crash_loop,
-)
+from popflow.flows.prefect_flow import PrefectRecord, is_flow_retry, refuse_crash_loop
 from popflow.flows.results import ResultGrid
 from popflow.flows.run_spec import RunSpec, run_spec
+from popflow.flows.training import train
 from popflow.infra.cluster import ClusterStart
 from popflow.infra.storage import Storage
 from popflow.schedulers import TrialScheduler
@@ -158,16 +154,16 @@ def run(
     if params is not None:  # with_parameters: its objects, once, before any segment is pickled
         params.store(spec.experiment_storage)
     _ship_by_value(spec.trainable, remote=spec.dask_address is not None)
-    tune_flow = prefect_objects().tune_flow
-    with embedded_server_settings(), console_verbosity(verbose):
-        if spec.dask_address is not None:
-            return tune_flow(spec.name, *_shown(spec, spec.dask_address))
-        # the embedded cluster starts while Prefect creates the flow run
-        cluster = ClusterStart(spec.n_workers, spec.resources)
-        try:
-            return tune_flow(spec.name, *_shown(spec, cluster))
-        finally:
+    # the training starts at once; Prefect records it from a thread of its own
+    cluster = spec.dask_address or ClusterStart(spec.n_workers, spec.resources)
+    record = PrefectRecord(spec, _shown(spec, cluster))
+    record.start()
+    try:
+        return train(spec, cluster, spec.resume, record.feed).grid
+    finally:
+        if isinstance(cluster, ClusterStart):
             cluster.close()
+        record.finish()
 
 
 def _shown(spec: RunSpec, cluster: Any) -> tuple[Shown[RunSpec], Shown[Any]]:

@@ -1,35 +1,39 @@
-"""The Prefect side of a run: the ``tune`` flow, its ``round`` task, and flow retries.
+"""The Prefect side of a run: the ``tune`` flow run that records it, and flow retries.
 
-Each round is a Prefect task (visible in the UI, with the round's summary and
-decisions in its logs); the segments inside it are runner-actor calls on
-Dask workers, which never talk to Prefect. The flow and its task are made on
-the first run (:func:`prefect_objects`): every Dask worker imports popflow,
-and Prefect's import would cost each ~1 s of CPU and ~45 MB for nothing.
+``popflow.run`` trains in the calling thread (:mod:`popflow.flows.training`) and
+records the run in Prefect from a thread of its own (:class:`PrefectRecord`),
+which imports Prefect, finds its server (:func:`prefect_api`) and runs the
+``tune`` flow: its body turns the training's feed (:mod:`popflow.flows.run_feed`)
+into the flow run's logs, a ``round-N`` task run per round (its summary and
+decisions in its logs), the artifacts and the final state. The first segment
+does not wait for any of it; the run's end waits until all is recorded.
+
+Dask workers never talk to Prefect. The flow and its task are made on first use
+(:func:`prefect_objects`): every Dask worker imports popflow, and Prefect's
+import would cost each ~1 s of CPU and ~45 MB for nothing.
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 import os
+import sys
+import threading
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-from distributed import Client
-
 from popflow.flows.artifacts import RunArtifacts
-from popflow.flows.console import DETAIL, check_verbose
-from popflow.flows.controller import Controller
-from popflow.flows.experiment import Experiment, open_experiment
+from popflow.flows.console import DETAIL, console_verbosity
 from popflow.flows.flow_parameters import Shown
-from popflow.flows.live_table import LiveTable, shown
-from popflow.flows.results import ResultGrid, results_of
+from popflow.flows.run_feed import Line, Resumed, RoundBegins, RoundDone, RunEnd, RunFeed
 from popflow.flows.run_log import run_logger
 from popflow.flows.run_spec import RunSpec
-from popflow.flows.runner_pool import RunnerPool
 from popflow.flows.stale_runs import close_stale_runs
-from popflow.infra.cluster import ClusterStart, dask_client
+from popflow.infra import local_server
 
 logger = logging.getLogger("popflow")
 
@@ -40,10 +44,18 @@ def is_flow_retry() -> bool:
     Checked both where ``run`` is called (a retried parent flow: its ``tune``
     subflow is a new run) and inside the ``tune`` flow (a retry of it).
     """
+    ctx = _flow_run_context()
+    return bool(ctx and ctx.flow_run and ctx.flow_run.run_count > 1)
+
+
+def _flow_run_context() -> Any:
+    """The Prefect flow run this thread runs in, if any. A script that has not imported
+    Prefect runs in none: the answer costs no import (Prefect's takes ~1.6 s)."""
+    if "prefect.context" not in sys.modules:
+        return None
     from prefect.context import FlowRunContext
 
-    ctx = FlowRunContext.get()
-    return bool(ctx and ctx.flow_run and ctx.flow_run.run_count > 1)
+    return FlowRunContext.get()
 
 
 #: A flow run that has started this many times (Prefect's flow retries, and re-runs of
@@ -58,9 +70,7 @@ class TooManyRuns(RuntimeError):
 
 def refuse_crash_loop() -> None:
     """Raise :class:`TooManyRuns` in a flow run on its ``MAX_RUN_COUNT + 1``-th start."""
-    from prefect.context import FlowRunContext
-
-    ctx = FlowRunContext.get()
+    ctx = _flow_run_context()
     count = ctx.flow_run.run_count if ctx and ctx.flow_run else 0
     if count > MAX_RUN_COUNT:
         raise TooManyRuns(
@@ -69,54 +79,6 @@ def refuse_crash_loop() -> None:
             "experiment is committed in storage: read the earlier runs' logs, fix the "
             "cause, then run the deployment again (it resumes)"
         )
-
-
-def _round(controller: Controller, artifacts: RunArtifacts) -> bool:
-    """One round as a Prefect task: its summary and decisions show in the task's logs, the
-    leaderboard and progress on the Artifacts page."""
-    more = controller.run_round()
-    log = run_logger()
-    # the console shows the detail at verbose=3 only; the Prefect UI always
-    log.info(round_summary(controller), extra=DETAIL)
-    for decision in controller.last_commit["decisions"]:
-        log.info(decision, extra=DETAIL)  # each exploit once, in Ray's words
-    for event in controller.last_commit["events"]:
-        if not event.startswith(("[exploit]", "[error]")):  # said above, or when it errored
-            log.info(event)
-    artifacts.round(controller.records, controller.rounds)
-    if controller.display is not None:
-        controller.display.tick(controller.records, controller.rounds)
-    return more
-
-
-def round_summary(controller: Controller) -> str:
-    """One line on the last committed round, for the Prefect UI."""
-    counts: dict[str, int] = {}
-    for rec in controller.records:
-        counts[rec.trial.status.value] = counts.get(rec.trial.status.value, 0) + 1
-    states = ", ".join(f"{n} {status.lower()}" for status, n in sorted(counts.items()))
-    return (
-        f"round {controller.rounds} committed: {controller.last_commit['results']} results; "
-        f"trials {states}; {controller.scheduler.debug_string()}"
-    )
-
-
-def _announce(spec: RunSpec, experiment: Experiment) -> None:
-    """Where the experiment lives and its seed, first thing in the flow run's logs."""
-    log = run_logger()
-    if experiment.finished:
-        state = "already finished; returning its results"
-    elif experiment.resumed_from is not None:
-        state = f"resuming after round {experiment.resumed_from['round']}"
-    else:
-        state = f"{len(experiment.records)} trials"
-    log.info(
-        "%s: %s; results in %s (seed %d)",
-        experiment.name,
-        state,
-        experiment.storage.url,
-        experiment.seed,
-    )
 
 
 #: Prefect's setting for its server's telemetry service.
@@ -167,130 +129,175 @@ def embedded_server_settings() -> Iterator[None]:
         yield
 
 
-class TrialError(RuntimeError):
-    """``fail_fast="raise"``: a trial errored, and the experiment ended with it."""
-
-    def __init__(self, trial_id: str, error: str) -> None:
-        last = (error.strip().splitlines() or ["?"])[-1]
-        super().__init__(f"trial {trial_id} errored (fail_fast='raise'): {last}\n{error}")
-        self.trial_id = trial_id
+class RunFailed(RuntimeError):
+    """The ``tune`` flow run's error when the training raised: the training's own
+    exception is raised to the caller of ``popflow.run``, this one ends the flow run."""
 
 
-def tune_flow(
-    name: str,
-    spec: Shown[RunSpec] | RunSpec,
-    cluster: Shown[str | Client | ClusterStart | None] | str | Client | ClusterStart | None,
-) -> Any:
-    """Run (or resume) the experiment ``spec`` describes, on ``cluster``.
+#: The feed the ``tune`` flow of this thread records (set by :class:`PrefectRecord`).
+_RECORDING: contextvars.ContextVar[RunFeed | None] = contextvars.ContextVar(
+    "popflow_recording", default=None
+)
 
-    ``name``: the experiment's (``spec.name``), a flow-run parameter that the
-    UI shows. ``spec`` and ``cluster`` come :class:`Shown` as the UI shows them
-    (:mod:`popflow.flows.flow_parameters`: never the storage's credentials).
-    ``cluster``: a Dask scheduler's address, a Client, the embedded cluster
-    being started, or None (start one here).
+
+def tune_flow(name: str, spec: Shown[RunSpec] | RunSpec, cluster: Shown[Any] | Any) -> Any:
+    """Record the training of the experiment ``spec`` describes, on ``cluster``.
+
+    The flow run's parameters are what the UI shows of the run (``name``, the
+    spec and the cluster, :mod:`popflow.flows.flow_parameters`: never the
+    storage's credentials). Its body replays the training's feed as it comes:
+    lines to the flow run's log, each round as a ``round`` task run, the
+    artifacts, and the end as the final state (Completed with how it ended, or
+    Failed with the training's error).
     """
+    feed = _RECORDING.get()
+    if feed is None:
+        raise RuntimeError("the tune flow records a run of popflow.run: call popflow.run")
     if isinstance(spec, Shown):
         spec = spec.value
-    if isinstance(cluster, Shown):
-        cluster = cluster.value
-    resume = spec.resume or ("auto" if is_flow_retry() else False)
-    with open_experiment(spec, resume) as experiment:
-        _announce(spec, experiment)
-        if experiment.resumed_from is not None and experiment.lease is not None:
-            close_stale_runs(experiment.name, experiment.lease.epoch)
-        if experiment.finished:
-            grid = results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
-            return _ended(grid, f"{experiment.name} had already finished: nothing to run")
-        with (
-            dask_client(cluster, spec.n_workers, spec.resources) as client,
-            shown(_live_table(spec, experiment), client) as table,
-        ):
-            run_logger().info("Dask dashboard: %s", client.dashboard_link)
-            pool = RunnerPool(client, spec.resources, spec.name)
-            controller = Controller(spec, experiment, pool)
-            controller.display = table
-            artifacts = RunArtifacts(experiment.name, spec.metric, spec.mode)
-            if experiment.resumed_from is None:
-                controller.commit()  # round 0: the sampled population, before any training
-            try:
-                round_no = controller.rounds + 1
-                round_task = prefect_objects().round_task
-                while round_task.with_options(task_run_name=f"round-{round_no}")(
-                    controller, artifacts
-                ):
-                    round_no += 1
-                controller.seal()
-            finally:
-                controller.cancel()
-                pool.close()
-                artifacts.flush()  # a run that ends by an error sends no summary
-            grid = results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
-            if table is not None:
-                table.close(experiment.records, grid, _how_it_ended(experiment, controller))
-        failed = controller.early_end.failed
-    if failed is not None and spec.fail_fast == "raise":
-        raise TrialError(failed.trial_id, failed.error or "")
-    records = experiment.records
-    stuck = [r.trial_id for r in records if r.trial.is_live]
-    if controller.early_end.spent:
-        message = _how_it_ended(experiment, controller)
-        run_logger().info(message)
-        artifacts.final(grid, message, records)
-        return _ended(grid, message)
-    controller.hooks.experiment_end()
-    if stuck:
-        run_logger().warning(
-            "%d trials never finished (the scheduler chose none to run): %s", len(stuck), stuck
-        )
-    run_logger().info(
-        "%s finished: %d trials, %d errors; %s",
-        experiment.name,
-        len(grid),
-        grid.num_errors,
-        spec.scheduler.debug_string(),
-    )
-    message = _how_it_ended(experiment, controller)
-    artifacts.final(grid, message, records)
-    return _ended(grid, message)
+    artifacts = RunArtifacts(name, spec.metric, spec.mode)
+    round_task = prefect_objects().round_task
+    try:
+        while (event := feed.next()) is not None:
+            if isinstance(event, Line):
+                _log(event)
+            elif isinstance(event, RoundBegins):
+                named = round_task.with_options(task_run_name=f"round-{event.round_no}")
+                try:
+                    end = named(feed, artifacts)
+                except BaseException:
+                    end = feed.last_end
+                    if end is None:
+                        raise
+                if end is not None:
+                    return _ended(end, artifacts)
+            elif isinstance(event, Resumed):
+                close_stale_runs(event.experiment, event.epoch)
+            elif isinstance(event, RunEnd):
+                return _ended(event, artifacts)
+    finally:
+        artifacts.flush()  # a run that ends by an error sends no summary
+    raise RuntimeError("the training's feed ended without its end")  # pragma: no cover
 
 
-def _how_it_ended(experiment: Experiment, controller: Controller) -> str:
-    """The run's last word: finished, or its budget spent (what to do next)."""
-    records = experiment.records
-    if controller.early_end.spent:
-        to_go = sum(1 for r in records if r.trial.is_live)
-        return (
-            f"{experiment.name}: {controller.early_end.budget} spent after round "
-            f"{controller.rounds}; {to_go} trials to go, committed: resume "
-            "(resume='auto', Tuner.restore) goes on from here"
-        )
-    errors = sum(1 for r in records if r.error)
-    return f"{experiment.name} finished: {len(records)} trials, {errors} errors"
+def _round(feed: RunFeed, artifacts: RunArtifacts) -> RunEnd | None:
+    """One round as a Prefect task run, Running while the round is: the lines logged
+    meanwhile, then its summary and decisions, in its logs; the leaderboard and progress
+    on the Artifacts page. A round that raised ends its task run Failed (and the
+    training with it: :attr:`RunFeed.last_end`)."""
+    while (event := feed.next()) is not None:
+        if isinstance(event, Line):
+            _log(event)
+        elif isinstance(event, RoundDone):
+            for line in event.lines:
+                _log(line)
+            artifacts.round_rows(event.rows, event.done_percent, event.round_no)
+            return None
+        elif isinstance(event, RunEnd):
+            feed.last_end = event
+            if event.error is None:
+                return event
+            if not isinstance(event.error, Exception):
+                raise KeyboardInterrupt()
+            raise RunFailed(f"{type(event.error).__name__}: {event.error}")
+    return None
 
 
-def _live_table(spec: RunSpec, experiment: Experiment) -> LiveTable | None:
-    """The console's trial table at ``spec.verbose`` (none at 0)."""
-    verbose = check_verbose(spec.verbose)
-    if verbose == 0:
-        return None
-    return LiveTable(
-        verbose,
-        name=experiment.name,
-        path=experiment.storage.url,
-        seed=experiment.seed,
-        scheduler=type(spec.scheduler).__name__,
-        metric=spec.metric,
-        mode=spec.mode,
-    )
+def _log(line: Line) -> None:
+    run_logger().log(line.level, line.message, extra=DETAIL if line.detail else None)
 
 
-def _ended(grid: ResultGrid, message: str) -> Any:
-    """The flow run's final state: Completed, with ``message`` (what the UI shows for the
-    run: finished, budget spent, or nothing to do); the caller gets ``grid``."""
+def _ended(end: RunEnd, artifacts: RunArtifacts) -> Any:
+    """The flow run's final state: Completed, with how the run ended (what the UI shows:
+    finished, budget spent, or nothing to do), or the training's error."""
     from prefect.states import Completed
 
-    grid.summary = message  # for a parent flow's own final state
-    return Completed(message=message, data=grid)
+    if end.error is not None:
+        if not isinstance(end.error, Exception):
+            raise KeyboardInterrupt()  # Prefect marks the run Crashed, as for any interrupt
+        trace = "".join(traceback.format_exception(end.error)).rstrip()
+        run_logger().error("the training raised:\n%s", trace)
+        raise RunFailed(f"{type(end.error).__name__}: {end.error}") from None
+    if end.summary is not None:
+        artifacts.final_text(end.summary, end.message)
+    end.grid.summary = end.message  # for a parent flow's own final state
+    return Completed(message=end.message, data=end.grid)
+
+
+class PrefectRecord:
+    """The ``tune`` flow run of one training, recorded from a thread of its own.
+
+    :meth:`start` before the training: the thread imports Prefect, finds (or
+    starts) its server and replays :attr:`feed` as the training fills it.
+    :meth:`finish` after: waits until everything is recorded. The thread runs
+    in a copy of the caller's context, so inside a flow run (a deployment's) the
+    ``tune`` run is its subflow. Prefect is told, never relied on: if it cannot
+    be reached, the training goes on and its lines reach the console.
+    """
+
+    def __init__(self, spec: RunSpec, shown: tuple[Shown[RunSpec], Shown[Any]]) -> None:
+        self.spec = spec
+        self.feed = RunFeed()
+        self.error: BaseException | None = None
+        self._shown = shown
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(
+            target=context.run, args=(self._record,), name="popflow-prefect-record", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def finish(self) -> None:
+        """Wait until the run is recorded; a record that failed is warned about."""
+        self._thread.join()
+        if self.error is not None and not isinstance(self.error, RunFailed | KeyboardInterrupt):
+            logger.warning(
+                "the Prefect record of %s is incomplete (its results are in storage): %s",
+                self.spec.name,
+                self.error,
+            )
+
+    def _record(self) -> None:
+        _RECORDING.set(self.feed)
+        self.feed.training.wait()
+        try:
+            tune = prefect_objects().tune_flow  # Prefect's import sets up its logging
+            with prefect_api(), console_verbosity(self.spec.verbose):
+                tune(self.spec.name, *self._shown)
+        except BaseException as e:  # the training's, or Prefect's trouble
+            self.error = e
+            self._drain()
+
+    def _drain(self) -> None:
+        """The feed's lines not yet recorded, to popflow's logger (the console)."""
+        while (event := self.feed.next()) is not None:
+            lines = event.lines if isinstance(event, RoundDone) else [event]
+            for line in lines:
+                if isinstance(line, Line) and not line.detail:
+                    logger.log(line.level, line.message)
+
+
+@contextmanager
+def prefect_api() -> Iterator[None]:
+    """Within: the Prefect API this run reports to. A user's own ``PREFECT_API_URL``
+    (environment or profile) as it is; else popflow's local server
+    (:mod:`popflow.infra.local_server`, started by the first run and reused), or
+    with ``POPFLOW_PREFECT_SERVER=temporary`` Prefect's temporary one."""
+    from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
+
+    if get_current_settings().api.url or not local_server.wanted():
+        with embedded_server_settings():
+            yield
+        return
+    server = local_server.local_server()
+    # beside Prefect's own lines on the console (popflow's logger is quiet by default)
+    logging.getLogger("prefect").info(
+        "Prefect UI: %s (popflow's local server, kept for later runs; `popflow server stop`)",
+        server.ui_url,
+    )
+    with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
+        yield
 
 
 class PrefectObjects(NamedTuple):

@@ -15,7 +15,14 @@ logger = logging.getLogger("popflow")
 
 
 def run_logger() -> Any:
-    """The current flow or task run's logger, else popflow's (outside a Prefect run)."""
+    """The logger of the run this line belongs to: in a training thread its feed's (the
+    run's Prefect record logs it, :mod:`popflow.flows.run_feed`); in a Prefect run its
+    logger; else popflow's."""
+    from popflow.flows.run_feed import CURRENT, FeedLogger
+
+    feed = CURRENT.get()
+    if feed is not None:
+        return FeedLogger(feed)
     from prefect import get_run_logger
     from prefect.exceptions import MissingContextError
 

@@ -57,7 +57,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.linalg import LinAlgError
 
 from popflow.schedulers.domains import (
     Categorical,
@@ -374,7 +373,7 @@ class PB2(PopulationBasedTraining):
                     changes.x, changes.y, current, newpoint, self._lows, self._highs, self._rng
                 )
             ops = ["gp-ucb"] * len(values)
-        except (GPFitError, LinAlgError, ValueError) as exc:
+        except (GPFitError, np.linalg.LinAlgError, ValueError) as exc:
             logger.warning(
                 "PB2 could not fit its GP for trial %s (%s: %s); exploring with PBT's "
                 "perturbations instead",

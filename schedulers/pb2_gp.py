@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_solve, cholesky, solve_triangular
-from scipy.optimize import minimize
-from scipy.spatial.distance import cdist
+
+# scipy is imported where it is used: ``import popflow`` (a script's, each Dask
+# worker's) would spend ~0.2-0.3 s on it for PB2 alone
 
 __all__ = [
     "GPFitError",
@@ -52,6 +52,8 @@ def tv_squared_exp(
     ``theta = log(σ², λ, ε)``; ε is clipped to [1e-5, 0.5] as in Ray. With
     ``gradient`` also returns ``dK/dθ`` (shape ``(n1, n2, 3)``).
     """
+    from scipy.spatial.distance import cdist
+
     variance, lengthscale, epsilon = np.exp(np.asarray(theta, dtype=float))
     epsilon = min(max(epsilon, 1e-5), 0.5)
     half_dt = 0.5 * cdist(x1[:, :1], x2[:, :1], "cityblock")
@@ -68,11 +70,13 @@ def log_marginal_likelihood(
 ) -> tuple[float, np.ndarray]:
     """``log p(y | x, θ)`` and its gradient in θ; ``(-inf, 0)`` where K is not
     positive definite (as scikit-learn's GP, so that L-BFGS-B backs off)."""
+    from scipy.linalg import cho_solve, cholesky
+
     k, dk = tv_squared_exp(x, x, theta, gradient=True)
     k[np.diag_indices_from(k)] += JITTER
     try:
         chol = cholesky(k, lower=True, check_finite=False)
-    except LinAlgError:
+    except np.linalg.LinAlgError:
         return -np.inf, np.zeros_like(theta)
     weights = cho_solve((chol, True), y, check_finite=False)
     lml = -0.5 * y @ weights - np.log(np.diag(chol)).sum() - 0.5 * len(y) * np.log(2 * np.pi)
@@ -99,6 +103,8 @@ class GaussianProcess:
         return tv_squared_exp(xq, self.x, self.theta) @ self.weights
 
     def variance(self, xq: np.ndarray) -> np.ndarray:
+        from scipy.linalg import solve_triangular
+
         k_trans = tv_squared_exp(xq, self.x, self.theta)
         v = solve_triangular(self.chol, k_trans.T, lower=True, check_finite=False)
         return np.maximum(np.exp(self.theta[0]) - np.einsum("ij,ij->j", v, v), 0.0)
@@ -109,6 +115,9 @@ def fit_gp(x: np.ndarray, y: np.ndarray, theta: np.ndarray | None = None) -> Gau
 
     Raises :class:`GPFitError` for non-finite data, ``LinAlgError`` when K is singular.
     """
+    from scipy.linalg import cho_solve, cholesky
+    from scipy.optimize import minimize
+
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
         raise GPFitError("the GP data holds NaN or infinite values")
@@ -242,6 +251,8 @@ def maximise_ucb(
     One L-BFGS-B run (numeric gradient, at most 200 iterations) from each row
     of ``starts``; the best end point wins (the first on ties), clipped to [0, 1].
     """
+    from scipy.optimize import minimize
+
     kappa = ucb_kappa(mean_gp.n)
     fixed = np.asarray(fixed, dtype=float)
 

@@ -13,6 +13,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -110,6 +111,39 @@ def using_prefect_server(url: str, home: str) -> Iterator[str]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prefect_home(tmp_path_factory) -> Iterator[str]:
+    """The session's ``PREFECT_HOME``: a run on the embedded default starts popflow's local
+    Prefect server there (never in the user's ``~/.prefect``), stopped at the end."""
+    from popflow.infra import local_server
+
+    home = str(tmp_path_factory.mktemp("prefect-home"))
+    before = os.environ.get("PREFECT_HOME")
+    os.environ["PREFECT_HOME"] = home
+    try:
+        yield home
+    finally:
+        local_server.stop(Path(home))
+        if before is None:
+            os.environ.pop("PREFECT_HOME", None)
+        else:
+            os.environ["PREFECT_HOME"] = before
+
+
+@pytest.fixture(autouse=True)
+def _stop_local_servers(request) -> Iterator[None]:
+    """A test's scripts on the embedded default (a ``PREFECT_HOME`` under its ``tmp_path``)
+    leave popflow's local Prefect server running: stopped by its PID after the test."""
+    tmp = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if tmp is None:
+        return
+    from popflow.infra import local_server
+
+    for record in tmp.rglob(local_server.RECORD):
+        local_server.stop(record.parent)
 
 
 @pytest.fixture(scope="session")

@@ -31,9 +31,11 @@ DEADLINE_S = 240.0
 
 
 @pytest.fixture(scope="module")
-def services_server() -> Iterator[str]:
+def services_server(prefect_server: str) -> Iterator[str]:
     """A Prefect server of this module's own, whose scheduler looks every second (the
-    default is a minute), with a process worker on the pool ``popflow-local``."""
+    default is a minute), with a process worker on the pool ``popflow-local``. Made
+    after the session's server (``prefect_server``), so that it ends first and the
+    session's settings come back after it."""
     with (
         prefect_server_process(PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="1") as (url, home),
         using_prefect_server(url, home),
@@ -167,6 +169,17 @@ def test_a_sigkilled_deployed_run_is_rerun_and_finishes_with_nothing_lost(
     exp = Storage(str(tmp_path / "results")).child("recovered")
     before = ExperimentLog(exp).latest()
     assert before["round"] == 2 and not is_finished(before)
+
+    def round_3_running() -> bool:  # the record catches up with the training
+        tune_runs = api(lambda c: c.read_flow_runs(flow_run_filter=_child_of(run_id)))
+        tasks = [
+            (t.name, t.state_name)
+            for r in tune_runs
+            for t in api(lambda c, r=r: c.read_task_runs(task_run_filter=_tasks_of(r.id)))
+        ]
+        return ("round-3", "Running") in tasks
+
+    wait_for("round 3 running in the Prefect UI", round_3_running)
     run = api(lambda c: c.read_flow_run(run_id))
     pid = int(str(run.infrastructure_pid).rsplit(":", 1)[-1])
     os.kill(pid, signal.SIGKILL)  # the flow-run process: the driver, with its Dask cluster

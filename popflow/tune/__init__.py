@@ -12,8 +12,8 @@ argument (:class:`popflow.flows.tuner.Unsupported`).
 
 from popflow.flows.callbacks import Callback
 from popflow.flows.config import CheckpointConfig, with_resources
-from popflow.flows.prefect_flow import TrialError
 from popflow.flows.results import Result, ResultGrid
+from popflow.flows.training import TrialError
 from popflow.flows.tune_run import TuneError
 from popflow.flows.tune_run import tune_run as run
 from popflow.flows.tuner import FailureConfig, RunConfig, TuneConfig, Tuner, Unsupported
