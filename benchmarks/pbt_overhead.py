@@ -52,6 +52,9 @@ from popflow.tasks import Trainable  # noqa: E402
 
 OVERHEAD_TARGET_S = 0.15
 RATIO_TARGET = 0.25
+FIRST_SEGMENT_TARGET_S = 2.0
+#: where the PBT runner's trials append the wall time of each set-up
+SETUPS_FILE = "POPFLOW_BENCH_SETUPS"
 
 
 class NoopTrainable(Trainable):
@@ -172,13 +175,22 @@ def runner_pbt(args: argparse.Namespace) -> None:
     import contextlib
     import random
 
-    import prefect.flows  # noqa: F401  (as ray is imported before fit(); popflow imports it lazily)
+    if not args.embedded:  # as ray is imported before fit() (popflow imports it on the side)
+        import prefect.flows  # noqa: F401
     from common import load_example
 
     from popflow import CheckpointConfig, run
     from popflow.schedulers import PopulationBasedTraining
 
     example = load_example("pbt_benchmark")
+
+    class Timed(example.PBTBenchmarkExample):  # when each set-up ran: the first segment's start
+        def setup(self, config: dict[str, Any]) -> None:
+            if os.environ.get(SETUPS_FILE):
+                with open(os.environ[SETUPS_FILE], "a") as f:
+                    f.write(f"{time.time()}\n")
+            super().setup(config)
+
     perturbation_interval = 5
     pbt = PopulationBasedTraining(
         time_attr="training_iteration",
@@ -199,7 +211,7 @@ def runner_pbt(args: argparse.Namespace) -> None:
             cluster_start = time.perf_counter() - start
         start = time.perf_counter()
         results = run(
-            example.PBTBenchmarkExample,
+            Timed,
             param_space={"lr": 0.0001, "some_other_factor": 1},
             scheduler=pbt,
             metric="mean_accuracy",
@@ -327,6 +339,9 @@ def _pbt_pair(
         if tag == "b"
         else None
     )
+    embedded = _embedded_run(args, seed, stop, f"{tag}_popflow_embedded_seed{seed}") if (
+        tag == "b"
+    ) else None  # fmt: skip
     ray = (
         run_json(
             _ray("pbt", "--seed", str(seed), "--stop", stop), log_path=_log(f"{tag}_ray_seed{seed}")
@@ -334,7 +349,27 @@ def _pbt_pair(
         if (tag == "b" or args.ray)
         else None
     )
-    return {"seed": seed, "popflow": pop, "popflow_prestarted": warm, "ray": ray}
+    return {"seed": seed, "popflow": pop, "popflow_prestarted": warm,
+            "popflow_embedded": embedded, "ray": ray}  # fmt: skip
+
+
+def _embedded_run(args: argparse.Namespace, seed: int, stop: str, log: str) -> dict[str, Any]:
+    """The PBT runner as a user runs it: a fresh process on the embedded default (no
+    ``PREFECT_API_URL``; the ``PREFECT_HOME`` of ``args.prefect_home``, whose local server
+    an earlier run started); ``first_segment_s``: from the process's spawn to the first
+    trial's set-up."""
+    setups = Path(args.prefect_home) / f"setups_{log}.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=args.prefect_home, **{SETUPS_FILE: str(setups)})
+    spawned = time.time()
+    result = run_json(
+        _self("--runner", "pbt", "--embedded", "--seed", str(seed), "--stop", stop),
+        env=env,
+        log_path=_log(log),
+    )
+    times = [float(x) for x in setups.read_text().split()]
+    result["first_segment_s"] = min(times) - spawned
+    return result
 
 
 def _per_step_ms(wall: float, steps: int | None) -> float | None:
@@ -347,11 +382,32 @@ def part_b(args: argparse.Namespace, server: PrefectServer) -> dict[str, Any]:
         f"\n[b] PBT benchmark end to end (8 samples, interval 5, stop done/1000), seeds {seeds}",
         flush=True,
     )
-    pairs = [_pbt_pair(args, server, seed, "b") for seed in seeds]
+    home = Path(RESULTS_DIR) / "prefect-home-pbt-b"
+    home.mkdir(parents=True, exist_ok=True)
+    args.prefect_home = str(home)
+    first = _embedded_run(args, 0, "10", "b_popflow_embedded_first")  # starts the local server
+    print(
+        f"first run on the embedded default (starts popflow's local Prefect server; not "
+        f"counted): process {first['process_wall_s']:.2f} s",
+        flush=True,
+    )
+    try:
+        pairs = [_pbt_pair(args, server, seed, "b") for seed in seeds]
+    finally:
+        import subprocess
+
+        subprocess.run(
+            [python(), "-m", "popflow.flows.cli", "server", "stop"],
+            env={**os.environ, "PREFECT_HOME": str(home)},
+            check=False,
+        )
     cold = None
-    if not args.quick:  # what `make demo` pays: a temporary Prefect server inside run()
+    if not args.quick:  # Prefect's temporary server inside the script (before issue 14)
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-        cold = run_json(_self("--runner", "pbt", "--seed", "0"), env=env, log_path=_log("b_cold"))
+        env.update(PREFECT_HOME=str(home), POPFLOW_PREFECT_SERVER="temporary")
+        cold = run_json(
+            _self("--runner", "pbt", "--embedded", "--seed", "0"), env=env, log_path=_log("b_cold")
+        )
     rows = []
     for pair in pairs:
         pop, ray = pair["popflow"], pair["ray"]
@@ -372,6 +428,14 @@ def part_b(args: argparse.Namespace, server: PrefectServer) -> dict[str, Any]:
              warm["steps"], _per_step_ms(warm["tune_wall_s"], warm["steps"]),
              warm["errored_trials"]]
         )  # fmt: skip
+        emb = pair["popflow_embedded"]
+        pair["ratio_embedded_process"] = emb["process_wall_s"] / ray["process_wall_s"]
+        rows.append(
+            ["popflow (embedded default)", pair["seed"], emb["tune_wall_s"],
+             emb["process_wall_s"], emb["iterations_to_done"], emb["iterations_to_done"],
+             emb["steps"], _per_step_ms(emb["tune_wall_s"], emb["steps"]),
+             emb["errored_trials"]]
+        )  # fmt: skip
         rows.append(
             ["ray", pair["seed"], ray["fit_wall_s"], ray["process_wall_s"],
              ray["iterations_to_done"], ray["lineage_steps_to_done"], ray["steps"],
@@ -382,6 +446,8 @@ def part_b(args: argparse.Namespace, server: PrefectServer) -> dict[str, Any]:
     print(table(headers, rows))
     ratio = statistics.median(p["ratio_tune_fit"] for p in pairs)
     process_ratio = statistics.median(p["ratio_process"] for p in pairs)
+    embedded_ratio = statistics.median(p["ratio_embedded_process"] for p in pairs)
+    first_segment = statistics.median(p["popflow_embedded"]["first_segment_s"] for p in pairs)
     warm_ratio = statistics.median(p["ratio_prestarted_tune_fit"] for p in pairs)
     cluster_start = statistics.median(p["popflow_prestarted"]["cluster_start_s"] for p in pairs)
     step_ratios = [
@@ -397,9 +463,18 @@ def part_b(args: argparse.Namespace, server: PrefectServer) -> dict[str, Any]:
         f"server start-up {with_server:.2f} s (seed 0); Ray ray.init "
         f"{pairs[0]['ray']['ray_init_s']:.2f} s"
     )
+    print(
+        f"embedded default, whole process: median ratio popflow/Ray {embedded_ratio:.3f} "
+        f"(target <= {RATIO_TARGET}: {verdict(embedded_ratio <= RATIO_TARGET)}); from "
+        f"`python script.py` to the first segment: median {first_segment:.2f} s (target <= "
+        f"{FIRST_SEGMENT_TARGET_S}: {verdict(first_segment <= FIRST_SEGMENT_TARGET_S)}; each: "
+        + ", ".join(f"{p['popflow_embedded']['first_segment_s']:.2f}" for p in pairs)
+        + ")"
+    )
     if cold is not None:
         print(
-            f"popflow with a temporary Prefect server (as make demo), seed 0: run() "
+            f"popflow with Prefect's temporary server (POPFLOW_PREFECT_SERVER=temporary), seed 0: "
+            f"run() "
             f"{cold['tune_wall_s']:.2f} s, process {cold['process_wall_s']:.2f} s"
         )
     print(
@@ -415,6 +490,9 @@ def part_b(args: argparse.Namespace, server: PrefectServer) -> dict[str, Any]:
         "popflow_temporary_server": cold,
         "median_ratio_tune_fit": ratio,
         "median_ratio_process": process_ratio,
+        "median_ratio_embedded_process": embedded_ratio,
+        "median_first_segment_s": first_segment,
+        "first_run_embedded": first,
         "median_ratio_prestarted_tune_fit": warm_ratio,
         "median_cluster_start_s": cluster_start,
         "median_ratio_per_step": per_step,
@@ -498,6 +576,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--stop", type=int, default=1000, help=argparse.SUPPRESS)
     parser.add_argument("--prestart", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--embedded", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.runner == "noop":

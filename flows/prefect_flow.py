@@ -263,7 +263,7 @@ class PrefectRecord:
         self.feed.training.wait()
         try:
             tune = prefect_objects().tune_flow  # Prefect's import sets up its logging
-            with prefect_api(), console_verbosity(self.spec.verbose):
+            with console_verbosity(self.spec.verbose), prefect_api():
                 tune(self.spec.name, *self._shown)
         except BaseException as e:  # the training's, or Prefect's trouble
             self.error = e

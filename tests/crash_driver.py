@@ -6,7 +6,10 @@
 embedded Dask workers) inside the 3rd append to a derived log,
 ``commit-before:N`` / ``commit-after:N`` around the N-th commit's publication,
 ``remove:N`` inside the N-th deletion. The faults are injected here, by
-wrapping storage calls, not by hooks in the library.
+wrapping storage calls, not by hooks in the library. With
+``POPFLOW_TEST_KILL_RECORDED=<name>`` a kill waits until Prefect's record of the
+run has caught up (a Running ``tune`` run of experiment <name> with a Running
+round task in the API): the record trails the training by design.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -84,6 +88,9 @@ def inject(kill_at: str | None) -> None:
     target = int(n)
 
     def die() -> None:
+        recorded = os.environ.get("POPFLOW_TEST_KILL_RECORDED")
+        if recorded:
+            _wait_until_recorded(recorded)
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
     original_commit = ExperimentLog.commit
@@ -134,6 +141,24 @@ def inject(kill_at: str | None) -> None:
         Storage.remove = after_target(Storage.remove)
     elif kind not in ("commit-before", "commit-after", "stop-after", "enospc"):
         raise SystemExit(f"unknown kill point {kill_at}")
+
+
+def _wait_until_recorded(name: str, timeout: float = 120.0) -> None:
+    """Poll the API until a Running ``tune`` run of experiment ``name`` has a Running task."""
+    from prefect.client.orchestration import get_client
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with get_client(sync_client=True) as client:
+            runs = [
+                r for r in client.read_flow_runs()
+                if (r.parameters or {}).get("name") == name and r.state.is_running()
+            ]  # fmt: skip
+            tasks = client.read_task_runs() if runs else []
+            if any(t.flow_run_id == runs[0].id and t.state.is_running() for t in tasks):
+                return
+        time.sleep(0.1)  # polling the API, not synchronising on time
+    raise SystemExit(f"Prefect's record of {name} did not catch up in {timeout} s")
 
 
 def main() -> None:

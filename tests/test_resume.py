@@ -359,7 +359,8 @@ def test_a_killed_drivers_runs_are_marked_crashed_when_another_resumes(prefect_s
 
     storage = str(tmp_path)
     name = f"killed-{tmp_path.name}"
-    assert drive(storage, name, "fifo", kill_at="commit-after:3") != 0
+    recorded = {"POPFLOW_TEST_KILL_RECORDED": name}  # the kill waits for the record
+    assert drive(storage, name, "fifo", kill_at="commit-after:3", env=recorded) != 0
 
     async def runs() -> list:
         async with get_client() as client:
