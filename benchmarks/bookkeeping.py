@@ -12,6 +12,7 @@ Python allocations during ``run()`` (that run's wall is not the figure: tracing 
     .venv/bin/python benchmarks/bookkeeping.py                   # 1,000 trials
     .venv/bin/python benchmarks/bookkeeping.py --tracemalloc     # plus the traced run
     .venv/bin/python benchmarks/bookkeeping.py --quick           # 100 trials
+    .venv/bin/python benchmarks/bookkeeping.py --trials 10000 --sleep 0.05   # issue 14's scale
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ OVERHEAD_TARGET = 0.10
 
 
 def sleep_once(config: dict[str, Any]) -> None:
-    """One iteration of 0.5 s, one report."""
-    time.sleep(SLEEP_S)
+    """One iteration of ``config["sleep"]`` s (0.5 by default), one report."""
+    time.sleep(config["sleep"])
     report({"score": config["x"]})
 
 
@@ -69,7 +70,7 @@ def runner(args: argparse.Namespace) -> None:
             start = time.perf_counter()
             results = run(
                 sleep_once,
-                param_space={"x": uniform(0, 1)},
+                param_space={"x": uniform(0, 1), "sleep": args.sleep},
                 scheduler=FIFOScheduler(),
                 metric="score",
                 mode="max",
@@ -98,6 +99,7 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="100 trials")
     parser.add_argument("--trials", type=int, default=1000)
+    parser.add_argument("--sleep", type=float, default=SLEEP_S, help="seconds per trial")
     parser.add_argument("--tracemalloc", action="store_true", help="also a traced run")
     parser.add_argument("--runner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -106,11 +108,12 @@ def main() -> None:
         return
 
     trials = 100 if args.quick else args.trials
-    minimum = trials * SLEEP_S / SLOTS
-    me = [python(), str(Path(__file__).resolve()), "--runner", "--trials", str(trials)]
+    minimum = trials * args.sleep / SLOTS
+    me = [python(), str(Path(__file__).resolve()), "--runner", "--trials", str(trials),
+          "--sleep", str(args.sleep)]  # fmt: skip
     logs = RESULTS_DIR / "logs"
     print(
-        f"{trials} trials x one {SLEEP_S} s iteration on {SLOTS} slots, FIFO; "
+        f"{trials} trials x one {args.sleep} s iteration on {SLOTS} slots, FIFO; "
         f"theoretical minimum {minimum:.1f} s",
         flush=True,
     )
@@ -168,7 +171,7 @@ def main() -> None:
         "quick": args.quick,
         "trials": trials,
         "slots": SLOTS,
-        "sleep_s": SLEEP_S,
+        "sleep_s": args.sleep,
         "theoretical_minimum_s": minimum,
         "prefect_server_startup_s": server.startup_s,
         "run": run,

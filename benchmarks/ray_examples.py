@@ -22,10 +22,12 @@ errored trials, and ``fit()``'s own wall time. The script itself is not edited
 beyond its imports.
 
 popflow runs on its embedded default, as a user sees it: no ``PREFECT_API_URL``
-(removed from the child's environment), a temporary Prefect server started
-inside the run. Its database lives in one ``PREFECT_HOME`` shared by the
-popflow runs of this benchmark and created first by a one-flow warm-up
-(reported separately), as for a user who has run Prefect before. Ray runs with
+(removed from the child's environment), popflow's local Prefect server. It
+lives in one ``PREFECT_HOME`` shared by the popflow runs of this benchmark,
+whose database and server a one-run warm-up creates and starts first (reported
+separately), as for a user who has run popflow before; the server is stopped
+by its PID at the end. ``--repeats N`` runs each side N times, alternately,
+and reports the run of median wall. Ray runs with
 ``RAY_USAGE_STATS_ENABLED=0`` (no telemetry from an offline machine).
 
 - default: each example with ``--smoke-test`` on popflow only: rc, process wall
