@@ -417,25 +417,15 @@ def part_b(args: argparse.Namespace, server: PrefectServer) -> dict[str, Any]:
         pair["ratio_prestarted_tune_fit"] = warm["tune_wall_s"] / ray["fit_wall_s"]
         pair["popflow_ms_per_step"] = _per_step_ms(pop["tune_wall_s"], pop["steps"])
         pair["ray_ms_per_step"] = _per_step_ms(ray["fit_wall_s"], ray["steps"])
-        rows.append(
-            ["popflow", pair["seed"], pop["tune_wall_s"], pop["process_wall_s"],
-             pop["iterations_to_done"], pop["iterations_to_done"], pop["steps"],
-             pair["popflow_ms_per_step"], pop["errored_trials"]]
-        )  # fmt: skip
-        rows.append(
-            ["popflow (pre-started cluster)", pair["seed"], warm["tune_wall_s"],
-             warm["process_wall_s"], warm["iterations_to_done"], warm["iterations_to_done"],
-             warm["steps"], _per_step_ms(warm["tune_wall_s"], warm["steps"]),
-             warm["errored_trials"]]
-        )  # fmt: skip
         emb = pair["popflow_embedded"]
         pair["ratio_embedded_process"] = emb["process_wall_s"] / ray["process_wall_s"]
-        rows.append(
-            ["popflow (embedded default)", pair["seed"], emb["tune_wall_s"],
-             emb["process_wall_s"], emb["iterations_to_done"], emb["iterations_to_done"],
-             emb["steps"], _per_step_ms(emb["tune_wall_s"], emb["steps"]),
-             emb["errored_trials"]]
-        )  # fmt: skip
+        for label, run in (("popflow", pop), ("popflow (pre-started cluster)", warm),
+                           ("popflow (embedded default)", emb)):  # fmt: skip
+            rows.append(
+                [label, pair["seed"], run["tune_wall_s"], run["process_wall_s"],
+                 run["iterations_to_done"], run["iterations_to_done"], run["steps"],
+                 _per_step_ms(run["tune_wall_s"], run["steps"]), run["errored_trials"]]
+            )  # fmt: skip
         rows.append(
             ["ray", pair["seed"], ray["fit_wall_s"], ray["process_wall_s"],
              ray["iterations_to_done"], ray["lineage_steps_to_done"], ray["steps"],

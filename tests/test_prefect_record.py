@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from test_prefect_ui import run_logs, tune_runs
+from test_resume import ListHandler
 from trainables import Misbehaving
 
 from popflow import FIFOScheduler, run
@@ -58,15 +59,6 @@ def test_the_feed_keeps_the_order_and_ends_with_the_run():
     assert feed.next() is None  # after the end: nothing more is waited for
 
 
-class Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.said: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.said.append(record.getMessage())
-
-
 def test_a_run_finishes_when_prefect_cannot_be_reached(monkeypatch, tmp_path, dask_cluster):
     """Storage is the truth: a Prefect API that does not answer costs the run its record,
     not its results (before, the run itself failed on it)."""
@@ -74,7 +66,7 @@ def test_a_run_finishes_when_prefect_cannot_be_reached(monkeypatch, tmp_path, da
 
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")  # nothing listens
     monkeypatch.setenv("PREFECT_CLIENT_MAX_RETRIES", "0")
-    lines = Lines()  # on popflow's logger: Prefect's first import resets the root's handlers
+    lines = ListHandler()  # on popflow's logger: Prefect's first import resets the root's
     logging.getLogger("popflow").addHandler(lines)
     try:
         with temporary_settings(updates={PREFECT_API_URL: "http://127.0.0.1:9/api"}):
@@ -91,7 +83,7 @@ def test_a_run_finishes_when_prefect_cannot_be_reached(monkeypatch, tmp_path, da
         logging.getLogger("popflow").removeHandler(lines)
     assert grid.num_errors == 0 and len(grid) == 1
     assert grid[0].metrics["training_iteration"] == 2
-    said = lines.said
+    said = lines.lines
     assert any("the Prefect record of unrecorded is incomplete" in m for m in said), said
 
 
