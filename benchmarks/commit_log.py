@@ -98,6 +98,9 @@ def runner(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
+    # Prefect's temporary server, as before issue 14: nothing left running in the user's
+    # PREFECT_HOME (the embedded default would start popflow's local server there)
+    os.environ.setdefault("POPFLOW_PREFECT_SERVER", "temporary")
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--short", type=int, default=100)
     parser.add_argument("--long", type=int, default=400)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import statistics
 import time
 from typing import Any
@@ -87,6 +88,9 @@ def plot_schedule(results: Any, title: str, path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # Prefect's temporary server, as before issue 14: nothing left running in the user's
+    # PREFECT_HOME (the embedded default would start popflow's local server there)
+    os.environ.setdefault("POPFLOW_PREFECT_SERVER", "temporary")
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--populations", default="4,16")
