@@ -75,8 +75,9 @@ from popflow.schedulers.pb2_gp import (
     reward_changes,
     select_config,
 )
-from popflow.schedulers.pbt import PopulationBasedTraining, _TrialState
+from popflow.schedulers.pbt import PopulationBasedTraining
 from popflow.schedulers.pbt_explore import ExploreFn, explore
+from popflow.schedulers.pbt_population import TrialState
 from popflow.schedulers.search_space import GRID_SEARCH_KEY, is_grid_search
 from popflow.schedulers.trial import Trial
 from popflow.schedulers.trial_scheduler import score
@@ -307,7 +308,7 @@ class PB2(PopulationBasedTraining):
         return values
 
     def _save_trial_state(
-        self, state: _TrialState, time: float, result: dict[str, Any], trial: Trial
+        self, state: TrialState, time: float, result: dict[str, Any], trial: Trial
     ) -> None:
         super()._save_trial_state(state, time, result, trial)
         reward = score(result, self._metric, self._mode)

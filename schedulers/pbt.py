@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
 from numbers import Real
 from typing import Any
 
@@ -45,6 +43,12 @@ from popflow.schedulers.pbt_explore import (
     missing_paths,
     perturbed_tag,
     validate_mutations,
+)
+from popflow.schedulers.pbt_population import (
+    TrialState,
+    quantiles,
+    states_from_rows,
+    states_to_rows,
 )
 from popflow.schedulers.trial import Trial, TrialStatus
 from popflow.schedulers.trial_scheduler import (
@@ -63,43 +67,6 @@ logger = logging.getLogger(__name__)
 
 _CONTINUE = Decision(Action.CONTINUE)
 _PAUSE = Decision(Action.PAUSE)
-
-
-@dataclass
-class _TrialState:
-    """Per-trial PBT bookkeeping (Ray's ``_PBTTrialState``), plain data.
-
-    ``last_score``/``last_train_time``/``last_result`` are taken at perturbation
-    points only, as in Ray, so a trial is ranked on the result its latest
-    checkpoint belongs to. ``config`` is the config that checkpoint trained with.
-    """
-
-    orig_tag: str
-    config: dict[str, Any]
-    live: bool = True
-    last_score: float | None = None
-    last_perturbation_time: float = 0
-    last_train_time: float = 0
-    last_result: dict[str, Any] | None = None
-
-
-def quantiles(
-    scores: Sequence[tuple[str, float]], quantile_fraction: float
-) -> tuple[list[str], list[str]]:
-    """Bottom and top ``quantile_fraction`` of trial ids by ascending score (Ray's ``_quantiles``).
-
-    Both hold ``min(ceil(n * q), floor(n / 2))`` ids, so they never overlap;
-    fewer than two scored trials give no quantiles. Ties keep input order.
-    """
-    ranked = [tid for tid, _ in sorted(scores, key=lambda item: item[1])]
-    if len(ranked) < 2:
-        return [], []
-    num = math.ceil(len(ranked) * quantile_fraction)
-    if num > len(ranked) / 2:
-        num = math.floor(len(ranked) / 2)
-    if num == 0:  # Ray's ranked[-0:] would make everyone "top"
-        return [], []
-    return ranked[:num], ranked[-num:]
 
 
 def _iteration(result: Mapping[str, Any] | None) -> int:
@@ -190,8 +157,8 @@ class PopulationBasedTraining(TrialScheduler):
         self._perturbation_factors = tuple(perturbation_factors)
         self._custom_explore_fn = custom_explore_fn
         self._require_attrs = require_attrs
-        self._states: dict[str, _TrialState] = {}  # in add order: ties rank by it
-        self._waiting: list[str] = []  # synch: ids paused at the barrier, arrival order
+        self._states: dict[str, TrialState] = {}  # in add order: ties rank by it
+        self._waiting: dict[str, None] = {}  # synch: ids paused at the barrier, arrival order
         self._next_perturbation_sync = max(perturbation_interval, burn_in_period)
         self._num_checkpoints = 0
         self._num_perturbations = 0
@@ -217,7 +184,7 @@ class PopulationBasedTraining(TrialScheduler):
                 "pass it through complete_config() before on_trial_add()"
             )
         if trial.trial_id not in self._states:  # re-adding after set_state keeps state
-            self._states[trial.trial_id] = _TrialState(
+            self._states[trial.trial_id] = TrialState(
                 orig_tag=trial.experiment_tag, config=copy.deepcopy(trial.config)
             )
 
@@ -234,8 +201,7 @@ class PopulationBasedTraining(TrialScheduler):
         state = self._states.get(trial.trial_id)
         if state is not None:
             state.live = False
-        if trial.trial_id in self._waiting:
-            self._waiting.remove(trial.trial_id)
+        self._waiting.pop(trial.trial_id, None)
 
     def _live_ids(self) -> list[str]:
         return [tid for tid, state in self._states.items() if state.live]
@@ -277,14 +243,13 @@ class PopulationBasedTraining(TrialScheduler):
             exploits = self._checkpoint_or_exploit(trial.trial_id, lower, upper)
             return Decision(Action.CONTINUE, exploits=exploits)
 
-        if trial.trial_id not in self._waiting:
-            self._waiting.append(trial.trial_id)
+        self._waiting[trial.trial_id] = None
         if any(tid not in self._waiting for tid in self._live_ids()):
             return _PAUSE  # others have not reached this round's barrier yet
         return self._perturb_cohort(time, reporter=trial.trial_id)
 
     def _save_trial_state(
-        self, state: _TrialState, time: float, result: dict[str, Any], trial: Trial
+        self, state: TrialState, time: float, result: dict[str, Any], trial: Trial
     ) -> None:
         """Record a perturbation point: the score, time, result and config the
         trial's latest checkpoint belongs to (Ray's ``_save_trial_state``; PB2
@@ -308,13 +273,14 @@ class PopulationBasedTraining(TrialScheduler):
             return None
         if any(tid not in self._waiting for tid in self._live_ids()):
             return None
-        time = self._states[self._waiting[-1]].last_train_time  # last arrival's time
+        time = self._states[next(reversed(self._waiting))].last_train_time  # last arrival's time
         return self._perturb_cohort(time, reporter=None)
 
     def _perturb_cohort(self, time: float, reporter: str | None) -> Decision:
         lower, upper = self._quantiles()
         live = self._live_ids()
-        middle = [tid for tid in live if tid not in lower and tid not in upper]
+        ranked = {*lower, *upper}
+        middle = [tid for tid in live if tid not in ranked]
         exploits: list[Exploit] = []
         # Top first, bottom last (Ray's order): sources are settled before targets copy.
         for tid in upper + middle + lower:
@@ -434,7 +400,7 @@ class PopulationBasedTraining(TrialScheduler):
 
     def get_state(self) -> dict[str, Any]:
         state = super().get_state()
-        state["trials"] = [{"trial_id": tid, **asdict(s)} for tid, s in self._states.items()]
+        state["trials"] = states_to_rows(self._states)
         state["waiting"] = list(self._waiting)
         state["next_perturbation_sync"] = self._next_perturbation_sync
         state["num_checkpoints"] = self._num_checkpoints
@@ -443,11 +409,8 @@ class PopulationBasedTraining(TrialScheduler):
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         super().set_state(state)
-        self._states = {}
-        for entry in copy.deepcopy(list(state["trials"])):
-            trial_id = entry.pop("trial_id")
-            self._states[trial_id] = _TrialState(**entry)
-        self._waiting = list(state["waiting"])
+        self._states = states_from_rows(state["trials"])
+        self._waiting = dict.fromkeys(state["waiting"])
         self._next_perturbation_sync = state["next_perturbation_sync"]
         self._num_checkpoints = state["num_checkpoints"]
         self._num_perturbations = state["num_perturbations"]
