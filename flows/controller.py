@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from popflow.flows.callbacks import Hooks
@@ -41,8 +42,10 @@ from popflow.flows.retention import Janitor, retire_checkpoints
 from popflow.flows.run_spec import RunSpec
 from popflow.flows.runner_calls import RunnerCalls
 from popflow.flows.runner_pool import RunnerPool
+from popflow.flows.trial_index import TrialIndex, started
 from popflow.flows.trial_logs import TrialLogs
 from popflow.flows.trial_table import TrialRecord, TrialTable, clone_into
+from popflow.infra.json_delta import Changed
 from popflow.schedulers import Action, Exploit, Trial, TrialStatus
 from popflow.tasks.live import discard_parked_soon
 from popflow.tasks.seeding import DRIVER, isolate_dask_sampling, seed_globals, segment_seed
@@ -51,16 +54,13 @@ from popflow.tasks.specs import EndReason, SegmentOutcome, SegmentSpec, checkpoi
 logger = logging.getLogger(__name__)
 
 
-def _started(rec: TrialRecord) -> bool:
-    """The trial has run (for ``max_concurrent_trials``, it counts until it ends)."""
-    return bool(rec.results) or rec.restore is not None or rec.trial.status != TrialStatus.PENDING
-
-
 class Controller(EndingTrials):
     def __init__(self, spec: RunSpec, experiment: Experiment, pool: RunnerPool) -> None:
         self.spec = spec
         self.records = experiment.records
         self.by_id = {r.trial_id: r for r in self.records}
+        self.by_dir = {r.dirname: r for r in self.records}
+        self.index = TrialIndex(self.records)
         for r in self.records:  # for callbacks that write beside a trial (Ray's Trial.path)
             r.trial.path = experiment.storage.full_url(r.dirname)
         self.scheduler = spec.scheduler
@@ -90,6 +90,7 @@ class Controller(EndingTrials):
             log_policy=self.scheduler.logs_policy,
             derived=resumed.get("derived"),
             policy_total=resumed.get("policy_total", 0),
+            may_write=self._check_lease,
         )
         self.janitor = Janitor(self.storage)
         self.calls = RunnerCalls(pool, spec.segment_timeout_s, self.lease)
@@ -122,20 +123,10 @@ class Controller(EndingTrials):
         return [r.trial for r in self.records]
 
     # -- plan ------------------------------------------------------------------
-    def _runnable(self) -> list[Trial]:
-        """Trials the scheduler may choose now (not those waiting out a retry backoff)."""
-        runnable = [
-            r
-            for r in self.records
-            if r.trial.status in (TrialStatus.PENDING, TrialStatus.PAUSED)
-            and self.retries.ready(r.trial_id)
-        ]
-        cap = self.spec.max_concurrent_trials
-        if cap is not None:  # Ray's: at most `cap` trials started and not yet ended
-            room = cap - sum(1 for r in self.records if r.trial.is_live and _started(r))
-            fresh = {id(r) for r in [r for r in runnable if not _started(r)][: max(0, room)]}
-            runnable = [r for r in runnable if _started(r) or id(r) in fresh]
-        return [r.trial for r in runnable]
+    def _runnable(self) -> Sequence[Trial]:
+        """Trials the scheduler may choose now (not those waiting out a retry backoff;
+        with ``max_concurrent_trials``, Ray's cap on trials started and not ended)."""
+        return self.index.runnable(self.retries.ready, self.spec.max_concurrent_trials)
 
     def _pending(self, trial_id: str) -> bool:
         return self.by_id[trial_id].trial.status == TrialStatus.PENDING
@@ -160,6 +151,8 @@ class Controller(EndingTrials):
             if chosen is None:
                 break
             rec = self.by_id[chosen.trial_id]
+            if not started(rec):
+                self.logs.add_params(rec)
             self._clock += 1
             rec.trial.status = TrialStatus.RUNNING
             rec.trial.last_train_time = self._clock
@@ -194,8 +187,7 @@ class Controller(EndingTrials):
         )
 
     def _pack_size(self, slots: int) -> int:
-        unfinished = sum(1 for r in self.records if r.trial.is_live)
-        return pack_size(self.calls.segment_seconds, unfinished, slots)
+        return pack_size(self.calls.segment_seconds, self.index.live, slots)
 
     # -- dispatch --------------------------------------------------------------
     def _dispatch(self, recs: list[TrialRecord]) -> None:
@@ -275,7 +267,7 @@ class Controller(EndingTrials):
 
     def _record(self, rec: TrialRecord, result: dict[str, Any]) -> None:
         result["config"] = rec.trial.config  # as Ray: the config this result was trained with
-        rec.results.append(result)
+        rec.num_results += 1
         rec.trial.last_result = result
         self.logs.add_result(rec, result)
         self.hooks.trial_result(rec.trial, result)
@@ -284,6 +276,7 @@ class Controller(EndingTrials):
 
     def _reduce(self, outcome: SegmentOutcome) -> None:
         rec = self.by_id[outcome.trial_id]
+        self.index.touch(rec)
         if self._display is not None:
             self._display.live.reduced(rec.trial_id)
         rec.live = (
@@ -370,6 +363,7 @@ class Controller(EndingTrials):
         if source is not target:
             self._discard_live(target)  # its state is replaced by the clone
         self.logs.add_exploit(clone_into(target, source, exploit), target)
+        self.index.touch(target)
         self._events.append(exploit.brief())
         self._decisions.append(exploit.describe())  # the round task logs it, once
 
@@ -382,16 +376,25 @@ class Controller(EndingTrials):
         :class:`~popflow.infra.lease.LeaseLost` here and writes nothing more.
         """
         self._check_lease()
-        results, policy = self.logs.end_round(final)
+        results, policy = self.logs.end_round(self.log.seq + 1)
         retired = retire_checkpoints(self.records, self.spec.checkpoint_config)
+        for dirname, _ in retired:
+            self.index.touch(self.by_dir[dirname])
+        changed = self.index.take_changed()
+        trials = (
+            [r.state() for r in self.records]
+            if changed is None
+            else Changed({pos: self.records[pos].state() for pos in sorted(changed)})
+        )
+        derived, logs_through = self.logs.settle(final)
         self.log.commit(
             {
                 "round": self.rounds,
                 "time": time.time(),
-                "trials": [r.state() for r in self.records],
+                "trials": trials,
                 "scheduler": self.scheduler.get_state(),
                 "decisions": self.decisions,
-                "derived": self.logs.derived,
+                "derived": derived,
                 "events": self._events,
                 "deleted": [checkpoint_path(d, name) for d, name in retired],
                 "results": results,
@@ -400,8 +403,9 @@ class Controller(EndingTrials):
                 "stopper": self.early_end.state(),
                 "callbacks": self.hooks.state(),
             },
-            logs_written=self.logs.written,
+            logs_through=logs_through,
         )
+        self.logs.committed()
         self.janitor.committed(retired, wait=final)
         self.last_commit = {
             "results": sum(map(len, results.values())),
@@ -424,6 +428,8 @@ class Controller(EndingTrials):
         """Stop what is in flight and release every parked trainable."""
         self.calls.cancel()
         self.janitor.close()
+        self.logs.close()
+        self.index.close()
         for rec in self.records:
             self._discard_live(rec)
         self._flush_discards()

@@ -9,6 +9,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from popflow.flows.run_log import last_line, run_logger
+from popflow.flows.trial_logs import ERROR_FILE
 from popflow.flows.trial_table import TrialRecord, fall_back_from
 from popflow.schedulers import TrialStatus
 from popflow.tasks.specs import SegmentOutcome
@@ -27,6 +28,7 @@ class EndingTrials:
         calls: Any
         scheduler: Any
         early_end: Any
+        index: Any
         _events: list[str]
 
         def _record(self, rec: TrialRecord, result: dict[str, Any]) -> None: ...
@@ -57,7 +59,7 @@ class EndingTrials:
         rec.error = outcome.error
         self.table.fail(rec.trial)
         self._check_lease()
-        self.storage.write_text(outcome.error or "", rec.dirname, "error.txt")
+        self.storage.write_text(outcome.error or "", rec.dirname, ERROR_FILE)
         self._events.append(f"[error] {rec.trial_id}")
         run_logger().error("trial %s errored: %s", rec.trial_id, last_line(outcome.error))
         logger.debug("trial %s errored:\n%s", rec.trial_id, outcome.error)
@@ -99,6 +101,7 @@ class EndingTrials:
         """Stop using a checkpoint that failed its check (False: no earlier one to use)."""
         reason = last_line(error)
         fallback = fall_back_from(self.records, path)
+        self.index.touch_all()  # any trial may have restored from that checkpoint
         if fallback is None:
             logger.error("checkpoint %s is corrupt and no earlier one exists: %s", path, reason)
             return False

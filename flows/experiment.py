@@ -30,7 +30,14 @@ import cloudpickle
 import numpy as np
 
 from popflow.flows.run_spec import RunSpec, trainable_name
-from popflow.flows.trial_logs import rebuild_tails, rewrite_policy_files
+from popflow.flows.trial_logs import (
+    ERROR_FILE,
+    PARAMS,
+    params_text,
+    rebuild_tails,
+    result_lines,
+    rewrite_policy_files,
+)
 from popflow.flows.trial_table import TrialRecord
 from popflow.infra.experiment_log import EXPERIMENT_FILE, CommitConflict, ExperimentLog
 from popflow.infra.jsonutil import dumps
@@ -158,7 +165,7 @@ def _take_over(log: ExperimentLog) -> tuple[dict[str, Any], bool]:
         )
         try:
             # in full (the newest may be damaged); the logs are brought up to date after it
-            seq = log.commit(marker, snapshot=True, logs_written=False)
+            seq = log.commit(marker, snapshot=True, logs_through=0)
         except CommitConflict as conflict:
             if conflict.epoch is not None and conflict.epoch > log.epoch:
                 raise  # a newer driver: this one has lost already
@@ -206,9 +213,6 @@ def _requeue_errored(
                 custom_name=f"{old.custom_name}_r{restarts}" if old.custom_name else None,
             )
             new = TrialRecord(trial=trial, index=rec.index, dirname=f"{rec.dirname}_r{restarts}")
-            storage.write_text(
-                dumps(trial.config, indent=2, sort_keys=True), new.dirname, "params.json"
-            )
         spec.scheduler.on_trial_add(new.trial)
         logger.info("%s: %s errored trial %s", spec.name, spec.errored, rec.trial_id)
         out.append(new)
@@ -220,10 +224,6 @@ def _start(spec: RunSpec, storage: Storage, log: ExperimentLog, lease: Lease) ->
     records = sample_population(spec, seed)  # a bad trial_*_creator: raise before writing
     save_run_args(storage, spec.run_args(seed))
     save_code_origin(storage, spec.trainable)
-    for rec in records:
-        storage.write_text(
-            dumps(rec.trial.config, indent=2, sort_keys=True), rec.dirname, "params.json"
-        )
     log.write_experiment(
         {
             "name": spec.name,
@@ -371,16 +371,10 @@ def save_code_origin(storage: Storage, trainable: Any) -> None:
 # -- reading an experiment back ---------------------------------------------------
 
 
-def _read_results(storage: Storage, dirname: str, count: int) -> list[dict[str, Any]]:
-    if count == 0:
-        return []
-    lines = storage.read_text(dirname, "result.json").splitlines()
-    if len(lines) < count:
-        raise RuntimeError(
-            f"{storage.full_url(dirname, 'result.json')} has {len(lines)} results but the "
-            f"committed state counts {count}: the experiment folder was changed by hand"
-        )
-    return [json.loads(line) for line in lines[:count]]
+def _last_result(storage: Storage, dirname: str, count: int) -> dict[str, Any]:
+    """The trial's last committed result ({} if none)."""
+    lines = result_lines(storage, dirname, count, strict=True)
+    return json.loads(lines[-1]) if lines else {}
 
 
 def restore_records(
@@ -402,7 +396,7 @@ def restore_records(
         storage.truncate(size, path)
     rebuild_tails(storage, commit, log)
     records = [
-        TrialRecord.from_state(t, _read_results(storage, t["dirname"], t["num_results"]))
+        TrialRecord.from_state(t, _last_result(storage, t["dirname"], t["num_results"]))
         for t in commit["trials"]
     ]
     remove_uncommitted(storage, records, orphans=remove_orphans)
@@ -413,16 +407,20 @@ def restore_records(
 
 def remove_uncommitted(storage: Storage, records: list[TrialRecord], orphans: bool = True) -> None:
     """Delete half-published folders, error files of trials that did not error and,
-    with ``orphans``, checkpoints no record knows (nor restores from)."""
+    with ``orphans``, checkpoints no record knows (nor restores from); write the
+    ``params.json`` a started trial lacks (the driver stopped before writing it)."""
     referenced = {r.restore for r in records if r.restore}
     for rec in records:
         kept = {c.name for c in rec.checkpoints}
-        for name in storage.listdir(rec.dirname):
+        names = storage.listdir(rec.dirname)
+        for name in names:
             orphan = orphans and name.startswith("checkpoint_") and name not in kept
             if (orphan and rec.checkpoint_path(name) not in referenced) or any(
                 s in name for s in _SCRATCH
             ):
                 logger.info("removing uncommitted %s/%s", rec.dirname, name)
                 storage.remove(rec.dirname, name)
-        if rec.trial.status != TrialStatus.ERROR:
-            storage.remove(rec.dirname, "error.txt")
+        if rec.trial.status != TrialStatus.ERROR and ERROR_FILE in names:
+            storage.remove(rec.dirname, ERROR_FILE)
+        if (rec.num_results or rec.restore) and PARAMS not in names:
+            storage.write_text(params_text(rec.trial.config), rec.dirname, PARAMS)

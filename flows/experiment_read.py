@@ -19,6 +19,7 @@ from enum import StrEnum
 from typing import Any
 
 from popflow.flows.experiment import is_finished
+from popflow.flows.trial_logs import result_lines
 from popflow.flows.trial_table import TrialRecord
 from popflow.infra.experiment_log import EXPERIMENT_FILE, ExperimentLog
 from popflow.infra.storage import Storage
@@ -58,17 +59,10 @@ class CommittedExperiment:
     finished: bool
 
 
-def _committed_results(storage: Storage, trial: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The trial's committed ``result.json`` lines (a running driver may have written
-    more; an object store's log may lag the commit: then what is there)."""
-    count = int(trial["num_results"])
-    if count == 0:
-        return []
-    try:
-        lines = storage.read_text(trial["dirname"], "result.json").splitlines()
-    except FileNotFoundError:
-        return []
-    return [json.loads(line) for line in lines[:count] if line.strip()]
+def _last_committed(storage: Storage, trial: Mapping[str, Any]) -> dict[str, Any]:
+    """The trial's last committed result, as far as its ``result.json`` has it."""
+    lines = result_lines(storage, trial["dirname"], int(trial["num_results"]))
+    return json.loads(lines[-1]) if lines else {}
 
 
 def read_committed(
@@ -94,7 +88,7 @@ def read_committed(
         mode=info.get("mode") or state.get("mode"),
         seed=info.get("seed"),
         records=tuple(
-            TrialRecord.from_state(t, _committed_results(storage, t)) for t in commit["trials"]
+            TrialRecord.from_state(t, _last_committed(storage, t)) for t in commit["trials"]
         ),
         commit=commit,
         round=int(commit.get("round", 0)),

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from popflow.flows.experiment_read import CommittedExperiment, read_committed
+from popflow.flows.trial_logs import result_lines
 from popflow.flows.trial_table import TrialRecord
 from popflow.infra.storage import Storage
 from popflow.tasks.checkpoint import Checkpoint
@@ -17,6 +20,40 @@ if TYPE_CHECKING:
     import pandas as pd
 
 SCOPES = ("last", "avg", "last-5-avg", "last-10-avg", "all")
+
+
+class History(Sequence[dict[str, Any]]):
+    """A trial's results in order, read from its ``result.json`` when first used: the
+    driver keeps only each trial's last result in memory, however long the run."""
+
+    def __init__(self, results: list[dict[str, Any]] | Callable[[], list[dict[str, Any]]]):
+        self._results = results if isinstance(results, list) else None
+        self._load = None if isinstance(results, list) else results
+
+    def _listed(self) -> list[dict[str, Any]]:
+        if self._results is None:
+            assert self._load is not None
+            self._results, self._load = self._load(), None
+        return self._results
+
+    def __len__(self) -> int:
+        return len(self._listed())
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._listed()[i]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self._listed())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return f"History({len(self)} results)" if self._results is not None else "History(...)"
+
+
+def _history(storage: Storage, dirname: str, count: int) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in result_lines(storage, dirname, count)]
 
 
 @dataclass
@@ -30,7 +67,8 @@ class Result:
     error: str | None = None
     trial_id: str = ""
     status: str = ""
-    history: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    #: every result of the trial, in order (read from storage on first use)
+    history: Sequence[dict[str, Any]] = field(default_factory=list, repr=False)
     best_checkpoints: list[tuple[Checkpoint, dict[str, Any]]] = field(
         default_factory=list, repr=False
     )
@@ -39,7 +77,7 @@ class Result:
     def metrics_dataframe(self) -> pd.DataFrame:
         import pandas as pd
 
-        return pd.DataFrame(self.history)
+        return pd.DataFrame(list(self.history))
 
 
 def _number(x: Any) -> float | None:
@@ -263,7 +301,7 @@ def results_of(
                 error=rec.error,
                 trial_id=rec.trial_id,
                 status=rec.trial.status.value,
-                history=rec.results,
+                history=History(functools.partial(_history, storage, rec.dirname, rec.num_results)),
                 best_checkpoints=[(checkpoint(rec, c.name), c.result) for c in rec.checkpoints],
             )
         )

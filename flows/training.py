@@ -132,7 +132,8 @@ def _round(controller: Controller, feed: RunFeed) -> bool:
     ]
     records = controller.records
     rows = leaderboard(records, controller.spec.metric, controller.spec.mode)
-    feed.round_done(controller.rounds, lines, rows, finished_percent(records))
+    done = finished_percent(len(records), controller.index.live)
+    feed.round_done(controller.rounds, lines, rows, done)
     if controller.display is not None:
         controller.display.tick(records, controller.rounds)
     return more
@@ -140,10 +141,8 @@ def _round(controller: Controller, feed: RunFeed) -> bool:
 
 def round_summary(controller: Controller) -> str:
     """One line on the last committed round, for the Prefect UI."""
-    counts: dict[str, int] = {}
-    for rec in controller.records:
-        counts[rec.trial.status.value] = counts.get(rec.trial.status.value, 0) + 1
-    states = ", ".join(f"{n} {status.lower()}" for status, n in sorted(counts.items()))
+    counts = controller.index.counts()
+    states = ", ".join(f"{counts[status]} {status.lower()}" for status in sorted(counts))
     return (
         f"round {controller.rounds} committed: {controller.last_commit['results']} results; "
         f"trials {states}; {controller.scheduler.debug_string()}"

@@ -13,16 +13,30 @@ from __future__ import annotations
 
 import csv
 import io
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from popflow.flows.trial_table import TrialRecord
 from popflow.infra.experiment_log import DamagedCommit, ExperimentLog
+from popflow.infra.json_delta import Changed
 from popflow.infra.jsonutil import dumps
 from popflow.infra.storage import Storage
 
 GLOBAL_POLICY = "pbt_global.txt"
+#: A trial's results, a JSON line each, in its folder (Ray's name)
+RESULTS = "result.json"
+#: A trial's config, in its folder (Ray's name)
+PARAMS = "params.json"
+#: A trial's error (its trace), in its folder
+ERROR_FILE = "error.txt"
+
+
+def params_text(config: dict[str, Any]) -> str:
+    """A trial's ``params.json``."""
+    return dumps(config, indent=2, sort_keys=True)
 
 
 def csv_row(values: list[Any]) -> str:
@@ -46,6 +60,13 @@ class TrialLogs:
     ``derived``: committed size in bytes of each appended log (a resume cuts
     each back to it). ``policy_total``: ``pbt_global.txt`` lines so far.
     ``log_policy``: write the exploit logs at all (PBT's ``log_config``).
+
+    A round's lines are written by a thread of their own after its commit, while the
+    next round trains: with thousands of trials a round's appends took longer than
+    its training. Each commit records the sizes the logs had reached by then
+    (:meth:`settle`), so a resume cuts them back there and appends the committed
+    lines they lack (:func:`rebuild_tails`). A write that fails stops the run before
+    the next commit, and no later line is written.
     """
 
     def __init__(
@@ -55,11 +76,13 @@ class TrialLogs:
         log_policy: bool = True,
         derived: dict[str, int] | None = None,
         policy_total: int = 0,
+        may_write: Callable[[], None] | None = None,
     ) -> None:
+        """``may_write``: raises if this driver may no longer write (its lease was lost;
+        it is called from the writer's thread)."""
         self.storage = storage
         self.flush_interval = 0.0 if storage.is_local else flush_interval
         self.log_policy = log_policy
-        self.derived = dict(derived or {})
         self.policy_total = policy_total
         self.new_results: dict[str, list[dict[str, Any]]] = {}
         self.policy_lines: list[list[Any]] = []
@@ -67,11 +90,26 @@ class TrialLogs:
         self._lineage_changed: dict[str, TrialRecord] = {}
         self._deferred: dict[tuple[str, ...], str] = {}
         self._deferred_policies: dict[str, str] = {}
+        self._deferred_params: dict[str, str] = {}  # trial folder -> params.json
+        self._deferred_through = 0  # the newest commit whose lines are deferred
         self._last_flush = time.monotonic()
+        self._may_write = may_write
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="popflow-logs")
+        self._batches: list[Future[None]] = []  # submitted, not yet seen done
+        self._lock = threading.Lock()  # guards the four below (the writer sets them)
+        self._derived = dict(derived or {})
+        self._derived_changed: set[str] | None = None  # None: all (nothing committed yet)
+        self._written_through = 0  # the newest commit whose lines are all written
+        self._failure: BaseException | None = None
 
     def add_result(self, rec: TrialRecord, result: dict[str, Any]) -> None:
         self.new_results.setdefault(rec.trial_id, []).append(result)
         self._touched[rec.trial_id] = rec
+
+    def add_params(self, rec: TrialRecord) -> None:
+        """The trial starts for the first time: its ``params.json`` (its config; Ray writes
+        it when a trial starts), written before its first results."""
+        self._deferred_params[rec.dirname] = params_text(rec.trial.config)
 
     def add_exploit(self, entry: list[Any], target: TrialRecord) -> None:
         """An exploit's ``pbt_global.txt`` line; ``target``'s lineage changed."""
@@ -79,11 +117,9 @@ class TrialLogs:
             self.policy_lines.append(entry)
             self._lineage_changed[target.trial_id] = target
 
-    def end_round(self, final: bool) -> tuple[dict[str, list[dict[str, Any]]], list[list[Any]]]:
-        """Queue the round's lines, and write them out when due (``final``: now).
-
-        Returns the round's results and policy lines, for its commit.
-        """
+    def end_round(self, seq: int) -> tuple[dict[str, list[dict[str, Any]]], list[list[Any]]]:
+        """Queue the round's lines, those of commit ``seq``; its results and policy lines,
+        for that commit."""
         for trial_id, results in self.new_results.items():
             rec = self._touched[trial_id]
             header = ""
@@ -91,51 +127,136 @@ class TrialLogs:
                 rec.csv_header = list(results[0])
                 header = csv_row(rec.csv_header)
             rows = "".join(csv_row([r.get(k, "") for k in rec.csv_header]) for r in results)
-            self._defer((rec.dirname, "result.json"), _lines(results))
+            self._defer((rec.dirname, RESULTS), _lines(results))
             self._defer((rec.dirname, "progress.csv"), header + rows)
         if self.policy_lines:
             self._defer((GLOBAL_POLICY,), _lines(self.policy_lines))
         for trial_id in sorted(self._lineage_changed):
             lineage = self._lineage_changed[trial_id].lineage
             self._deferred_policies[policy_file(trial_id)] = _lines(lineage)
-        if final or time.monotonic() - self._last_flush >= self.flush_interval:
-            self.flush()
+        self._deferred_through = seq
         self.policy_total += len(self.policy_lines)
         out = (self.new_results, self.policy_lines)
         self.new_results, self.policy_lines = {}, []
         self._touched, self._lineage_changed = {}, {}
         return out
 
+    def settle(self, final: bool) -> tuple[dict[str, int] | Changed, int]:
+        """Before a commit: wait for the lines handed over (they had a round to be
+        written), and with ``final`` write the rest too. Returns the logs' sizes (those
+        that changed since the last call, after the first) and the newest commit whose
+        lines they hold, for the commit; raises what a write raised.
+
+        So when a commit is published no line is being written: a driver stopped
+        there (say, SIGSTOP past its lease) has nothing half-written to go on with.
+        """
+        if final:
+            self._hand_over()
+        for batch in self._batches:
+            batch.result()
+        self._batches = []
+        self._raise_failure()
+        with self._lock:
+            if self._derived_changed is None:
+                sizes: dict[str, int] | Changed = dict(self._derived)
+            else:
+                sizes = Changed({k: self._derived[k] for k in self._derived_changed})
+            self._derived_changed = set()
+            return sizes, self._written_through
+
+    def committed(self) -> None:
+        """After a commit: hand its lines to the writer, when due (object stores: every
+        ``flush_interval``), to be written while the next round trains."""
+        if time.monotonic() - self._last_flush >= self.flush_interval:
+            self._hand_over()
+
     @property
-    def written(self) -> bool:
-        """Every line so far is in the logs (none waits for a flush)."""
-        return not self._deferred and not self._deferred_policies
+    def derived(self) -> dict[str, int]:
+        """Each appended log's size as written so far."""
+        with self._lock:
+            return dict(self._derived)
 
     def _defer(self, parts: tuple[str, ...], text: str) -> None:
         self._deferred[parts] = self._deferred.get(parts, "") + text
 
-    def flush(self) -> None:
-        """Write every queued line. Writes to different files are independent; on
-        object stores, where each is a network round trip, they go out in parallel."""
-        writes: list[tuple[Any, tuple[Any, ...]]] = [
-            (self._append, (text, *parts)) for parts, text in self._deferred.items()
+    def _hand_over(self) -> None:
+        writes: list[tuple[Callable[..., Any], tuple[Any, ...]]] = [
+            (self.storage.write_text, (text, dirname, PARAMS))
+            for dirname, text in self._deferred_params.items()
         ]
+        writes += [(self._append, (text, *parts)) for parts, text in self._deferred.items()]
         writes += [
             (self.storage.write_text, (text, name))
             for name, text in self._deferred_policies.items()
         ]
-        self._deferred, self._deferred_policies = {}, {}
+        self._deferred, self._deferred_policies, self._deferred_params = {}, {}, {}
         self._last_flush = time.monotonic()
-        if self.storage.is_local or len(writes) < 2:
-            for fn, args in writes:
-                fn(*args)
+        if writes:
+            self._batches.append(self._writer.submit(self._write, writes, self._deferred_through))
+
+    def close(self) -> None:
+        """Let the writer finish what it was handed, then stop it (the lines not handed
+        over are dropped: a resume appends them from the commits)."""
+        self._writer.shutdown(wait=True)
+
+    def _write(self, writes: list[tuple[Callable[..., Any], tuple[Any, ...]]], seq: int) -> None:
+        """One batch, in the writer's thread, the lease checked first. On local disk each
+        write checks it (a stat), so a driver taken over stops between two files; on
+        object stores, where each is a network round trip, the batch's writes go out in
+        parallel after one check."""
+        if self._failure is not None:
+            return  # a line missing in the middle of a log would be worse than none after it
+        may_write = self._may_write or (lambda: None)
+        try:
+            if self.storage.is_local or len(writes) < 2:
+                for fn, args in writes:
+                    may_write()
+                    fn(*args)
+            else:
+                may_write()
+                with ThreadPoolExecutor(max_workers=min(16, len(writes))) as pool:
+                    for future in [pool.submit(fn, *args) for fn, args in writes]:
+                        future.result()
+        except BaseException as exc:
+            with self._lock:
+                self._failure = exc
             return
-        with ThreadPoolExecutor(max_workers=min(16, len(writes))) as pool:
-            for future in [pool.submit(fn, *args) for fn, args in writes]:
-                future.result()  # re-raise a storage error here, before the commit
+        with self._lock:
+            self._written_through = seq
+
+    def _raise_failure(self) -> None:
+        with self._lock:
+            failure = self._failure
+        if failure is not None:
+            raise failure
 
     def _append(self, text: str, *parts: str) -> None:
-        self.derived["/".join(parts)] = self.storage.append_text(text, *parts)
+        path = "/".join(parts)
+        size = self.storage.append_text(text, *parts)
+        with self._lock:
+            self._derived[path] = size
+            if self._derived_changed is not None:
+                self._derived_changed.add(path)
+
+
+def result_lines(storage: Storage, dirname: str, count: int, strict: bool = False) -> list[str]:
+    """The first ``count`` lines of a trial's ``result.json``: its committed results (a
+    running driver may have written more). ``strict``: fewer is an error (the folder
+    was changed by hand); else what is there (an object store's log may lag its commit)."""
+    if count == 0:
+        return []
+    try:
+        lines = storage.read_text(dirname, RESULTS).splitlines()
+    except FileNotFoundError:
+        if strict:
+            raise
+        return []
+    if strict and len(lines) < count:
+        raise RuntimeError(
+            f"{storage.full_url(dirname, RESULTS)} has {len(lines)} results but the "
+            f"committed state counts {count}: the experiment folder was changed by hand"
+        )
+    return [line for line in lines[:count] if line.strip()]
 
 
 def _count_lines(storage: Storage, *parts: str) -> int:
@@ -151,7 +272,7 @@ def rebuild_tails(storage: Storage, commit: dict[str, Any], log: ExperimentLog) 
     trials = {t["trial_id"]: t for t in commit["trials"]}
     need = {}
     for tid, t in trials.items():
-        missing = t["num_results"] - _count_lines(storage, t["dirname"], "result.json")
+        missing = t["num_results"] - _count_lines(storage, t["dirname"], RESULTS)
         if missing > 0:
             need[tid] = missing
     policy_missing = commit.get("policy_total", 0) - _count_lines(storage, GLOBAL_POLICY)
@@ -174,7 +295,7 @@ def rebuild_tails(storage: Storage, commit: dict[str, Any], log: ExperimentLog) 
     derived = commit["derived"]
     for tid, n in need.items():
         t, rows = trials[tid], tails[tid][-n:]
-        result_path = (t["dirname"], "result.json")
+        result_path = (t["dirname"], RESULTS)
         derived["/".join(result_path)] = storage.append_text(_lines(rows), *result_path)
         csv_path = (t["dirname"], "progress.csv")
         header = t["csv_header"]

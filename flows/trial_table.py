@@ -33,7 +33,9 @@ class TrialRecord:
     restore: str | None = None  # checkpoint folder (relative to the experiment) to resume from
     restore_iteration: int = 0
     checkpoints: list[CheckpointRecord] = field(default_factory=list)
-    results: list[dict[str, Any]] = field(default_factory=list)
+    #: results committed so far; the results themselves are in storage (``result.json``)
+    #: and the latest in ``trial.last_result``: a long run's history stays out of memory
+    num_results: int = 0
     num_failures: int = 0
     error: str | None = None
     lineage: list[list[Any]] = field(default_factory=list)  # PBT policy entries
@@ -69,7 +71,7 @@ class TrialRecord:
             "trainable_name": t.trainable_name,
             "name": t.custom_name,
             "last_train_time": t.last_train_time,
-            "num_results": len(self.results),
+            "num_results": self.num_results,
             "restore": self.restore,
             "restore_iteration": self.restore_iteration,
             "checkpoints": [
@@ -84,8 +86,9 @@ class TrialRecord:
         }
 
     @classmethod
-    def from_state(cls, t: dict[str, Any], results: list[dict[str, Any]]) -> TrialRecord:
-        """The record a commit's ``state()`` describes, with the trial's committed results.
+    def from_state(cls, t: dict[str, Any], last_result: dict[str, Any]) -> TrialRecord:
+        """The record a commit's ``state()`` describes, with the trial's last committed
+        result.
 
         A trial committed as RUNNING is PENDING again: its segment's result was
         never committed.
@@ -102,7 +105,7 @@ class TrialRecord:
             trainable_name=t.get("trainable_name", ""),  # older commits lack both
             custom_name=t.get("name"),
         )
-        trial.last_result = results[-1] if results else {}
+        trial.last_result = last_result
         return cls(
             trial=trial,
             index=t["index"],
@@ -110,7 +113,7 @@ class TrialRecord:
             restore=t["restore"],
             restore_iteration=t["restore_iteration"],
             checkpoints=[CheckpointRecord(**c) for c in t["checkpoints"]],
-            results=results,
+            num_results=t["num_results"],
             num_failures=t["num_failures"],
             error=t["error"],
             lineage=t["lineage"],

@@ -31,9 +31,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from popflow.infra.json_delta import diff, patch
+from popflow.infra.json_delta import patch
 from popflow.infra.jsonutil import dumps
 from popflow.infra.lease import LeaseLost
+from popflow.infra.state_text import StateText
 from popflow.infra.storage import Storage
 
 logger = logging.getLogger(__name__)
@@ -78,8 +79,12 @@ class DamagedLog(RuntimeError):
     """The commit log cannot be read back to a state to resume from."""
 
 
-def encode_commit(commit: dict[str, Any]) -> bytes:
+def encode_commit(commit: dict[str, Any], state: str | None = None) -> bytes:
+    """A commit's bytes; ``state``: the JSON text of its ``state`` (a snapshot's), joined
+    in as it is rather than encoded again."""
     body = dumps(commit)
+    if state is not None:
+        body = f'{body[:-1]}, "state": {state}}}'
     digest = hashlib.sha256(body.encode()).hexdigest()
     return f"{body}\n{digest}\n".encode()
 
@@ -121,7 +126,7 @@ class ExperimentLog:
         self.storage = storage
         self.seq = 0
         self.epoch = 0  # the lease epoch this driver writes under (0: not writing)
-        self._state: dict[str, Any] | None = None  # the state of commit ``seq`` (as JSON reads)
+        self._state: StateText | None = None  # the state of commit ``seq``
         self._base = 0  # the snapshot the next delta builds on
         self._snapshot_bytes = 0
         self._delta_bytes = 0  # written since that snapshot
@@ -129,6 +134,11 @@ class ExperimentLog:
         self._known: set[int] = set()  # commit numbers in storage (not yet pruned)
         self._snapshot = 0  # the newest snapshot
         self._logs_through = 0  # the derived logs hold the lines of the commits up to this
+
+    @property
+    def state(self) -> dict[str, Any] | None:
+        """The state of the newest commit this log wrote (as JSON reads it; None: none)."""
+        return None if self._state is None else self._state.value()
 
     def commit_path(self, seq: int) -> str:
         return f"{COMMITS}/{seq:08d}.json"
@@ -145,30 +155,34 @@ class ExperimentLog:
         )
 
     def commit(
-        self, payload: dict[str, Any], snapshot: bool | None = None, logs_written: bool = True
+        self, payload: dict[str, Any], snapshot: bool | None = None, logs_through: int | None = None
     ) -> int:
         """Publish the next commit; returns its sequence number.
 
-        ``payload``: the state (:data:`STATE_KEYS`) and the round's own fields.
+        ``payload``: the state (:data:`STATE_KEYS`) and the round's own fields; a
+        large part of the state may be given as :class:`~popflow.infra.json_delta.Changed`
+        (its items that changed since the last commit), except in a first commit.
         ``snapshot``: write the state in full (None: when :meth:`snapshot_due`).
-        ``logs_written``: the derived logs hold every line up to this commit's
-        and its ``derived`` sizes say so (else older commits are kept for a
-        resume to append their lines from).
+        ``logs_through``: the newest commit whose lines the derived logs hold within
+        this commit's ``derived`` sizes (None: this one); the commits after it are
+        kept for a resume to append their lines from.
         Raises :class:`LeaseLost` if another driver wrote that commit (its
         lease is newer: this driver must stop).
         """
         seq = self.seq + 1
-        # through JSON: the state compares with the next one as it reads back, and
-        # shares nothing with the caller's objects (which change in place)
-        state = json.loads(dumps({k: payload[k] for k in STATE_KEYS if k in payload}))
+        given = {k: payload[k] for k in STATE_KEYS if k in payload}
+        if self._state is None:
+            state, delta = StateText(STATE_KEYS, given), None
+        else:
+            state, delta = self._state.update(given)
         record = {k: v for k, v in payload.items() if k not in STATE_KEYS}
         record.update(seq=seq, epoch=self.epoch)
         full = self.snapshot_due() if snapshot is None else snapshot
         if full or self._state is None:
-            record["state"] = state
+            data = encode_commit(record, state.json())
         else:
-            record.update(base=self._base, delta=diff(self._state, state))
-        data = encode_commit(record)
+            record.update(base=self._base, delta=delta)
+            data = encode_commit(record)
         if not self.storage.create_bytes(data, self.commit_path(seq), durable=True):
             other = self._epoch_of(seq)
             raise CommitConflict(
@@ -180,9 +194,8 @@ class ExperimentLog:
         self._known.add(seq)
         # with what held before this commit: a resume may fall back to the one before it
         self._prune()
-        if logs_written:
-            self._logs_through = seq
-        if "state" in record:
+        self._logs_through = max(self._logs_through, seq if logs_through is None else logs_through)
+        if "delta" not in record:
             self._base, self._snapshot_bytes, self._delta_bytes, self._deltas = seq, len(data), 0, 0
             self._snapshot = seq
         else:

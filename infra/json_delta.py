@@ -22,9 +22,23 @@ changes its input.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 Op = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Changed:
+    """A large list or dict given by its changed items only: ``items`` maps a list's
+    indexes (its length stays) or a dict's keys (new ones are added) to their new values.
+
+    A commit of a 10,000-trial table that changed 100 rows costs 100 rows this way
+    (:class:`~popflow.infra.state_text.StateText`), not a walk over all of them.
+    """
+
+    items: Mapping[Any, Any]
 
 
 def diff(old: Any, new: Any) -> Op | None:

@@ -18,7 +18,13 @@ def _default(obj: Any) -> Any:
     return repr(obj)  # like Ray's SafeFallbackEncoder: never fail a log line on a value
 
 
+#: one encoder for the plain case: json.dumps builds a new one per call when given ``default``
+_ENCODER = json.JSONEncoder(default=_default)
+
+
 def dumps(obj: Any, **kwargs: Any) -> str:
+    if not kwargs:
+        return _ENCODER.encode(obj)
     return json.dumps(obj, default=_default, **kwargs)
 
 

@@ -7,6 +7,7 @@ trial. What should happen to a trial comes back from the scheduler as a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -44,6 +45,33 @@ class Trial:
     custom_name: str | None = None
     #: Ray's ``Trial.path``: the URL of the trial's folder in storage (set by the driver)
     path: str = ""
+    #: told ``(trial, old_status)`` after each change of ``status`` (:meth:`watch`);
+    #: never copied nor pickled
+    _watcher: Callable[[Trial, TrialStatus], None] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name != "status":
+            object.__setattr__(self, name, value)
+            return
+        old = self.__dict__.get("status")
+        object.__setattr__(self, name, value)
+        watcher = self.__dict__.get("_watcher")
+        if watcher is not None and old is not value:
+            watcher(self, old)
+
+    def watch(self, watcher: Callable[[Trial, TrialStatus], None] | None) -> None:
+        """Have ``watcher(trial, old_status)`` called after each status change (the
+        controller keeps its indexes of runnable and live trials current this way)."""
+        object.__setattr__(self, "_watcher", watcher)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_watcher"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__dict__.setdefault("_watcher", None)
 
     @property
     def is_live(self) -> bool:

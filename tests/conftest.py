@@ -146,6 +146,30 @@ def _stop_local_servers(request) -> Iterator[None]:
         local_server.stop(record.parent)
 
 
+@pytest.fixture(autouse=True)
+def _commits_hold_the_trial_table(monkeypatch) -> None:
+    """Every commit of a run in this process holds the driver's trial table as it is.
+
+    A commit writes only the rows of the trials that changed since the one
+    before (:mod:`popflow.flows.trial_index`); a change the index missed would
+    leave a stale row in storage, which this catches in every test that runs.
+    """
+    from popflow.flows.controller import Controller
+    from popflow.infra.jsonutil import jsonable
+
+    commit = Controller.commit
+
+    def checked(self: Controller, final: bool = False) -> None:
+        commit(self, final)
+        state = self.log.state
+        assert state is not None
+        table = jsonable([r.state() for r in self.records])
+        stale = [t["trial_id"] for t, c in zip(table, state["trials"], strict=True) if t != c]
+        assert not stale, f"commit {self.log.seq} holds stale rows of trials {stale}"
+
+    monkeypatch.setattr(Controller, "commit", checked)
+
+
 @pytest.fixture(scope="session")
 def prefect_server() -> Iterator[str]:
     """A Prefect server for the session; the session's flows report to it."""

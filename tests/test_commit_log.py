@@ -15,8 +15,10 @@ from popflow.infra.experiment_log import (
     DamagedLog,
     ExperimentLog,
     decode_commit,
+    encode_commit,
 )
-from popflow.infra.json_delta import diff, patch
+from popflow.infra.json_delta import Changed, diff, patch
+from popflow.infra.state_text import StateText
 from popflow.infra.storage import Storage
 
 json_values = st.recursive(
@@ -194,13 +196,82 @@ def test_commits_whose_lines_wait_for_a_flush_are_kept_until_the_logs_hold_them(
     log.epoch = 1
     snapshots = []
     for r in range(1, 41):
-        seq = log.commit(payload(r), logs_written=False)
+        seq = log.commit(payload(r), logs_through=0)
         if "state" in log.read_record(seq):
             snapshots.append(seq)
     assert len(snapshots) >= 3 and log.commit_numbers() == list(range(1, 41))
-    log.commit(payload(41), logs_written=True)
+    log.commit(payload(41))
     assert log.commit_numbers() == list(range(1, 42))  # a resume may fall back to 40
     newest_snapshot = max(s for s in [*snapshots, 41] if "state" in log.read_record(s))
-    log.commit(payload(42), logs_written=False)
+    log.commit(payload(42), logs_through=0)
     assert log.commit_numbers() == list(range(newest_snapshot, 43))
     committed(ExperimentLog(storage).latest(), 42)
+
+
+# -- commits of what changed (StateText, Changed) ------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(json_values, min_size=1, max_size=6),
+    st.dictionaries(st.text(max_size=3), json_values, max_size=5),
+    st.data(),
+)
+def test_a_state_given_by_its_changed_items_is_the_state_given_whole(rows, sizes, data):
+    """StateText's delta from Changed items patches the old state into the new one, and
+    its snapshot text reads back as the whole new state."""
+    keys = ("trials", "derived", "round")
+    old = {"trials": rows, "derived": sizes, "round": 1}
+    changed_rows = data.draw(
+        st.dictionaries(st.integers(0, len(rows) - 1), json_values, max_size=len(rows))
+    )
+    changed_sizes = data.draw(st.dictionaries(st.text(max_size=3), json_values, max_size=4))
+    new_rows = [changed_rows.get(i, row) for i, row in enumerate(rows)]
+    new = {"trials": new_rows, "derived": {**sizes, **changed_sizes}, "round": 2}
+    state, delta = StateText(keys, old).update(
+        {"trials": Changed(changed_rows), "derived": Changed(changed_sizes), "round": 2}
+    )
+    expected = json.loads(json.dumps(new))
+    assert patch(json.loads(json.dumps(old)), json.loads(json.dumps(delta))) == expected
+    assert json.loads(state.json()) == expected == state.value()
+    whole, whole_delta = StateText(keys, old).update(new)  # given whole: the same state
+    assert whole.value() == expected
+    assert patch(json.loads(json.dumps(old)), whole_delta) == expected
+
+
+def test_a_commit_of_changed_rows_costs_those_rows_and_reads_back_whole(tmp_path):
+    storage = Storage(str(tmp_path))
+    log = ExperimentLog(storage)
+    log.epoch = 1
+    first = payload(1, trials=200)
+    log.commit(first)
+    first["results"] = {}  # the later rounds' own fields: none
+    row = trial(7, 2)
+    seq = log.commit(
+        {
+            **first,
+            "round": 2,
+            "trials": Changed({7: row}),
+            "derived": Changed({"t7/result.json": 5}),
+        },
+        snapshot=False,
+    )
+    record = log.read_record(seq)
+    assert record["delta"]["d"]["trials"] == {"i": {"7": diff(trial(7, 1), row)}}
+    assert len(encode_commit(record)) < 2000  # one row's change, not 200 rows
+    state = ExperimentLog(storage).latest()
+    assert state["trials"][7] == row and state["trials"][8] == first["trials"][8]
+    assert state["derived"]["t7/result.json"] == 5 and state["round"] == 2
+    snap = log.commit({**first, "round": 3, "trials": Changed({})}, snapshot=True)
+    assert log.read(snap)["trials"][7] == row  # a snapshot joins the rows' texts
+    assert log.state["trials"][7] == row
+
+
+def test_changed_rows_need_a_whole_state_first_and_keep_the_length(tmp_path):
+    log = ExperimentLog(Storage(str(tmp_path)))
+    log.epoch = 1
+    with pytest.raises(ValueError, match="needs its whole value"):
+        log.commit({"trials": Changed({0: {}}), "round": 0})
+    log.commit({"trials": [{"a": 1}], "round": 0})
+    with pytest.raises(IndexError, match="keeps its length"):
+        log.commit({"trials": Changed({3: {}}), "round": 1})
