@@ -129,6 +129,20 @@ def _size_for(n_workers: int | None, trial: Mapping[str, float] | None) -> Embed
     return embedded_size(default_workers(), _cpu(trial), n_workers, gpus_available(), _gpu(trial))
 
 
+#: What a worker runs popflow's segments with (infra cannot import the worker layer).
+RUNNER_MODULE = "popflow.tasks.runner"
+
+#: Dask settings of the embedded cluster's workers. Dask's defaults sample every
+#: thread's stack each 10 ms for the dashboard's Profile page and read the process's
+#: memory each 100 ms: with one worker per core on a small machine, that took a tenth
+#: of a core per worker, and segments waited for CPU. The Profile page still works at
+#: 100 ms; a user's own cluster (``dask_address``) keeps its own settings.
+EMBEDDED_WORKER_CONFIG = {
+    "distributed.worker.profile.interval": "100ms",
+    "distributed.worker.memory.monitor-interval": "1s",
+    "distributed.admin.system-monitor.interval": "2s",
+}
+
 #: The name distributed's nanny gives the worker processes it starts
 #: (``distributed.nanny.WorkerProcess.start``), first start and restarts alike.
 WORKER_PROCESS_NAME = "Dask Worker process (from Nanny)"
@@ -291,6 +305,10 @@ def _local_cluster(size: EmbeddedSize) -> LocalCluster:
         "dashboard_address": ":0",  # a free port: never collide with another cluster's 8787
         "resources": size.resources,
         "silence_logs": logging.WARNING,
+        # the worker side of popflow imported as each worker starts, while the driver
+        # opens the experiment, rather than by the first runner made on it
+        "preload": [RUNNER_MODULE],
+        "config": EMBEDDED_WORKER_CONFIG,
     }
     try:
         if size.devices:

@@ -35,14 +35,15 @@ logger = logging.getLogger(__name__)
 isolate_dask_sampling()  # runs on every worker that imports this module
 
 
-Fetched = tuple[str, dict[str, Any] | None]  # (temporary folder, checkpoint metadata)
+Fetched = tuple[str | None, dict[str, Any] | None]  # (temporary folder, checkpoint metadata)
 
 
 def _fetch(spec: SegmentSpec) -> Fetched:
-    """Download ``spec.restore`` into a new temporary folder (``<tmp>/checkpoint``)."""
-    tmp = tempfile.mkdtemp(prefix="popflow-restore-")
+    """Download ``spec.restore`` into a new temporary folder (``<tmp>/checkpoint``);
+    (None, None) for a segment that starts from scratch."""
     if spec.restore is None:
-        return tmp, None
+        return None, None
+    tmp = tempfile.mkdtemp(prefix="popflow-restore-")
     try:
         return tmp, fetch_checkpoint(spec.storage, spec.restore, os.path.join(tmp, "checkpoint"))
     except BaseException:
@@ -68,7 +69,7 @@ def _build(spec: SegmentSpec, fetched: Future[Fetched] | None = None) -> Live:
     if params is not None:  # with_parameters: its objects come from the experiment's folder
         params.attach(spec.storage)
     tmp, metadata = fetched.result() if fetched is not None else _fetch(spec)
-    restore_dir = os.path.join(tmp, "checkpoint") if spec.restore is not None else None
+    restore_dir = os.path.join(tmp, "checkpoint") if tmp is not None else None
     owned = False
     try:
         clock = ProgressClock.restored(spec.trial_id, metadata)
@@ -80,7 +81,7 @@ def _build(spec: SegmentSpec, fetched: Future[Fetched] | None = None) -> Live:
             return live
         return LiveClass(spec.trainable, spec.config, spec.trial_id, restore_dir, clock)
     finally:
-        if not owned:
+        if tmp is not None and not owned:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -173,8 +174,8 @@ def run_segments(specs: list[SegmentSpec], worker: str | None = None) -> list[Se
 
 
 def _drop_fetched(future: Future[Fetched]) -> None:
-    if future.exception() is None:
-        shutil.rmtree(future.result()[0], ignore_errors=True)
+    if future.exception() is None and (tmp := future.result()[0]) is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _discard_parked(outcome: SegmentOutcome) -> None:

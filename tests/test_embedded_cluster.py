@@ -249,6 +249,24 @@ def test_embedded_workers_are_sized_for_the_trial(cores, trial_cpu, n_workers, g
     assert embedded_size(cores, trial_cpu, n_workers, gpus) == expected
 
 
+def test_embedded_workers_start_with_popflow_loaded_and_dasks_sampling_slowed():
+    """The worker side is imported as each worker starts (not by the first runner made on
+    it), and Dask's profiler and monitors sample less often than its defaults, which took
+    a tenth of a core per worker on a small machine; a Dask cluster of one's own is left as
+    it is."""
+    from popflow.infra.cluster import EMBEDDED_WORKER_CONFIG, RUNNER_MODULE, dask_client
+
+    def look() -> tuple[bool, dict[str, str]]:
+        import dask
+
+        return RUNNER_MODULE in sys.modules, {k: dask.config.get(k) for k in EMBEDDED_WORKER_CONFIG}
+
+    with dask_client(None, 1) as client:
+        (seen,) = client.run(look).values()
+    assert seen == (True, EMBEDDED_WORKER_CONFIG)
+    assert EMBEDDED_WORKER_CONFIG["distributed.worker.profile.interval"] == "100ms"
+
+
 def test_embedded_size_rejects_no_workers():
     with pytest.raises(ValueError, match=r"`n_workers` is 0, but must be >= 1"):
         embedded_size(2, None, 0)

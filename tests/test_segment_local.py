@@ -286,6 +286,28 @@ def test_restore_continues_state_and_iteration_counting(storage, run, cls):
     assert len(cls.loaded) == 1
 
 
+def test_a_segment_uses_a_temporary_folder_only_to_restore(storage, tmp_path, run, monkeypatch):
+    """A segment from scratch makes no folder (10,000 one-segment trials each paid a mkdir
+    and rmtree); a restore downloads into one, removed once the trainable is built."""
+    import tempfile
+
+    made: list[str] = []
+    original = tempfile.mkdtemp
+
+    def mkdtemp(*args: Any, **kwargs: Any) -> str:
+        folder = original(*args, **kwargs)
+        if "popflow-restore-" in folder:
+            made.append(folder)
+        return folder
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    first = ok(run(spec(storage, Counter, max_iterations=1)))
+    assert made == []
+    restore = f"{TRIAL_DIR}/{first.checkpoints[-1].name}"
+    ok(run(spec(storage, Counter, restore=restore, max_iterations=1)))
+    assert len(made) == 1
+
+
 def test_dict_checkpoint_vs_directory_checkpoint(storage, tmp_path, run):
     Counter.loaded.clear()
     DirCounter.loaded.clear()
