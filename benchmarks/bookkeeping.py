@@ -13,6 +13,12 @@ Python allocations during ``run()`` (that run's wall is not the figure: tracing 
     .venv/bin/python benchmarks/bookkeeping.py --tracemalloc     # plus the traced run
     .venv/bin/python benchmarks/bookkeeping.py --quick           # 100 trials
     .venv/bin/python benchmarks/bookkeeping.py --trials 10000 --sleep 0.05   # issue 14's scale
+
+Issue 14's scale targets, from the same run: overhead <= 10 %; driver peak RSS <= 300 MiB
+and flat in the number of rounds (the driver's resident memory after each commit: its
+growth from a quarter of the rounds to the end, per 100 rounds); per-commit bytes and
+seconds proportional to what the round changed (the deltas' bytes per result they
+carry, their spread, and the snapshots, which hold the whole state, apart).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Any
 
 from common import (
     RESULTS_DIR,
+    CommitRecorder,
     PrefectServer,
     emit,
     python,
@@ -43,6 +50,7 @@ from popflow.tasks import report
 SLEEP_S = 0.5
 SLOTS = 8
 OVERHEAD_TARGET = 0.10
+RSS_TARGET_MIB = 300.0
 
 
 def sleep_once(config: dict[str, Any]) -> None:
@@ -56,7 +64,6 @@ def _maxrss_mib() -> float:
 
 
 def runner(args: argparse.Namespace) -> None:
-    from popflow import run
     from popflow.infra.cluster import dask_client
 
     figures: dict[str, Any] = {"trials": args.trials, "tracemalloc": args.tracemalloc}
@@ -68,18 +75,8 @@ def runner(args: argparse.Namespace) -> None:
             if args.tracemalloc:
                 tracemalloc.start()
             start = time.perf_counter()
-            results = run(
-                sleep_once,
-                param_space={"x": uniform(0, 1), "sleep": args.sleep},
-                scheduler=FIFOScheduler(),
-                metric="score",
-                mode="max",
-                num_samples=args.trials,
-                storage=storage,
-                name="bookkeeping",
-                seed=0,
-                dask_address=client,
-            )
+            with CommitRecorder() as commits:
+                results = _run(args, storage, client)
             figures["tune_wall_s"] = time.perf_counter() - start
             if args.tracemalloc:
                 current, peak = tracemalloc.get_traced_memory()
@@ -90,7 +87,69 @@ def runner(args: argparse.Namespace) -> None:
     figures["terminated"] = results.num_terminated
     figures["errored_trials"] = results.num_errors
     figures["results"] = sum(len(r.history) for r in results)
+    figures["commits"] = _commit_figures(commits)
     emit(figures)
+
+
+def _commit_figures(commits: CommitRecorder) -> dict[str, Any]:
+    """The commits' bytes and seconds (deltas per result carried; snapshots apart), and the
+    driver's resident memory after each, as it goes."""
+    deltas = [
+        (size, seconds, n)
+        for size, seconds, n, snap in zip(
+            commits.sizes, commits.seconds, commits.results, commits.snapshots, strict=True
+        )
+        if not snap and n
+    ]
+    per_result = sorted(size / n for size, _, n in deltas)
+    ms_per_result = sorted(1000 * seconds / n for _, seconds, n in deltas)
+    rss = commits.rss_mib
+    quarter = len(rss) // 4
+    return {
+        "count": len(commits.sizes),
+        "bytes_written": sum(commits.sizes),
+        "snapshots": sum(commits.snapshots),
+        "snapshot_bytes_max": max(
+            (s for s, snap in zip(commits.sizes, commits.snapshots, strict=True) if snap),
+            default=0,
+        ),
+        "snapshot_seconds_max": max(
+            (t for t, snap in zip(commits.seconds, commits.snapshots, strict=True) if snap),
+            default=0.0,
+        ),
+        "delta_bytes_per_result_median": per_result[len(per_result) // 2] if deltas else None,
+        "delta_bytes_per_result_p90": per_result[int(0.9 * (len(per_result) - 1))]
+        if deltas
+        else None,
+        "delta_ms_per_result_median": ms_per_result[len(ms_per_result) // 2] if deltas else None,
+        "delta_seconds_max": max((t for _, t, _ in deltas), default=0.0),
+        "rss_mib": rss,
+        "rss_quarter_mib": rss[quarter] if rss else None,
+        "rss_end_mib": rss[-1] if rss else None,
+        # growth of the driver's memory per 100 rounds, from a quarter of the run to its end
+        "rss_growth_mib_per_100_rounds": (
+            100 * (rss[-1] - rss[quarter]) / (len(rss) - 1 - quarter)
+            if len(rss) - 1 > quarter
+            else None
+        ),
+    }
+
+
+def _run(args: argparse.Namespace, storage: str, client: Any) -> Any:
+    from popflow import run
+
+    return run(
+        sleep_once,
+        param_space={"x": uniform(0, 1), "sleep": args.sleep},
+        scheduler=FIFOScheduler(),
+        metric="score",
+        mode="max",
+        num_samples=args.trials,
+        storage=storage,
+        name="bookkeeping",
+        seed=0,
+        dask_address=client,
+    )
 
 
 def main() -> None:

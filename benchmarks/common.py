@@ -62,6 +62,9 @@ class CommitRecorder:
         self.times: list[float] = []
         self.sizes: list[int] = []
         self.seconds: list[float] = []
+        self.results: list[int] = []  # results the commit carries
+        self.snapshots: list[bool] = []  # whether it holds the whole state
+        self.rss_mib: list[float] = []  # the process's resident memory after it
 
     def __enter__(self) -> CommitRecorder:
         from popflow.infra.experiment_log import ExperimentLog
@@ -70,11 +73,15 @@ class CommitRecorder:
         recorder = self
 
         def commit(log: ExperimentLog, payload: dict[str, Any], **kwargs: Any) -> int:
+            snapshot = kwargs.get("snapshot")
+            recorder.snapshots.append(log.snapshot_due() if snapshot is None else snapshot)
             start = time.perf_counter()
             seq = original(log, payload, **kwargs)
             recorder.seconds.append(time.perf_counter() - start)
             recorder.times.append(float(payload["time"]))
             recorder.sizes.append(log.storage.size(log.commit_path(seq)))
+            recorder.results.append(sum(map(len, payload.get("results", {}).values())))
+            recorder.rss_mib.append(rss_mib())
             return seq
 
         ExperimentLog.commit = commit  # type: ignore[method-assign]
@@ -84,6 +91,13 @@ class CommitRecorder:
         from popflow.infra.experiment_log import ExperimentLog
 
         ExperimentLog.commit = self._original  # type: ignore[method-assign]
+
+
+def rss_mib() -> float:
+    """This process's resident memory now, in MiB (Linux)."""
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def emit(result: dict[str, Any]) -> None:

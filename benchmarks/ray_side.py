@@ -6,7 +6,7 @@ from Ray. Run by the benchmarks as a subprocess with the project venv's
 
     python benchmarks/ray_side.py pbt --seed 0            # examples/pbt_benchmark.py's problem
     python benchmarks/ray_side.py asha --seed 0           # examples/async_hyperband.py's workload
-    python benchmarks/ray_side.py pbt-noop --iterations 60 --synch
+    python benchmarks/ray_side.py pbt-noop --iterations 60 --synch [--members 256]
 """
 
 from __future__ import annotations
@@ -254,7 +254,7 @@ def run_pbt_noop(args: argparse.Namespace, storage: str) -> dict[str, Any]:
                 ),
                 metric="score",
                 mode="max",
-                num_samples=8,
+                num_samples=args.members,
                 reuse_actors=True,
             ),
             run_config=tune.RunConfig(
@@ -286,6 +286,7 @@ def main() -> None:
     parser.add_argument("--max-t", type=int, default=100, help="asha")
     parser.add_argument("--iterations", type=int, default=60, help="pbt-noop")
     parser.add_argument("--synch", action="store_true", help="pbt-noop")
+    parser.add_argument("--members", type=int, default=8, help="pbt-noop")
     args = parser.parse_args()
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
