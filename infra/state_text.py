@@ -4,9 +4,11 @@ trial table cost what its round changed.
 A commit is a delta from the state before it, or now and then the whole state
 (a snapshot; :mod:`popflow.infra.experiment_log`). With 10,000 trials, parsing and
 encoding the whole table each time took most of a commit: here the large parts
-(the trial table, the derived logs' sizes) are kept item by item as JSON text. A
-round's changed items (:class:`~popflow.infra.json_delta.Changed`) are encoded,
-compared with their old text and diffed only when they differ; a snapshot joins
+(the trial table, the derived logs' sizes) are kept item by item as JSON text, and an
+item that is a dict (a trial's row) field by field. A round's changed items
+(:class:`~popflow.infra.json_delta.Changed`) are encoded, their fields compared with
+the old texts, and only the fields that differ are parsed and diffed; a list field
+that only grew (a trial's checkpoints) parses just its new items. A snapshot joins
 the texts without encoding anything again.
 
     >>> state = StateText(("trials", "round"), {"trials": [{"a": 1}, {"a": 2}], "round": 1})
@@ -29,7 +31,51 @@ from popflow.infra.jsonutil import dumps
 #: The parts of a state kept item by item (a list's items, a dict's values).
 ITEMIZED = frozenset({"trials", "derived"})
 
-Items = list[str] | dict[str, str]
+#: One item as text: a dict's fields (key -> JSON text), or the JSON text of anything else.
+Item = dict[str, str] | str
+Items = list[Item] | dict[str, Item]
+
+
+def _item(value: Any) -> Item:
+    if isinstance(value, dict):
+        return {str(k): dumps(v) for k, v in value.items()}
+    return dumps(value)
+
+
+def _item_json(item: Item) -> str:
+    if isinstance(item, str):
+        return item
+    return "{" + ", ".join(f"{json.dumps(k)}: {t}" for k, t in item.items()) + "}"
+
+
+def _text_op(old: str, new: str) -> Op | None:
+    """:func:`diff` of two JSON texts. A list that only grew at the end costs its new
+    items: the old text is a prefix of the new one (JSON values delimit themselves)."""
+    if old == new:
+        return None
+    if old.startswith("[") and new.startswith("["):
+        if old == "[]":
+            return {"a": json.loads(new)}
+        head = old[:-1] + ", "
+        if new.startswith(head):
+            return {"a": json.loads("[" + new[len(head) :])}
+    return diff(json.loads(old), json.loads(new))
+
+
+def _item_op(old: Item, new: Item) -> Op | None:
+    """The delta from one item to another, field by field for dicts."""
+    if isinstance(old, str) or isinstance(new, str):
+        return _text_op(_item_json(old), _item_json(new))
+    ops: dict[str, Op] = {}
+    for key, text in new.items():
+        before = old.get(key)
+        op = {"v": json.loads(text)} if before is None else _text_op(before, text)
+        if op is not None:
+            ops[key] = op
+    removed = [k for k in old if k not in new]
+    if not ops and not removed:
+        return None
+    return {"d": ops, "r": removed} if removed else {"d": ops}
 
 
 class StateText:
@@ -48,9 +94,9 @@ class StateText:
         if isinstance(value, Changed):
             raise ValueError(f"`{key}` needs its whole value here, not its changes")
         if key in ITEMIZED and isinstance(value, list):
-            self._items[key] = [dumps(v) for v in value]
+            self._items[key] = [_item(v) for v in value]
         elif key in ITEMIZED and isinstance(value, dict):
-            self._items[key] = {str(k): dumps(v) for k, v in value.items()}
+            self._items[key] = {str(k): _item(v) for k, v in value.items()}
         else:
             self._whole[key] = dumps(value)
 
@@ -63,8 +109,8 @@ class StateText:
             return self._whole[key]
         items = self._items[key]
         if isinstance(items, list):
-            return "[" + ", ".join(items) + "]"
-        return "{" + ", ".join(f"{json.dumps(k)}: {t}" for k, t in items.items()) + "}"
+            return "[" + ", ".join(_item_json(i) for i in items) + "]"
+        return "{" + ", ".join(f"{json.dumps(k)}: {_item_json(i)}" for k, i in items.items()) + "}"
 
     def json(self) -> str:
         """The whole state as JSON text (a snapshot's)."""
@@ -110,8 +156,7 @@ class StateText:
 
 
 def _changed_items(items: Items, changed: Changed) -> tuple[Items, Op | None]:
-    """``items`` with ``changed``'s set, and the delta: only items whose text changed
-    are parsed and diffed."""
+    """``items`` with ``changed``'s set, and the delta: only what changed is parsed."""
     ops: dict[str, Op] = {}
     if isinstance(items, list):
         out_list = list(items)
@@ -120,20 +165,18 @@ def _changed_items(items: Items, changed: Changed) -> tuple[Items, Op | None]:
                 raise IndexError(
                     f"item {i} of a list of {len(out_list)}: a Changed list keeps its length"
                 )
-            text = dumps(value)
-            if text != out_list[i]:
-                op = diff(json.loads(out_list[i]), json.loads(text))
-                out_list[i] = text
-                if op is not None:
-                    ops[str(i)] = op
+            item = _item(value)
+            op = _item_op(out_list[i], item)
+            out_list[i] = item
+            if op is not None:
+                ops[str(i)] = op
         return out_list, ({"i": ops} if ops else None)
     out = dict(items)
     for raw, value in changed.items.items():
-        key, text = str(raw), dumps(value)
+        key, item = str(raw), _item(value)
         old = out.get(key)
-        if text != old:
-            op = {"v": json.loads(text)} if old is None else diff(json.loads(old), json.loads(text))
-            out[key] = text
-            if op is not None:
-                ops[key] = op
+        op = {"v": json.loads(_item_json(item))} if old is None else _item_op(old, item)
+        out[key] = item
+        if op is not None:
+            ops[key] = op
     return out, ({"d": ops} if ops else None)

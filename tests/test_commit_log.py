@@ -275,3 +275,29 @@ def test_changed_rows_need_a_whole_state_first_and_keep_the_length(tmp_path):
     log.commit({"trials": [{"a": 1}], "round": 0})
     with pytest.raises(IndexError, match="keeps its length"):
         log.commit({"trials": Changed({3: {}}), "round": 1})
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(json_values, max_size=6),
+    st.lists(json_values, max_size=3),
+    st.one_of(st.none(), st.integers(0, 5)),
+    json_values,
+)
+def test_a_rows_list_field_that_grew_costs_its_new_items(items, tail, dropped, status):
+    """A trial's checkpoints grow each round: only the new ones are parsed and committed;
+    any other change to the list is diffed whole, and always patches back exactly."""
+    keys = ("trials",)
+    old_row = {"checkpoints": items, "status": "RUNNING"}
+    new_items = [*items, *tail]
+    if dropped is not None and dropped < len(new_items):  # retention took one out
+        del new_items[dropped]
+    new_row = {"checkpoints": new_items, "status": status}
+    _, delta = StateText(keys, {"trials": [old_row]}).update({"trials": Changed({0: new_row})})
+    stored = json.loads(json.dumps(delta))
+    assert patch({"trials": json.loads(json.dumps([old_row]))}, stored) == json.loads(
+        json.dumps({"trials": [new_row]})
+    )
+    if dropped is None and tail:
+        field = stored["d"]["trials"]["i"]["0"]["d"]["checkpoints"]
+        assert field == {"a": json.loads(json.dumps(tail))}
