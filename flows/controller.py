@@ -143,13 +143,10 @@ class Controller(EndingTrials):
     def _plan(self, limit: int | None) -> list[TrialRecord]:
         """Mark the trials the scheduler picks as running, up to ``limit`` in flight."""
         planned: list[TrialRecord] = []
-        while limit is None or self.calls.running + len(planned) < limit:
-            candidates = self._runnable()
-            if not candidates:
-                break
-            chosen = self.scheduler.choose_trial_to_run(candidates)
-            if chosen is None:
-                break
+        room = None if limit is None else limit - self.calls.running
+        if room is not None and room <= 0:
+            return planned
+        for chosen in self.scheduler.choose_trials_to_run(self._runnable(), room):
             rec = self.by_id[chosen.trial_id]
             if not started(rec):
                 self.logs.add_params(rec)

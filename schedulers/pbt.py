@@ -381,17 +381,24 @@ class PopulationBasedTraining(TrialScheduler):
         In synch mode trials paused at the barrier are not candidates.
         """
 
-        def progress(trial: Trial) -> float:
-            state = self._states.get(trial.trial_id)
-            return state.last_train_time if state is not None else 0
+        return min(self._candidates(trials), key=self._progress, default=None)
 
-        candidates = [
+    def choose_trials_to_run(self, trials: Sequence[Trial], limit: int | None) -> list[Trial]:
+        """What ``choose_trial_to_run`` picks one after the other, by one stable sort."""
+        ranked = sorted(self._candidates(trials), key=self._progress)
+        return ranked if limit is None else ranked[:limit]
+
+    def _candidates(self, trials: Sequence[Trial]) -> list[Trial]:
+        return [
             t
             for t in trials
             if t.status in (TrialStatus.PENDING, TrialStatus.PAUSED)
             and not (self.synchronous and t.trial_id in self._waiting)
         ]
-        return min(candidates, key=progress, default=None)
+
+    def _progress(self, trial: Trial) -> float:
+        state = self._states.get(trial.trial_id)
+        return state.last_train_time if state is not None else 0
 
     # -- persistence ---------------------------------------------------------
     @property

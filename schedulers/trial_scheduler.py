@@ -9,7 +9,7 @@ spirit of Syne Tune's scheduler API rather than Ray's controller callbacks.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -268,6 +268,21 @@ class TrialScheduler:
         paused = [t for t in trials if t.status == TrialStatus.PAUSED]
         return min(paused, key=lambda t: t.last_train_time) if paused else None
 
+    def choose_trials_to_run(self, trials: Sequence[Trial], limit: int | None) -> list[Trial]:
+        """Up to ``limit`` trials (None: any number) to run next, in order: what
+        ``choose_trial_to_run`` picks when asked again and again, each trial picked
+        leaving the candidates. A scheduler may give the same answer faster (PBT sorts
+        once: asked once per trial, a 256-member round cost 65,000 comparisons)."""
+        picked: list[Trial] = []
+        taken: set[str] = set()
+        while limit is None or len(picked) < limit:
+            chosen = self.choose_trial_to_run(_Without(trials, taken))
+            if chosen is None:
+                break
+            picked.append(chosen)
+            taken.add(chosen.trial_id)
+        return picked
+
     def next_milestone(self, trial: Trial) -> float | None:
         """The ``time_attr`` value at which this scheduler next needs the trial's result.
 
@@ -292,6 +307,23 @@ class TrialScheduler:
 
     def debug_string(self) -> str:
         return type(self).__name__
+
+
+class _Without(Sequence[Trial]):
+    """``trials`` less those whose ids are in ``taken``, read lazily (the candidates of a
+    large run are many; a FIFO pick reads the first few)."""
+
+    def __init__(self, trials: Sequence[Trial], taken: set[str]) -> None:
+        self._trials, self._taken = trials, taken
+
+    def __iter__(self) -> Iterator[Trial]:
+        return (t for t in self._trials if t.trial_id not in self._taken)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __getitem__(self, i: Any) -> Any:
+        return list(self)[i]
 
 
 class FIFOScheduler(TrialScheduler):

@@ -493,6 +493,41 @@ def test_choose_trial_to_run_least_progress_first() -> None:
     assert pbt.choose_trial_to_run([trials[1]]) is None
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(list(TrialStatus)), st.integers(0, 4)), min_size=1, max_size=12
+    ),
+    st.booleans(),
+    st.one_of(st.none(), st.integers(0, 12)),
+)
+def test_choosing_many_at_once_picks_what_choosing_one_by_one_picks(members, synch, limit):
+    """PBT sorts once; the default asks choose_trial_to_run again and again. Both give
+    what picking one trial at a time (and starting it) gives."""
+    from popflow.schedulers import FIFOScheduler
+
+    pbt = make_pbt(synch=synch)
+    trials = [Trial(f"t{i}", {"c": 1}) for i in range(len(members))]
+    for trial, (status, iteration) in zip(trials, members, strict=True):
+        pbt.on_trial_add(trial)
+        if iteration:
+            pbt.on_trial_result(trial, {"training_iteration": iteration, "mean_accuracy": 1})
+        trial.status = status
+    for scheduler in (pbt, FIFOScheduler()):
+        batch = [t.trial_id for t in scheduler.choose_trials_to_run(trials, limit)]
+        statuses = [t.status for t in trials]
+        one_by_one = []
+        while limit is None or len(one_by_one) < limit:
+            chosen = scheduler.choose_trial_to_run(trials)
+            if chosen is None:
+                break
+            one_by_one.append(chosen.trial_id)
+            chosen.status = TrialStatus.RUNNING
+        for trial, status in zip(trials, statuses, strict=True):
+            trial.status = status
+        assert batch == one_by_one
+
+
 # -- Ray parity: test_trial_scheduler_pbt.py's synch scenario -------------------
 @pytest.mark.parametrize(("a_values", "final"), [([10, 20, 40], 43), ([30, 20, 10], 33)])
 def test_synch_exploits_the_whole_cohort_like_ray(a_values: list[int], final: int) -> None:
