@@ -47,18 +47,33 @@ def _local_files(local_dir: str) -> dict[str, dict[str, Any]]:
     return files
 
 
+def staging_folder(storage: Storage, trial_dir: str) -> str | None:
+    """On local disk, a new folder beside the trial's checkpoints, relative to the storage
+    (a ``.tmp-`` name, which nothing reads and a resume removes), for a checkpoint to be
+    saved into and published by a rename (:func:`publish_checkpoint`'s ``staged``): no
+    copy, no temporary folder elsewhere. None on object stores."""
+    if not storage.is_local:
+        return None
+    folder = f"{trial_dir}/save.tmp-{uuid.uuid4().hex[:8]}"
+    storage.make_folder(folder)
+    return folder
+
+
 def publish_checkpoint(
     storage: Storage,
     local_dir: str,
     rel_path: str,
     metadata: dict[str, Any],
     fence: Callable[[], None] | None = None,
+    staged: str | None = None,
 ) -> dict[str, Any]:
     """Upload ``local_dir`` to ``rel_path`` and make it visible atomically.
 
     ``fence`` runs just before the checkpoint becomes visible (and on object
     stores before an old version is hidden); it raises to stop a publish of a
     driver that another has taken over (:func:`popflow.infra.lease.fence`).
+    ``staged``: ``local_dir`` is this :func:`staging_folder` of the storage, moved into
+    place (and removed if the publish fails) rather than copied.
 
     Re-publishing the same path (a retried segment) replaces what was there;
     only uncommitted checkpoints are ever re-published, so no reader holds them.
@@ -70,9 +85,10 @@ def publish_checkpoint(
     manifest = {"files": _local_files(local_dir), "metadata": metadata}
     manifest_bytes = json.dumps(manifest, sort_keys=True).encode()
     if storage.is_local:
-        tmp = f"{rel_path}.tmp-{uuid.uuid4().hex[:8]}"
+        tmp = staged or f"{rel_path}.tmp-{uuid.uuid4().hex[:8]}"
         try:
-            storage.put_dir(local_dir, tmp)
+            if not staged:
+                storage.put_dir(local_dir, tmp)
             storage.write_bytes(manifest_bytes, tmp, MANIFEST)
         except BaseException:  # leave no half-copied folder behind
             storage.remove(tmp)
@@ -141,15 +157,33 @@ def fetch_checkpoint(storage: Storage, rel_path: str, local_dir: str) -> dict[st
             raise CheckpointError(
                 f"checkpoint {storage.full_url(rel_path)} is missing file {rel!r}"
             ) from None
-        size = os.path.getsize(dst)
-        if size != expected["size"]:
-            raise CheckpointError(
-                f"checkpoint {storage.full_url(rel_path)} file {rel!r} fails its check: "
-                f"size {size}, expected {expected['size']}"
-            )
-        if _digest(dst) != expected["sha256"]:
-            raise CheckpointError(
-                f"checkpoint {storage.full_url(rel_path)} file {rel!r} fails its check: "
-                "SHA-256 differs from the manifest"
-            )
+        _check(storage, rel_path, rel, dst, expected)
     return manifest["metadata"]
+
+
+def verify_in_place(storage: Storage, rel_path: str) -> tuple[str, dict[str, Any]]:
+    """A local checkpoint verified where it is (no copy): its folder and its metadata."""
+    manifest = read_manifest(storage, rel_path)
+    folder = storage.path(rel_path)
+    for rel, expected in manifest["files"].items():
+        path = os.path.join(folder, *rel.split("/"))
+        if not os.path.isfile(path):
+            raise CheckpointError(
+                f"checkpoint {storage.full_url(rel_path)} is missing file {rel!r}"
+            )
+        _check(storage, rel_path, rel, path, expected)
+    return folder, manifest["metadata"]
+
+
+def _check(storage: Storage, rel_path: str, rel: str, path: str, expected: dict[str, Any]) -> None:
+    size = os.path.getsize(path)
+    if size != expected["size"]:
+        raise CheckpointError(
+            f"checkpoint {storage.full_url(rel_path)} file {rel!r} fails its check: "
+            f"size {size}, expected {expected['size']}"
+        )
+    if _digest(path) != expected["sha256"]:
+        raise CheckpointError(
+            f"checkpoint {storage.full_url(rel_path)} file {rel!r} fails its check: "
+            "SHA-256 differs from the manifest"
+        )

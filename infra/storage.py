@@ -25,9 +25,8 @@ Every filesystem call goes through one helper, :meth:`Storage._call`:
 
 Each call that is retried is idempotent (a whole PUT, a GET, a listing, a
 delete that tolerates "already gone"), so a retry after an ambiguous failure
-(the request reached the server, the answer did not come back) neither
-duplicates nor loses data. Appends on object stores are a read, then one PUT
-of the whole new content (:mod:`popflow.infra.object_writes`).
+neither duplicates nor loses data. Appends on object stores are a read, then one
+PUT of the whole new content (:mod:`popflow.infra.object_writes`).
 
 Credentials in ``storage_options`` never appear in reprs, log records or
 error messages (:mod:`popflow.infra.credentials` masks them wherever a message
@@ -64,11 +63,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-
 __all__ = ["RetryPolicy", "Storage", "StorageError"]
-
-
-# -- storage -----------------------------------------------------------------------
 
 
 class Storage:
@@ -416,6 +411,13 @@ class Storage:
             target = d if f == s else posixpath.join(d, posixpath.relpath(f, s))
             self._call("copy", target, lambda f=f, target=target: self.fs.cp_file(f, target))
         self.remove(*src)
+
+    def make_folder(self, *parts: str) -> str:
+        """Create a folder (local disk; object stores have none) and return its path."""
+        p = self.path(*parts)
+        if self.is_local:
+            self._call("mkdir", p, lambda: os.makedirs(p, exist_ok=True))
+        return p
 
     def remove(self, *parts: str) -> None:
         """Delete a file or a folder tree; missing is fine."""

@@ -24,7 +24,6 @@ import os
 import pickle
 import queue
 import shutil
-import tempfile
 import threading
 import time
 import traceback
@@ -93,7 +92,7 @@ class LiveClass:
                 return reason
 
     def _save(self, run: SegmentRun, required: bool) -> None:
-        with tempfile.TemporaryDirectory(prefix="popflow-save-") as d:
+        with run.checkpoint_folder() as d:
             try:
                 saved = self.trainable.save_checkpoint(d)
             except NotImplementedError:

@@ -19,7 +19,7 @@ import traceback
 from concurrent.futures import Future
 from typing import Any
 
-from popflow.infra.checkpoint_store import CheckpointError, fetch_checkpoint
+from popflow.infra.checkpoint_store import CheckpointError, fetch_checkpoint, verify_in_place
 from popflow.infra.cluster import current_worker_address
 from popflow.infra.storage_errors import StorageError
 from popflow.tasks.live import Live, LiveClass, LiveFunction, UserCodeError, is_parked, park, take
@@ -68,12 +68,19 @@ def _build(spec: SegmentSpec, fetched: Future[Fetched] | None = None) -> Live:
     params = parameters_of(spec.trainable)
     if params is not None:  # with_parameters: its objects come from the experiment's folder
         params.attach(spec.storage)
+    function = is_function_trainable(spec.trainable)
+    if spec.restore is not None and spec.storage.is_local and not function:
+        # a class trainable loads its checkpoint at once: where it is, verified (a copy
+        # cost each restore as much as the rest of a short segment), as Ray's local ones
+        folder, metadata = verify_in_place(spec.storage, spec.restore)
+        clock = ProgressClock.restored(spec.trial_id, metadata)
+        return LiveClass(spec.trainable, spec.config, spec.trial_id, folder, clock)
     tmp, metadata = fetched.result() if fetched is not None else _fetch(spec)
     restore_dir = os.path.join(tmp, "checkpoint") if tmp is not None else None
     owned = False
     try:
         clock = ProgressClock.restored(spec.trial_id, metadata)
-        if is_function_trainable(spec.trainable):
+        if function:
             live: Live = LiveFunction(
                 spec.trainable, spec.config, spec.trial_id, restore_dir, clock
             )

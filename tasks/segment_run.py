@@ -8,10 +8,13 @@ publishes checkpoints to storage (on object stores beside training, through
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import tempfile
+from collections.abc import Iterator
 from typing import Any
 
-from popflow.infra.checkpoint_store import publish_checkpoint
+from popflow.infra.checkpoint_store import publish_checkpoint, staging_folder
 from popflow.infra.jsonutil import jsonable
 from popflow.infra.lease import fence
 from popflow.tasks.progress import ProgressClock
@@ -58,6 +61,7 @@ class SegmentRun:
         self._taken = set(spec.taken)
         self._start_iteration = clock.iteration
         self._progress = ProgressSender(spec.progress_topic, spec.trial_id)
+        self._staged: str | None = None  # the open checkpoint_folder() on local disk
 
     def record(self, metrics: dict[str, Any]) -> EndReason | None:
         """Record one iteration's metrics; return why the segment ends here, if it does."""
@@ -105,6 +109,24 @@ class SegmentRun:
             return CheckpointNeed.OPTIONAL
         return None
 
+    @contextlib.contextmanager
+    def checkpoint_folder(self) -> Iterator[str]:
+        """A folder to save the latest result's checkpoint into, then :meth:`publish`. On
+        local disk a staging folder in the trial's own folder, published by a rename;
+        else a temporary folder. Removed on exit unless published."""
+        staged = staging_folder(self.spec.storage, self.spec.trial_dir)
+        if staged is None:
+            with tempfile.TemporaryDirectory(prefix="popflow-save-") as folder:
+                yield folder
+            return
+        self._staged = staged
+        try:
+            yield self.spec.storage.path(staged)
+        finally:
+            if self._staged is not None:  # not published: nothing may see it
+                self.spec.storage.remove(staged)
+            self._staged = None
+
     def publish(self, local_dir: str) -> None:
         """Publish ``local_dir`` as the checkpoint of the latest result."""
         result = self.outcome.results[-1]
@@ -119,5 +141,9 @@ class SegmentRun:
         guard = functools.partial(fence, storage, epoch) if epoch else None
         if self.uploads is not None and not storage.is_local:
             self.uploads.submit(self.outcome, storage, local_dir, rel_path, metadata, guard)
-        else:  # a local publish is a copy and a rename: no thread to wait for
-            publish_checkpoint(storage, local_dir, rel_path, metadata, guard)
+        else:  # a local publish is a rename (a copy for a folder of the user's): no thread
+            staged = (
+                self._staged if self._staged and storage.path(self._staged) == local_dir else None
+            )
+            self._staged = None  # published, or removed by publish_checkpoint if it failed
+            publish_checkpoint(storage, local_dir, rel_path, metadata, guard, staged=staged)

@@ -286,9 +286,11 @@ def test_restore_continues_state_and_iteration_counting(storage, run, cls):
     assert len(cls.loaded) == 1
 
 
-def test_a_segment_uses_a_temporary_folder_only_to_restore(storage, tmp_path, run, monkeypatch):
-    """A segment from scratch makes no folder (10,000 one-segment trials each paid a mkdir
-    and rmtree); a restore downloads into one, removed once the trainable is built."""
+def test_on_local_disk_checkpoints_are_saved_and_loaded_where_they_live(storage, run, monkeypatch):
+    """A class trainable saves into a folder beside its checkpoints, published by a rename,
+    and loads its checkpoint where it is, verified first: no temporary folder, no copy
+    (a 256-member PBT round paid both per member). A function trainable, which may read
+    its checkpoint lazily, still gets a copy of its own."""
     import tempfile
 
     made: list[str] = []
@@ -296,16 +298,25 @@ def test_a_segment_uses_a_temporary_folder_only_to_restore(storage, tmp_path, ru
 
     def mkdtemp(*args: Any, **kwargs: Any) -> str:
         folder = original(*args, **kwargs)
-        if "popflow-restore-" in folder:
-            made.append(folder)
+        made.append(folder)
         return folder
 
     monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
-    first = ok(run(spec(storage, Counter, max_iterations=1)))
-    assert made == []
+    DirCounter.loaded.clear()
+    first = ok(run(spec(storage, DirCounter, max_iterations=2)))
     restore = f"{TRIAL_DIR}/{first.checkpoints[-1].name}"
-    ok(run(spec(storage, Counter, restore=restore, max_iterations=1)))
-    assert len(made) == 1
+    ok(run(spec(storage, DirCounter, restore=restore, max_iterations=1)))
+    assert made == []
+    assert DirCounter.loaded == [storage.path(restore)]  # the checkpoint itself
+    assert [n for n in storage.listdir(TRIAL_DIR) if ".tmp-" in n] == []  # no staging left
+    with open(storage.path(restore, "sub", "value.txt"), "w") as f:
+        f.write("tampered")
+    bad = run(spec(storage, DirCounter, restore=restore, max_iterations=1))
+    assert bad.bad_checkpoint == restore and "fails its check" in bad.error
+    fn = ok(run(spec(storage, counting_function, max_iterations=1)))
+    restore = f"{TRIAL_DIR}/{fn.checkpoints[-1].name}"
+    ok(run(spec(storage, counting_function, restore=restore, max_iterations=1)))
+    assert any("popflow-restore-" in m for m in made)
 
 
 def test_dict_checkpoint_vs_directory_checkpoint(storage, tmp_path, run):
