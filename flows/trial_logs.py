@@ -170,12 +170,6 @@ class TrialLogs:
         if time.monotonic() - self._last_flush >= self.flush_interval:
             self._hand_over()
 
-    @property
-    def derived(self) -> dict[str, int]:
-        """Each appended log's size as written so far."""
-        with self._lock:
-            return dict(self._derived)
-
     def _defer(self, parts: tuple[str, ...], text: str) -> None:
         self._deferred[parts] = self._deferred.get(parts, "") + text
 

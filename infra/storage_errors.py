@@ -32,6 +32,12 @@ class StorageError(OSError):
         return (type(self), (self.operation, self.url, self.reason, self.errno))
 
 
+#: errnos of a filesystem that holds no more (or nothing at all): a write into storage
+#: made by user code (a checkpoint saved in place) failing so is storage's failure
+FULL_ERRNOS = frozenset(
+    getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EFBIG", "EROFS") if hasattr(errno, name)
+)
+
 #: errnos of failures worth another attempt (EREMOTEIO is what s3fs makes of a 500).
 _TRANSIENT_ERRNOS = frozenset(
     getattr(errno, name)

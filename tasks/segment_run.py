@@ -17,6 +17,7 @@ from typing import Any
 from popflow.infra.checkpoint_store import publish_checkpoint, staging_folder
 from popflow.infra.jsonutil import jsonable
 from popflow.infra.lease import fence
+from popflow.infra.storage_errors import FULL_ERRNOS, StorageError
 from popflow.tasks.progress import ProgressClock
 from popflow.tasks.progress_events import ProgressSender
 from popflow.tasks.specs import (
@@ -122,6 +123,11 @@ class SegmentRun:
         self._staged = staged
         try:
             yield self.spec.storage.path(staged)
+        except OSError as exc:  # the trainable wrote into storage: a full disk is not its fault
+            if exc.errno in FULL_ERRNOS and not isinstance(exc, StorageError):
+                url = self.spec.storage.full_url(staged)
+                raise StorageError("save", url, f"{type(exc).__name__}: {exc}", exc.errno) from exc
+            raise
         finally:
             if self._staged is not None:  # not published: nothing may see it
                 self.spec.storage.remove(staged)

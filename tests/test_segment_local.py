@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import tempfile
@@ -317,6 +318,20 @@ def test_on_local_disk_checkpoints_are_saved_and_loaded_where_they_live(storage,
     restore = f"{TRIAL_DIR}/{fn.checkpoints[-1].name}"
     ok(run(spec(storage, counting_function, restore=restore, max_iterations=1)))
     assert any("popflow-restore-" in m for m in made)
+
+
+class FillsTheDisk(Counter):
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", checkpoint_dir)
+
+
+def test_a_full_disk_while_a_checkpoint_is_saved_in_place_is_storages_failure(storage, run):
+    """The trainable writes its checkpoint into storage itself: a full disk there stops
+    the run (a StorageError), it does not error the trial."""
+    out = run(spec(storage, FillsTheDisk, max_iterations=1, checkpoint_frequency=1))
+    assert out.reason == "error"
+    assert out.storage_failure is not None and out.storage_failure.errno == errno.ENOSPC
+    assert [n for n in storage.listdir(TRIAL_DIR) if ".tmp-" in n] == []
 
 
 def test_dict_checkpoint_vs_directory_checkpoint(storage, tmp_path, run):
