@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import popflow
 
 USER_SCRIPT = '''
@@ -193,3 +195,25 @@ def test_importing_popflow_does_not_import_prefect() -> None:
         timeout=60,
     )
     assert probe.stdout.strip() == "False", probe.stderr
+
+
+def test_a_worker_imports_the_worker_side_without_the_flows_layer() -> None:
+    """What a Dask worker imports (its preload, the user's trainable with ``from popflow
+    import report``) leaves out the driver's layer; the driver's names still import on
+    first use, as attributes or by ``from popflow import ...``."""
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, popflow.tasks.runner; from popflow import report, Trainable, uniform; "
+            "print(any(m.startswith('popflow.flows') for m in sys.modules)); "
+            "from popflow import run, ResultGrid; import popflow; "
+            "print(popflow.run is run, popflow.ResultGrid is ResultGrid, popflow.init.__name__)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert probe.stdout.split("\n")[:2] == ["False", "True True init"], probe.stderr
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        popflow.nothing_here  # noqa: B018
