@@ -230,15 +230,18 @@ def runner_pbt(args: argparse.Namespace) -> None:
         )
         wall = time.perf_counter() - start
         exploits = _count_lines(os.path.join(storage, f"pbt_seed{args.seed}", "pbt_global.txt"))
+        # histories are read from the trials' result.json: while the folder is there
+        done_at = iterations_to_done(results)
+        steps = sum(len(r.history) for r in results)
     best = results.get_best_result()
     emit(
         {
             "tune_wall_s": wall,
-            "iterations_to_done": iterations_to_done(results),
+            "iterations_to_done": done_at,
             "best_mean_accuracy": float(best.metrics["mean_accuracy"]),
             "errored_trials": results.num_errors,
             # every result is kept, so this is the number of step() calls
-            "steps": sum(len(r.history) for r in results),
+            "steps": steps,
             "exploits": exploits,
             "cluster": "prestarted" if args.prestart else "embedded",
             "cluster_start_s": cluster_start if args.prestart else None,

@@ -52,8 +52,15 @@ class History(Sequence[dict[str, Any]]):
         return f"History({len(self)} results)" if self._results is not None else "History(...)"
 
 
-def _history(storage: Storage, dirname: str, count: int) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in result_lines(storage, dirname, count)]
+def _history(storage: Storage, dirname: str, count: int, strict: bool) -> list[dict[str, Any]]:
+    try:
+        lines = result_lines(storage, dirname, count, strict=strict)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{storage.full_url(dirname)} is gone: a trial's history is read from its "
+            "result.json when first used, so keep the experiment's folder while you read it"
+        ) from None
+    return [json.loads(line) for line in lines]
 
 
 @dataclass
@@ -282,9 +289,17 @@ def checkpoint_of(storage: Storage, rec: TrialRecord, name: str) -> Checkpoint:
 
 
 def results_of(
-    records: list[TrialRecord], storage: Storage, metric: str | None, mode: str | None
+    records: list[TrialRecord],
+    storage: Storage,
+    metric: str | None,
+    mode: str | None,
+    logs_complete: bool = True,
 ) -> ResultGrid:
-    """The grid of an experiment's trials (``storage``: the experiment's folder)."""
+    """The grid of an experiment's trials (``storage``: the experiment's folder).
+
+    ``logs_complete``: the trials' logs hold every committed result (a run that ended);
+    else a history is what its log holds so far (an object store's lags its commits).
+    """
 
     def checkpoint(rec: TrialRecord, name: str) -> Checkpoint:
         return checkpoint_of(storage, rec, name)
@@ -301,7 +316,11 @@ def results_of(
                 error=rec.error,
                 trial_id=rec.trial_id,
                 status=rec.trial.status.value,
-                history=History(functools.partial(_history, storage, rec.dirname, rec.num_results)),
+                history=History(
+                    functools.partial(
+                        _history, storage, rec.dirname, rec.num_results, logs_complete
+                    )
+                ),
                 best_checkpoints=[(checkpoint(rec, c.name), c.result) for c in rec.checkpoints],
             )
         )
@@ -311,5 +330,9 @@ def results_of(
 def committed_results(experiment: CommittedExperiment) -> ResultGrid:
     """The grid of an experiment as its latest commit has it."""
     return results_of(
-        list(experiment.records), experiment.storage, experiment.metric, experiment.mode
+        list(experiment.records),
+        experiment.storage,
+        experiment.metric,
+        experiment.mode,
+        logs_complete=False,
     )

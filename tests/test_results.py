@@ -322,3 +322,25 @@ def test_checkpoint_config_defaults_are_rays():
 def test_checkpoint_config_validation_messages(kwargs, message):
     with pytest.raises(ValueError, match=message):
         CheckpointConfig(**kwargs)
+
+
+def test_a_history_is_read_from_storage_when_first_used(tmp_path):
+    """The driver keeps each trial's last result only; its history is its result.json,
+    read on first use. A run's grid says so when the folder is gone; a grid read from an
+    experiment still running (logs that may lag the commit) gives what is there."""
+    from popflow.flows.results import results_of
+    from popflow.flows.trial_table import TrialRecord
+    from popflow.infra.storage import Storage
+    from popflow.schedulers import Trial
+
+    storage = Storage(str(tmp_path))
+    rec = TrialRecord(trial=Trial("t0", {"a": 1}), index=0, dirname="T_t0", num_results=2)
+    rec.trial.last_result = {"score": 2}
+    storage.append_text('{"score": 1}\n{"score": 2}\n{"score": 3}\n', "T_t0", "result.json")
+    grid = results_of([rec], storage, "score", "max")
+    assert list(grid[0].history) == [{"score": 1}, {"score": 2}]  # the committed ones
+    assert list(grid[0].metrics_dataframe["score"]) == [1, 2]
+    storage.remove("T_t0")
+    with pytest.raises(FileNotFoundError, match="T_t0 is gone: a trial's history is read"):
+        len(results_of([rec], storage, "score", "max")[0].history)
+    assert list(results_of([rec], storage, "score", "max", logs_complete=False)[0].history) == []
