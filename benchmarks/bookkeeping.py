@@ -15,10 +15,11 @@ Python allocations during ``run()`` (that run's wall is not the figure: tracing 
     .venv/bin/python benchmarks/bookkeeping.py --trials 10000 --sleep 0.05   # issue 14's scale
 
 Issue 14's scale targets, from the same run: overhead <= 10 %; driver peak RSS <= 300 MiB
-and flat in the number of rounds (the driver's resident memory after each commit: its
-growth from a quarter of the rounds to the end, per 100 rounds); per-commit bytes and
-seconds proportional to what the round changed (the deltas' bytes per result they
-carry, their spread, and the snapshots, which hold the whole state, apart).
+and flat in the number of rounds (its peak in a second run of the same work with ten
+times the rounds, ``commit_interval`` / 10, within 10 % of the first's; the resident
+memory after each commit is in the figures too); per-commit bytes and seconds proportional to what the round changed (the
+deltas' bytes and ms per result they carry, their spread; the snapshots, which hold
+the whole state, apart).
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ def runner(args: argparse.Namespace) -> None:
             with CommitRecorder() as commits:
                 results = _run(args, storage, client)
             figures["tune_wall_s"] = time.perf_counter() - start
+            figures["results"] = sum(len(r.history) for r in results)  # read from storage
             if args.tracemalloc:
                 current, peak = tracemalloc.get_traced_memory()
                 tracemalloc.stop()
@@ -86,7 +88,7 @@ def runner(args: argparse.Namespace) -> None:
             figures["maxrss_after_tune_mib"] = _maxrss_mib()
     figures["terminated"] = results.num_terminated
     figures["errored_trials"] = results.num_errors
-    figures["results"] = sum(len(r.history) for r in results)
+    figures["commit_interval_s"] = args.commit_interval
     figures["commits"] = _commit_figures(commits)
     emit(figures)
 
@@ -149,6 +151,7 @@ def _run(args: argparse.Namespace, storage: str, client: Any) -> Any:
         name="bookkeeping",
         seed=0,
         dask_address=client,
+        commit_interval=args.commit_interval,
     )
 
 
@@ -160,6 +163,14 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--sleep", type=float, default=SLEEP_S, help="seconds per trial")
     parser.add_argument("--tracemalloc", action="store_true", help="also a traced run")
+    parser.add_argument(
+        "--commit-interval", type=float, default=1.0, help="the first run's (run()'s default)"
+    )
+    parser.add_argument(
+        "--no-rounds-check",
+        action="store_true",
+        help="skip the second run, with ten times the rounds (memory flat in the rounds)",
+    )
     parser.add_argument("--runner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.runner:
@@ -169,7 +180,7 @@ def main() -> None:
     trials = 100 if args.quick else args.trials
     minimum = trials * args.sleep / SLOTS
     me = [python(), str(Path(__file__).resolve()), "--runner", "--trials", str(trials),
-          "--sleep", str(args.sleep)]  # fmt: skip
+          "--sleep", str(args.sleep), "--commit-interval", str(args.commit_interval)]  # fmt: skip
     logs = RESULTS_DIR / "logs"
     print(
         f"{trials} trials x one {args.sleep} s iteration on {SLOTS} slots, FIFO; "
@@ -187,6 +198,16 @@ def main() -> None:
             )
             if args.tracemalloc
             else None
+        )
+        # the same work in ten times the rounds: the driver's memory must not follow them
+        more_rounds = (
+            None
+            if args.no_rounds_check
+            else run_json(
+                [*me[:-1], str(args.commit_interval / 10)],
+                env=server.client_env(),
+                log_path=logs / "bookkeeping_rounds.log",
+            )
         )
     overhead = (run["tune_wall_s"] - minimum) / minimum
     with_cluster = (run["tune_wall_s"] + run["cluster_start_s"] - minimum) / minimum
@@ -226,7 +247,33 @@ def main() -> None:
         f"{run['results']} results"
         + (f"; traced run's wall {traced['tune_wall_s']:.1f} s" if traced else "")
     )
+    commits = run["commits"]
+    print(
+        f"commits: {commits['count']} ({commits['snapshots']} snapshots, the largest "
+        f"{commits['snapshot_bytes_max'] / 2**20:.1f} MiB in {commits['snapshot_seconds_max']:.3f} "
+        f"s); deltas {commits['delta_bytes_per_result_median']:.0f} B and "
+        f"{commits['delta_ms_per_result_median']:.3f} ms per result (median; p90 "
+        f"{commits['delta_bytes_per_result_p90']:.0f} B), the slowest "
+        f"{commits['delta_seconds_max']:.3f} s; {commits['bytes_written'] / 2**20:.1f} MiB "
+        "written in all"
+    )
+    rss_ok = run["maxrss_after_tune_mib"] <= RSS_TARGET_MIB
+    flat = None
+    if more_rounds is not None:
+        growth = more_rounds["maxrss_after_tune_mib"] - run["maxrss_after_tune_mib"]
+        flat = growth <= 0.1 * run["maxrss_after_tune_mib"]
+        print(
+            f"driver peak RSS {run['maxrss_after_tune_mib']:.1f} MiB in {commits['count']} rounds, "
+            f"{more_rounds['maxrss_after_tune_mib']:.1f} MiB in "
+            f"{more_rounds['commits']['count']} rounds (commit_interval "
+            f"{args.commit_interval / 10:g} s; its wall {more_rounds['tune_wall_s']:.1f} s): "
+            f"{growth:+.1f} MiB (target <= {RSS_TARGET_MIB:.0f} MiB: {verdict(rss_ok)}; flat in "
+            f"the rounds, within 10 %: {verdict(flat)})"
+        )
     figures = {
+        "more_rounds_run": more_rounds,
+        "rss_target_met": rss_ok,
+        "rss_flat_in_rounds": flat,
         "quick": args.quick,
         "trials": trials,
         "slots": SLOTS,

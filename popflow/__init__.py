@@ -70,6 +70,7 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value  # later lookups skip this
     return value
 
+
 __all__ = [
     "PB2",
     "ASHAScheduler",
