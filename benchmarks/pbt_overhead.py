@@ -549,6 +549,17 @@ def part_c(args: argparse.Namespace, server: PrefectServer) -> dict[str, Any]:
             f"{out['ray_median_fit_wall_s']:.2f} s, median per-seed ratio "
             f"{out['median_ratio_tune_fit']:.3f}"
         )
+        # popflow's training_iteration is its lineage's step count (restored with the
+        # checkpoint); Ray's runs behind the steps its lineage took (the two columns
+        # above), so Ray's lineage steps are the like-for-like figure
+        out["target_met"] = (
+            out["popflow_median_iterations_to_done"] <= out["ray_median_lineage_steps_to_done"]
+        )
+        line += (
+            f"\ntarget popflow <= Ray (lineage steps): {verdict(out['target_met'])}; "
+            f"vs Ray's logged iterations: "
+            f"{verdict(out['popflow_median_iterations_to_done'] <= out['ray_median_iterations_to_done'])}"
+        )
     print(line)
     return out
 

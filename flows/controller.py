@@ -188,7 +188,11 @@ class Controller(EndingTrials):
 
     # -- dispatch --------------------------------------------------------------
     def _dispatch(self, recs: list[TrialRecord]) -> None:
-        self.calls.submit(recs, [self._spec(r) for r in recs])
+        runner = self.calls.runner_for(recs, idle_first=self.scheduler.time_shares_slots)
+        for rec in recs:
+            if rec.live is not None and rec.live[1] != runner.worker:
+                self._discard_live(rec)  # it restores from its checkpoint on that runner
+        self.calls.submit(recs, [self._spec(r) for r in recs], runner)
 
     def run_round(self) -> bool:
         """Run one round; return True while work remains.
@@ -199,7 +203,9 @@ class Controller(EndingTrials):
         Asynchronous: up to ``2 * slots`` calls queued so no runner idles
         between a result and the next dispatch, each call one segment or, for
         short segments, a few; results are reduced as they arrive, for up to
-        ``commit_interval`` seconds.
+        ``commit_interval`` seconds. A scheduler that time-shares the slots
+        (asynchronous PBT) gets one call per slot instead, each trial chosen as
+        a slot frees.
         """
         self.rounds += 1
         self.hooks.step_begin()
@@ -225,8 +231,12 @@ class Controller(EndingTrials):
             deadline = time.monotonic() + self.spec.commit_interval
             while True:
                 slots = self.pool.slots
-                size = self._pack_size(slots)
-                for pack in packs(self._plan(limit=2 * slots * size), size):
+                if self.scheduler.time_shares_slots:  # chosen as a slot frees: no queue
+                    size, limit = 1, slots
+                else:
+                    size = self._pack_size(slots)
+                    limit = 2 * slots * size
+                for pack in packs(self._plan(limit=limit), size):
                     self._dispatch(pack)
                 if not self.calls:
                     if self._await_retry():

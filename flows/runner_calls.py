@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 
 from popflow.flows.guards import SegmentWatch
-from popflow.flows.runner_pool import CallFailed, RunnerPool
+from popflow.flows.runner_pool import CallFailed, Runner, RunnerPool
 from popflow.flows.trial_table import TrialRecord
 from popflow.infra.lease import Lease
 from popflow.schedulers import TrialStatus
@@ -52,15 +52,18 @@ class RunnerCalls:
         """Trials in flight."""
         return sum(len(recs) for recs in self.in_flight.values())
 
-    def submit(self, recs: list[TrialRecord], specs: list[SegmentSpec]) -> None:
-        """One runner call running ``recs``' segments one after the other.
-
-        Trials with a live trainable go to the worker that parked it (if that
-        worker is gone, another restores them from storage); one call only
-        holds trials parked on the same worker.
-        """
+    def runner_for(self, recs: list[TrialRecord], idle_first: bool = False) -> Runner:
+        """Where a call running ``recs`` goes: the worker that parked their trainables (one
+        call only holds trials parked on one worker; if that worker is gone, another
+        restores them from storage). ``idle_first``: a free runner before a busy one,
+        on that worker if it has one free, else elsewhere if the trials' latest
+        checkpoints hold their state (:attr:`TrialRecord.movable`)."""
         pinned = next((r.live[1] for r in recs if r.live), None)
-        self.in_flight[self.pool.submit(specs, pinned)] = recs
+        return self.pool.runner_for(pinned, idle_first and all(r.movable for r in recs))
+
+    def submit(self, recs: list[TrialRecord], specs: list[SegmentSpec], runner: Runner) -> None:
+        """One call on ``runner`` running ``recs``' segments one after the other."""
+        self.in_flight[self.pool.submit(specs, runner)] = recs
 
     def returned(self) -> list[SegmentOutcome]:
         """Block until some runner calls return; their outcomes."""

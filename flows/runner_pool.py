@@ -70,6 +70,19 @@ class Runner:
     queued: int = 0
 
 
+def pick_runner(runners: list[Runner], worker: str | None, idle_first: bool) -> Runner:
+    """The least busy runner on ``worker`` (where the call's trainables are parked) if
+    it has one, else the least busy anywhere. ``idle_first``: a free runner, on
+    ``worker`` if it has one free, before any busy one (a parked trainable is cheaper
+    to restore elsewhere than a slot is to leave idle)."""
+    on_worker = [r for r in runners if r.worker == worker]
+    if idle_first:
+        idle = [r for r in on_worker if not r.queued] or [r for r in runners if not r.queued]
+        if idle:
+            return idle[0]
+    return min(on_worker or runners, key=lambda r: r.queued)
+
+
 class RunnerPool:
     def __init__(
         self,
@@ -160,12 +173,14 @@ class RunnerPool:
         if time.monotonic() - self._refreshed >= REFRESH_INTERVAL_S:
             self.refresh()
 
-    def submit(self, specs: list[SegmentSpec], worker: str | None = None) -> int:
-        """Queue ``specs`` on a runner (on ``worker`` if it has one); return the call's id."""
+    def runner_for(self, worker: str | None = None, idle_first: bool = False) -> Runner:
+        """The runner for a call (:func:`pick_runner`)."""
         if not self.runners:
             self.refresh()
-        on_worker = [r for r in self.runners if r.worker == worker]
-        runner = min(on_worker or self.runners, key=lambda r: r.queued)
+        return pick_runner(self.runners, worker, idle_first)
+
+    def submit(self, specs: list[SegmentSpec], runner: Runner) -> int:
+        """Queue ``specs`` on ``runner`` (:meth:`runner_for`); return the call's id."""
         runner.queued += 1
         call = next(self._ids)
         if runner.queued == 1:  # nothing ahead of it on this runner: it starts now

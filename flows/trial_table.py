@@ -56,6 +56,12 @@ class TrialRecord:
             return int(self.trial.last_result.get("training_iteration", self.restore_iteration))
         return self.restore_iteration
 
+    @property
+    def movable(self) -> bool:
+        """Its next segment may run on any worker: no trainable is parked, or the parked
+        one's state is in its latest checkpoint (else only that worker has it)."""
+        return self.live is None or self.restore_iteration >= self.start_iteration
+
     def checkpoint_path(self, name: str) -> str:
         return checkpoint_path(self.dirname, name)
 

@@ -148,6 +148,7 @@ class PopulationBasedTraining(TrialScheduler):
         self.time_attr = time_attr
         self.synchronous = synch
         self.pause_is_barrier = synch
+        self.time_shares_slots = not synch
         self.log_config = log_config
         self._perturbation_interval = perturbation_interval
         self._burn_in_period = burn_in_period
@@ -312,11 +313,20 @@ class PopulationBasedTraining(TrialScheduler):
     def _checkpoint_or_exploit(
         self, trial_id: str, lower: list[str], upper: list[str]
     ) -> tuple[Exploit, ...]:
-        if trial_id in upper:
-            self._num_checkpoints += 1  # Ray saves top trials; our controller always has one
+        # Ray keeps a trial's checkpoint for cloning only when it ranks top at its
+        # perturbation point, and skips an exploit whose source (top now) did not then
+        state = self._states[trial_id]
+        state.clonable = trial_id in upper
+        if state.clonable:
+            self._num_checkpoints += 1
         if trial_id not in lower:
             return ()
         source_id = upper[int(self._rng.integers(len(upper)))]
+        if not self._states[source_id].clonable:
+            logger.info(
+                "[pbt]: no checkpoint for trial %s. Skip exploit for Trial %s", source_id, trial_id
+            )
+            return ()
         return (self._exploit(trial_id, source_id),)
 
     def _exploit(self, trial_id: str, source_id: str) -> Exploit:

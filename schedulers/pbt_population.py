@@ -32,6 +32,9 @@ class TrialState:
     last_perturbation_time: float = 0
     last_train_time: float = 0
     last_result: dict[str, Any] | None = None
+    #: it ranked in the top quantile at its latest perturbation point: Ray keeps that
+    #: checkpoint to clone (any other is not cloned)
+    clonable: bool = False
 
 
 def quantiles(

@@ -182,6 +182,12 @@ class TrialScheduler:
     #: on its worker. Otherwise (HyperBand's cohorts) a pause can be long and
     #: most paused trials then stop, so their trainables are freed.
     pause_is_barrier: bool = False
+    #: Asynchronous only: the trial to run next is chosen when a slot frees, from the
+    #: others' progress then (no segment queued ahead of its slot, none packed with
+    #: another): asynchronous PBT time-shares the slots among more trials than fit, as
+    #: Ray pauses a trial at its perturbation point when others wait, so exploits compare
+    #: trials trained alike.
+    time_shares_slots: bool = False
     #: The result key this scheduler measures time in (None: no milestones).
     time_attr: str | None = None
 

@@ -1,4 +1,4 @@
-"""How asynchronous dispatch packs short segments into runner calls."""
+"""How asynchronous dispatch packs short segments into runner calls and picks runners."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from popflow.flows.packing import PACK_BELOW_SECONDS, pack_size, packs
+from popflow.flows.runner_pool import Runner, pick_runner
 from popflow.flows.trial_table import TrialRecord
 from popflow.schedulers import Trial
 
@@ -40,3 +41,33 @@ def test_a_call_holds_trials_parked_on_one_worker_and_fills_up_with_cold_ones():
     assert [[r.trial_id for r in p] for p in out] == [["t0", "t3"], ["t2", "t1"], ["t4"]]
     for pack in out:
         assert len({r.live[1] for r in pack if r.live}) <= 1
+
+
+def runner(worker: str, queued: int) -> Runner:
+    return Runner(worker, actor=None, future=None, hold=None, queued=queued)  # type: ignore[arg-type]
+
+
+def test_a_call_goes_to_the_least_busy_runner_where_its_trainables_are_parked():
+    runners = [runner("w1", 2), runner("w1", 1), runner("w2", 0)]
+    assert pick_runner(runners, "w1", idle_first=False) is runners[1]  # queued behind one
+    assert pick_runner(runners, None, idle_first=False) is runners[2]
+    assert pick_runner(runners, "gone", idle_first=False) is runners[2]
+
+
+def test_time_shared_slots_take_a_free_runner_before_a_busy_one():
+    runners = [runner("w1", 1), runner("w2", 0), runner("w2", 1)]
+    # parked on busy w1: restored on free w2 rather than queued behind w1's call
+    assert pick_runner(runners, "w1", idle_first=True) is runners[1]
+    runners.append(runner("w1", 0))
+    assert pick_runner(runners, "w1", idle_first=True) is runners[3]  # free where it is parked
+    assert pick_runner([runner("w1", 1), runner("w2", 2)], "w2", idle_first=True).queued == 2
+
+
+def test_a_parked_trainable_moves_only_if_its_latest_checkpoint_holds_its_state():
+    rec = record(0, "w1")
+    rec.trial.last_result = {"training_iteration": 10}
+    rec.restore_iteration = 10
+    assert rec.movable  # restored elsewhere from the checkpoint at iteration 10
+    rec.trial.last_result = {"training_iteration": 12}
+    assert not rec.movable  # iterations 11-12 live only on w1 (no checkpoint since)
+    assert record(1, None).movable

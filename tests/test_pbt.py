@@ -411,7 +411,8 @@ def test_async_exploit_carries_ray_policy_fields() -> None:
     bad = Trial("bad", {"lr": 0.1, "x": 2}, experiment_tag="1_lr=0.1")
     pbt.on_trial_add(good)
     pbt.on_trial_add(bad)
-    pbt.on_trial_result(good, {"training_iteration": 4, "mean_accuracy": 9.0})
+    pbt.on_trial_result(bad, {"training_iteration": 3, "mean_accuracy": 0.5})
+    pbt.on_trial_result(good, {"training_iteration": 4, "mean_accuracy": 9.0})  # top: kept
     decision = pbt.on_trial_result(bad, {"training_iteration": 5, "mean_accuracy": 1.0})
     assert decision == Action.CONTINUE
     (ex,) = decision.exploits
@@ -426,7 +427,7 @@ def test_async_exploit_carries_ray_policy_fields() -> None:
     assert pbt.next_milestone(bad) == 5
     bad_state = next(s for s in pbt.get_state()["trials"] if s["trial_id"] == "bad")
     assert bad_state["last_score"] == 1.0 and bad_state["last_perturbation_time"] == 4
-    assert pbt.debug_string() == "PopulationBasedTraining: 0 checkpoints, 1 perturbs"
+    assert pbt.debug_string() == "PopulationBasedTraining: 1 checkpoints, 1 perturbs"
 
 
 def test_mode_min_ranks_lower_metric_higher() -> None:
@@ -434,8 +435,9 @@ def test_mode_min_ranks_lower_metric_higher() -> None:
     trials = [Trial(f"t{i}", {"c": 1}) for i in range(2)]
     for t in trials:
         pbt.on_trial_add(t)
+    pbt.on_trial_result(trials[1], {"training_iteration": 1, "mean_accuracy": 0.5})
     pbt.on_trial_result(trials[0], {"training_iteration": 1, "mean_accuracy": 0.1})
-    decision = pbt.on_trial_result(trials[1], {"training_iteration": 1, "mean_accuracy": 0.5})
+    decision = pbt.on_trial_result(trials[1], {"training_iteration": 2, "mean_accuracy": 0.5})
     assert [ex.source_trial_id for ex in decision.exploits] == ["t0"]
 
 
@@ -444,12 +446,23 @@ def test_a_clone_of_an_exploited_trial_logs_the_checkpoint_iteration() -> None:
     t0, t1 = Trial("t0", {"c": 1}), Trial("t1", {"c": 1})
     pbt.on_trial_add(t0)
     pbt.on_trial_add(t1)
+    pbt.on_trial_result(t1, {"training_iteration": 1, "mean_accuracy": 0})
     pbt.on_trial_result(t0, {"training_iteration": 2, "mean_accuracy": 10})
     (first,) = pbt.on_trial_result(t1, {"training_iteration": 6, "mean_accuracy": 1}).exploits
     assert (first.trial_id, first.source_iteration) == ("t1", 2)
-    # t1 now holds t0's iteration-2 checkpoint (but keeps its own score 1, as in Ray).
+    # t1 now holds t0's iteration-2 checkpoint (but keeps its own score 1, as in Ray) and
+    # continues from iteration 2
+    assert pbt.next_milestone(t1) == 3
+    # t0 ranks t1 top now, but t1 ranked bottom when it last reported: Ray kept no
+    # checkpoint of it to clone, so t0 keeps its own state
+    assert pbt.on_trial_result(t0, {"training_iteration": 3, "mean_accuracy": -5}).exploits == ()
+    pbt.on_trial_result(t1, {"training_iteration": 3, "mean_accuracy": 20})  # top: kept
     (second,) = pbt.on_trial_result(t0, {"training_iteration": 4, "mean_accuracy": -5}).exploits
-    assert (second.source_trial_id, second.source_iteration) == ("t1", 2)
+    assert (second.source_trial_id, second.target_iteration, second.source_iteration) == (
+        "t1",
+        4,
+        3,
+    )
 
 
 def test_scores_are_taken_at_perturbation_points_only() -> None:
@@ -458,8 +471,8 @@ def test_scores_are_taken_at_perturbation_points_only() -> None:
     t0, t1 = Trial("t0", {"c": 1}), Trial("t1", {"c": 1})
     pbt.on_trial_add(t0)
     pbt.on_trial_add(t1)
-    pbt.on_trial_result(t0, {"training_iteration": 2, "mean_accuracy": 10})
     pbt.on_trial_result(t1, {"training_iteration": 2, "mean_accuracy": 5})
+    pbt.on_trial_result(t0, {"training_iteration": 2, "mean_accuracy": 10})
     assert pbt.on_trial_result(t0, {"training_iteration": 3, "mean_accuracy": -100}) == Decision(
         Action.CONTINUE
     )

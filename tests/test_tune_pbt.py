@@ -19,7 +19,7 @@ from trainables import (
 
 from popflow import CheckpointConfig, run
 from popflow.flows.experiment import is_finished
-from popflow.flows.runner_calls import CodeUnavailable
+from popflow.flows.runner_calls import CodeUnavailable, RunnerCalls
 from popflow.infra.experiment_log import ExperimentLog
 from popflow.infra.storage import Storage
 from popflow.schedulers import PopulationBasedTraining, sample_from
@@ -347,3 +347,39 @@ def test_log_config_decides_whether_exploits_are_written_to_policy_files(tune_en
     policies = [f for f in files if f.startswith("pbt_policy_")]
     assert ("pbt_global.txt" in files) is log_config
     assert bool(policies) is log_config
+
+
+@pytest.mark.parametrize("scheduler", ["async_pbt", "fifo"])
+def test_async_pbt_chooses_each_trial_as_a_slot_frees(tune_env, monkeypatch, scheduler):
+    """Asynchronous PBT time-shares the slots, as Ray pauses a trial at its perturbation
+    point while others wait: a call per free slot, one trial each, chosen when the slot
+    frees. Other asynchronous schedulers keep two calls a slot queued."""
+    in_flight: list[tuple[int, int]] = []  # (calls in flight before a submit, its trials)
+    submit = RunnerCalls.submit
+
+    def watched(self: RunnerCalls, recs: list, specs: list, runner: object) -> None:
+        in_flight.append((len(self.in_flight), len(recs)))
+        submit(self, recs, specs, runner)
+
+    monkeypatch.setattr(RunnerCalls, "submit", watched)
+    results = run(
+        ParityTrainable,
+        parity_space(list(range(6))),
+        scheduler=parity_scheduler(synch=False) if scheduler == "async_pbt" else None,
+        metric="mean_accuracy",
+        mode="max",
+        num_samples=6,
+        stop={"training_iteration": 4},
+        name=f"slots_{scheduler}",
+        seed=0,
+        **tune_env,
+    )
+    assert [r.metrics["training_iteration"] for r in results] == [4] * 6
+    most = max(calls for calls, _ in in_flight)
+    if scheduler == "async_pbt":
+        assert most < 2  # 2 slots: a call is sent only while a slot is free
+        assert all(trials == 1 for _, trials in in_flight)
+        # a call per segment, a segment per perturbation interval (1 iteration here)
+        assert len(in_flight) == sum(len(r.metrics_dataframe) for r in results) >= 6 * 4
+    else:
+        assert most >= 3  # 4 calls queued on 2 slots at the start
