@@ -16,15 +16,8 @@ import pytest
 
 import popflow
 from popflow import run, tune
-from popflow.infra.cluster import (
-    WORKER_PROCESS_NAME,
-    ClusterStart,
-    EmbeddedSize,
-    default_workers,
-    embedded_size,
-    main_is_guarded,
-    worker_preparation_data,
-)
+from popflow.infra.cluster import ClusterStart, EmbeddedSize, default_workers, embedded_size
+from popflow.infra.worker_main import WORKER_PROCESS_NAME, main_is_guarded, worker_preparation_data
 
 #: Ray Tune's smallest script, with no main guard.
 GUARDLESS = """
@@ -405,7 +398,7 @@ def test_workers_starting_at_once_never_parse_the_main_script_at_once(tmp_path, 
     import ast
     import threading
 
-    from popflow.infra import cluster
+    from popflow.infra import worker_main as cluster
 
     script = tmp_path / "script.py"
     script.write_text('if __name__ == "__main__":\n    pass\n')
