@@ -33,9 +33,9 @@ from popflow.flows.run_spec import RunSpec, trainable_name
 from popflow.flows.trial_logs import (
     ERROR_FILE,
     PARAMS,
+    last_result,
     params_text,
     rebuild_tails,
-    result_lines,
     rewrite_policy_files,
 )
 from popflow.flows.trial_table import TrialRecord
@@ -371,12 +371,6 @@ def save_code_origin(storage: Storage, trainable: Any) -> None:
 # -- reading an experiment back ---------------------------------------------------
 
 
-def _last_result(storage: Storage, dirname: str, count: int) -> dict[str, Any]:
-    """The trial's last committed result ({} if none)."""
-    lines = result_lines(storage, dirname, count, strict=True)
-    return json.loads(lines[-1]) if lines else {}
-
-
 def restore_records(
     storage: Storage,
     commit: dict[str, Any],
@@ -396,7 +390,7 @@ def restore_records(
         storage.truncate(size, path)
     rebuild_tails(storage, commit, log)
     records = [
-        TrialRecord.from_state(t, _last_result(storage, t["dirname"], t["num_results"]))
+        TrialRecord.from_state(t, last_result(storage, t["dirname"], t["num_results"], strict=True))
         for t in commit["trials"]
     ]
     remove_uncommitted(storage, records, orphans=remove_orphans)

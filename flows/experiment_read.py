@@ -19,7 +19,7 @@ from enum import StrEnum
 from typing import Any
 
 from popflow.flows.experiment import is_finished
-from popflow.flows.trial_logs import result_lines
+from popflow.flows.trial_logs import last_result
 from popflow.flows.trial_table import TrialRecord
 from popflow.infra.experiment_log import EXPERIMENT_FILE, ExperimentLog
 from popflow.infra.storage import Storage
@@ -59,12 +59,6 @@ class CommittedExperiment:
     finished: bool
 
 
-def _last_committed(storage: Storage, trial: Mapping[str, Any]) -> dict[str, Any]:
-    """The trial's last committed result, as far as its ``result.json`` has it."""
-    lines = result_lines(storage, trial["dirname"], int(trial["num_results"]))
-    return json.loads(lines[-1]) if lines else {}
-
-
 def read_committed(
     path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
 ) -> CommittedExperiment:
@@ -88,7 +82,9 @@ def read_committed(
         mode=info.get("mode") or state.get("mode"),
         seed=info.get("seed"),
         records=tuple(
-            TrialRecord.from_state(t, _last_committed(storage, t)) for t in commit["trials"]
+            # as far as its result.json has it (an object store's log may lag the commit)
+            TrialRecord.from_state(t, last_result(storage, t["dirname"], int(t["num_results"])))
+            for t in commit["trials"]
         ),
         commit=commit,
         round=int(commit.get("round", 0)),

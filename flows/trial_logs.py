@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -251,6 +252,13 @@ def result_lines(storage: Storage, dirname: str, count: int, strict: bool = Fals
             f"committed state counts {count}: the experiment folder was changed by hand"
         )
     return [line for line in lines[:count] if line.strip()]
+
+
+def last_result(storage: Storage, dirname: str, count: int, strict: bool = False) -> dict[str, Any]:
+    """The last of a trial's ``count`` committed results ({} if none), as
+    :func:`result_lines` reads them."""
+    lines = result_lines(storage, dirname, count, strict=strict)
+    return json.loads(lines[-1]) if lines else {}
 
 
 def _count_lines(storage: Storage, *parts: str) -> int:
