@@ -127,6 +127,8 @@ def _size_for(n_workers: int | None, trial: Mapping[str, float] | None) -> Embed
 
 #: What a worker runs popflow's segments with (infra cannot import the worker layer).
 RUNNER_MODULE = "popflow.tasks.runner"
+#: preloaded too: a closing worker's heartbeat failure stays off the user's console
+CLOSE_LOGS_MODULE = "popflow.infra.worker_close_logs"
 
 #: Dask settings of the embedded cluster's workers. Dask's defaults sample every
 #: thread's stack each 10 ms for the dashboard's Profile page and read the process's
@@ -174,7 +176,7 @@ def _local_cluster(size: EmbeddedSize) -> LocalCluster:
         "silence_logs": logging.WARNING,
         # the worker side of popflow imported as each worker starts, while the driver
         # opens the experiment, rather than by the first runner made on it
-        "preload": [RUNNER_MODULE],
+        "preload": [RUNNER_MODULE, CLOSE_LOGS_MODULE],
         "config": EMBEDDED_WORKER_CONFIG,
     }
     try:
