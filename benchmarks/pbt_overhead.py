@@ -362,6 +362,7 @@ def _embedded_run(args: argparse.Namespace, seed: int, stop: str, log: str) -> d
     an earlier run started); ``first_segment_s``: from the process's spawn to the first
     trial's set-up."""
     setups = Path(args.prefect_home) / f"setups_{log}.txt"
+    setups.unlink(missing_ok=True)  # the home outlives a benchmark run: no older set-ups
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(PREFECT_HOME=args.prefect_home, **{SETUPS_FILE: str(setups)})
     spawned = time.time()
