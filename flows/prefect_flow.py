@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 
 from popflow.flows.artifacts import RunArtifacts
 from popflow.flows.console import DETAIL, console_verbosity
+from popflow.flows.flow_heartbeat import engine_heartbeats_off, heartbeats
 from popflow.flows.flow_parameters import Shown
 from popflow.flows.run_feed import Line, Resumed, RoundBegins, RoundDone, RunEnd, RunFeed
 from popflow.flows.run_log import run_logger
@@ -138,6 +139,10 @@ class RunFailed(RuntimeError):
 _RECORDING: contextvars.ContextVar[RunFeed | None] = contextvars.ContextVar(
     "popflow_recording", default=None
 )
+#: Seconds between the ``tune`` flow run's heartbeats (None: none), as the user's settings ask.
+_HEARTBEAT_S: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "popflow_heartbeat_s", default=None
+)
 
 
 def tune_flow(name: str, spec: Shown[RunSpec] | RunSpec, cluster: Shown[Any] | Any) -> Any:
@@ -148,7 +153,8 @@ def tune_flow(name: str, spec: Shown[RunSpec] | RunSpec, cluster: Shown[Any] | A
     storage's credentials). Its body replays the training's feed as it comes:
     lines to the flow run's log, each round as a ``round`` task run, the
     artifacts, and the end as the final state (Completed with how it ended, or
-    Failed with the training's error).
+    Failed with the training's error). Its heartbeats are popflow's
+    (:mod:`popflow.flows.flow_heartbeat`): the run's end does not wait for them.
     """
     feed = _RECORDING.get()
     if feed is None:
@@ -157,6 +163,12 @@ def tune_flow(name: str, spec: Shown[RunSpec] | RunSpec, cluster: Shown[Any] | A
         spec = spec.value
     artifacts = RunArtifacts(name, spec.metric, spec.mode)
     round_task = prefect_objects().round_task
+    with heartbeats(_HEARTBEAT_S.get()):
+        return _replay(feed, artifacts, round_task)
+
+
+def _replay(feed: RunFeed, artifacts: RunArtifacts, round_task: Any) -> Any:
+    """The ``tune`` flow's body: the feed's events as they come, until the run's end."""
     try:
         while (event := feed.next()) is not None:
             if isinstance(event, Line):
@@ -263,7 +275,12 @@ class PrefectRecord:
         self.feed.training.wait()
         try:
             tune = prefect_objects().tune_flow  # Prefect's import sets up its logging
-            with console_verbosity(self.spec.verbose), prefect_api():
+            with (
+                console_verbosity(self.spec.verbose),
+                prefect_api(),
+                engine_heartbeats_off() as every,
+            ):
+                _HEARTBEAT_S.set(every)
                 tune(self.spec.name, *self._shown)
         except BaseException as e:  # the training's, or Prefect's trouble
             self.error = e

@@ -15,8 +15,10 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_prefect_ui import run_logs, tune_runs
@@ -172,3 +174,53 @@ def test_two_scripts_starting_at_once_start_one_server(tmp_path):
             and str(home).encode() in Path(f"/proc/{pid}/environ").read_bytes()]  # fmt: skip
     assert ours == [str(server.pid)]
     assert all(f"Prefect UI: {server.ui_url}" in out for out in outs)
+
+
+def _events(name: str, resource_id: str) -> list[Any]:
+    """The events named ``name`` about the resource ``resource_id``, in the API."""
+    from prefect.client.orchestration import get_client
+    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+
+    with get_client(sync_client=True) as client:
+        page = client.read_events(
+            filter=EventFilter(
+                event=EventNameFilter(name=[name]),
+                resource=EventResourceFilter(id=[resource_id]),
+            ),
+            limit=50,
+        )
+    return page.events
+
+
+def test_the_flow_run_heartbeats_once_per_interval_and_its_end_does_not_wait(tune_env):
+    """The ``tune`` run's heartbeats (what a zombie-run automation watches) are popflow's:
+    one at its start and one per interval after, as Prefect's engine sends them. Prefect's
+    own are off for it: they came from a thread the run's end waited 0.5-1 s for, and
+    both would have been sent at the start."""
+    from prefect.events.worker import EventsWorker
+
+    from popflow.flows.flow_heartbeat import EVENT
+
+    run(
+        Misbehaving,
+        {"a": 1, "how": "ok", "at": 99},
+        stop={"training_iteration": 2},
+        name="heartbeats",
+        **tune_env,
+    )
+    (flow_run,) = tune_runs("heartbeats")
+    assert flow_run.state_name == "Completed"
+    resource_id = f"prefect.flow-run.{flow_run.id}"
+    EventsWorker.drain_all(timeout=10)
+    deadline = time.monotonic() + 60  # the server persists events every few seconds
+    beats: list[Any] = []
+    while time.monotonic() < deadline:
+        beats = _events(EVENT, resource_id)
+        if beats and _events("prefect.flow-run.Completed", resource_id):
+            break
+        time.sleep(0.5)
+    assert len(beats) == 1, beats  # the default interval (180 s) outlasts this run
+    (beat,) = beats
+    assert beat.resource["prefect.resource.name"] == flow_run.name
+    roles = {r.role: r.id for r in beat.related}
+    assert roles["flow"] == f"prefect.flow.{flow_run.flow_id}"
