@@ -46,7 +46,7 @@ def test_the_exit_handler_freezes_what_is_alive_after_finalising_garbage(tmp_pat
     assert lines == ["garbage finalised", "frozen at exit: True"]
 
 
-def test_without_popflow_nothing_is_frozen(tmp_path):
+def test_importing_popflow_alone_freezes_nothing(tmp_path):
     # the contrast: the check above can fail
     assert exit_report(tmp_path, "import popflow\n") == ["frozen at exit: False"]
 
