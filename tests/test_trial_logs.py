@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import os
 import threading
+from types import SimpleNamespace
 
 import pytest
 
+from popflow.flows import trial_logs
 from popflow.flows.trial_logs import PARAMS, RESULTS, TrialLogs
 from popflow.flows.trial_table import TrialRecord
 from popflow.infra.json_delta import Changed
@@ -106,6 +108,51 @@ def test_a_driver_taken_over_writes_no_more_lines(tmp_path):
     with pytest.raises(LeaseLost):
         logs.settle(final=False)
     assert not any((tmp_path / r.dirname).exists() for r in recs)
+    logs.close()
+
+
+def test_the_writer_looks_at_the_lease_once_a_while_and_again_after_a_stall(tmp_path, monkeypatch):
+    """On local disk a look at the lease is a stat: one per file cost ~0.1 s a round of
+    256 trials. The writer looks once per ``LEASE_LOOK_EVERY_S``, so a batch written in
+    less looks once; a driver that stalled (say, SIGSTOPped past its lease) looks before
+    its next file and writes no more."""
+    clock = [100.0]
+    monkeypatch.setattr(trial_logs, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    storage = Storage(str(tmp_path))
+    looks: list[float] = []
+    lost = threading.Event()
+
+    def may_write() -> None:
+        looks.append(clock[0])
+        if lost.is_set():
+            raise LeaseLost("driver epoch 2 took the experiment over")
+
+    recs = [record(i) for i in range(3)]
+    logs = TrialLogs(storage, flush_interval=30.0, may_write=may_write)
+    for rec in recs:
+        logs.add_result(rec, {"training_iteration": 1})
+    logs.end_round(seq=1)
+    logs.settle(final=True)
+    assert looks == [100.0]  # six files, one look
+    assert all((tmp_path / r.dirname / RESULTS).exists() for r in recs)
+
+    original = storage.append_text
+
+    def stalls(text: str, *parts: str) -> int:
+        size = original(text, *parts)
+        clock[0] += 2 * trial_logs.LEASE_LOOK_EVERY_S  # stopped mid-batch...
+        lost.set()  # ...and taken over meanwhile
+        return size
+
+    storage.append_text = stalls  # type: ignore[method-assign]
+    for rec in recs:
+        logs.add_result(rec, {"training_iteration": 2})
+    logs.end_round(seq=2)
+    with pytest.raises(LeaseLost):
+        logs.settle(final=True)
+    assert len(looks) == 3  # the batch's first look, and the one after the stall
+    lines = [len((tmp_path / r.dirname / RESULTS).read_text().splitlines()) for r in recs]
+    assert lines == [2, 1, 1]  # one file after the takeover's look: none
     logs.close()
 
 
