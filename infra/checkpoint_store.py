@@ -11,6 +11,7 @@ it, is never used.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -18,7 +19,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from popflow.infra.storage import Storage
+from popflow.infra.storage import Storage, StorageError
 
 MANIFEST = ".popflow_manifest.json"
 
@@ -89,7 +90,7 @@ def publish_checkpoint(
         try:
             if not staged:
                 storage.put_dir(local_dir, tmp)
-            storage.write_bytes(manifest_bytes, tmp, MANIFEST)
+            storage.write_bytes(manifest_bytes, tmp, MANIFEST, private=True)  # tmp is ours
         except BaseException:  # leave no half-copied folder behind
             storage.remove(tmp)
             raise
@@ -99,11 +100,15 @@ def publish_checkpoint(
             except BaseException:
                 storage.remove(tmp)
                 raise
-        if storage.exists(rel_path):
+        try:
+            storage.rename((tmp,), (rel_path,))
+        except StorageError as e:  # published before (a retried segment): replace it
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
             trash = f"{rel_path}.old-{uuid.uuid4().hex[:8]}"
             storage.rename((rel_path,), (trash,))
             storage.remove(trash)
-        storage.rename((tmp,), (rel_path,))
+            storage.rename((tmp,), (rel_path,))
     else:
         # object stores: hide any previous version by deleting its manifest (one
         # DELETE, no listing), upload every data object, publish the manifest last.

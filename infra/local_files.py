@@ -1,5 +1,6 @@
 """Local-disk writes, one attempt each (:meth:`Storage._call <popflow.infra.storage.Storage>`
-retries and reports): publish by rename, create by hard link, append, cut back."""
+retries and reports): publish by rename, create by hard link, write in a private
+folder, append, cut back."""
 
 from __future__ import annotations
 
@@ -25,6 +26,16 @@ def _staged(target: str, data: bytes, durable: bool) -> Iterator[str]:
     finally:
         with contextlib.suppress(OSError):
             os.remove(tmp)
+
+
+def write_file(target: str, data: bytes, durable: bool) -> None:
+    """Write ``data`` at ``target`` in place: for a folder no reader sees until it is
+    published by a rename."""
+    with open(target, "wb") as f:
+        f.write(data)
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
 
 
 def replace_file(target: str, data: bytes, durable: bool) -> None:

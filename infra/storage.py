@@ -290,17 +290,25 @@ class Storage:
             self.get_file(dst, *parts, rel)
 
     # -- writes ------------------------------------------------------------------
-    def write_bytes(self, data: bytes, *parts: str, durable: bool = False) -> None:
+    def write_bytes(
+        self, data: bytes, *parts: str, durable: bool = False, private: bool = False
+    ) -> None:
         """Publish ``data`` atomically: readers see the old object or the new one.
 
         ``durable``: on local disk, also fsync before the rename, so the object
         survives a machine crash, not only a process crash (commits use it;
         checkpoints rely on their checksums instead, which are checked on load).
         An object store's PUT is durable once answered.
+
+        ``private``: the target's folder is this writer's own until it is published
+        by a rename (a checkpoint's staging folder): on local disk the file is written
+        in place, without a temporary sibling and a rename of its own.
         """
         target = self.path(*parts)
         self._forget_tails(target)
-        if self.is_local:
+        if self.is_local and private:
+            self._call("write", target, lambda: local_files.write_file(target, data, durable))
+        elif self.is_local:
             self._call("write", target, lambda: local_files.replace_file(target, data, durable))
         else:
             self._call("write", target, lambda: self.fs.pipe_file(target, data))
