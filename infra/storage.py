@@ -9,24 +9,11 @@ Every write that others may read is published atomically:
   artefacts (checkpoints) become visible through a manifest written last
   (see :mod:`popflow.infra.checkpoint_store`).
 
-Every filesystem call goes through one helper, :meth:`Storage._call`:
-
-- transient errors (timeouts, dropped connections, HTTP 5xx, throttling such
-  as S3's ``SlowDown``; :mod:`popflow.infra.storage_errors` classifies) are
-  retried with exponential backoff and jitter (:mod:`popflow.infra.retry`),
-  each retry logged at WARNING;
-- a permanent error, or a transient one that outlasts the policy, raises
-  :class:`StorageError` (an ``OSError``) naming the operation and the URL;
-- ``FileNotFoundError`` passes through unchanged, and so do programming
-  errors (``TypeError``, ``ValueError``);
-- on object stores the filesystem's listing cache is dropped for the path
-  before and after each call, so a listing sees every write before it, also
-  writes made by other processes (Dask workers).
-
-Each call that is retried is idempotent (a whole PUT, a GET, a listing, a
-delete that tolerates "already gone"), so a retry after an ambiguous failure
-neither duplicates nor loses data. Appends on object stores are a read, then one
-PUT of the whole new content (:mod:`popflow.infra.object_writes`).
+Every filesystem call goes through one helper,
+:meth:`~popflow.infra.storage_calls.StorageCalls._call`, which retries transient
+failures and reports the rest as :class:`StorageError` naming the operation and
+the URL (:mod:`popflow.infra.storage_calls`). Appends on object stores are a
+read, then one PUT of the whole new content (:mod:`popflow.infra.object_writes`).
 
 Credentials in ``storage_options`` never appear in reprs, log records or
 error messages (:mod:`popflow.infra.credentials` masks them wherever a message
@@ -37,36 +24,26 @@ is recorded as ``"<Storage>"``.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import posixpath
 import random
-import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from popflow.infra import local_files
-from popflow.infra.credentials import Hidden, redact, secret_values
+from popflow.infra.credentials import Hidden
 from popflow.infra.object_writes import ObjectWrites
-from popflow.infra.retry import RetryPolicy, backoff_delay
-from popflow.infra.storage_errors import (
-    StorageError,
-    exception_chain,
-    is_storage_failure,
-    is_transient,
-)
-
-logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
+from popflow.infra.retry import RetryPolicy
+from popflow.infra.storage_calls import StorageCalls
+from popflow.infra.storage_errors import StorageError
 
 __all__ = ["RetryPolicy", "Storage", "StorageError"]
 
 
-class Storage:
+class Storage(StorageCalls):
     """A root folder on an fsspec filesystem; paths passed to methods are relative to it.
 
     >>> import tempfile
@@ -150,72 +127,6 @@ class Storage:
 
     def _url_of(self, path: str) -> str:
         return path if self.is_local else f"{self.protocol}://{path}"
-
-    # -- the one place where filesystem calls are made --------------------------
-    def _call(self, op: str, path: str, fn: Callable[[], T], *, retry: bool = True) -> T:
-        """Run ``fn`` (one idempotent filesystem call on ``path``) under the retry policy.
-
-        ``retry=False`` for a call that must not be repeated (a local append):
-        its errors are still reported as :class:`StorageError`.
-        """
-        policy = self.retry
-        start = time.monotonic()
-        attempt = 0
-        while True:
-            attempt += 1
-            self._forget(path)
-            try:
-                out = fn()
-            except FileNotFoundError:
-                raise
-            except Exception as e:
-                if not is_storage_failure(e):
-                    raise  # a bug (TypeError, ValueError, ...), not a storage failure
-                failure = e
-            else:
-                self._forget(path)
-                return out
-            # outside the except block: a failure quoting credentials is not chained
-            delay = backoff_delay(attempt, policy, self._jitter())
-            if not (retry and is_transient(failure, remote=not self.is_local)):
-                raise self._error(op, path, failure, "")
-            if attempt >= policy.attempts or time.monotonic() - start + delay > policy.deadline:
-                raise self._error(op, path, failure, f" (gave up after {attempt} attempts)")
-            logger.warning(
-                "storage %s of %s failed (attempt %d of %d): %s; retrying in %.2f s",
-                op,
-                self._url_of(path),
-                attempt,
-                policy.attempts,
-                self._describe(failure),
-                delay,
-            )
-            time.sleep(delay)
-
-    def _describe(self, exc: BaseException) -> str:
-        return redact(f"{type(exc).__name__}: {exc}", self._secrets())
-
-    def _error(self, op: str, path: str, exc: BaseException, note: str) -> StorageError:
-        """The StorageError for ``exc``; chained to it unless its chain quotes a credential."""
-        code = exc.errno if isinstance(exc, OSError) else None
-        error = StorageError(op, self._url_of(path), self._describe(exc) + note, code)
-        secrets = self._secrets()
-        if not any(s in str(link) for link in exception_chain(exc) for s in secrets):
-            error.__cause__ = exc
-        return error
-
-    def _forget(self, path: str) -> None:
-        """Drop cached listings of ``path`` and its parents (object stores cache them)."""
-        if not self.is_local:
-            self.fs.invalidate_cache(path)
-
-    def _secrets(self) -> list[str]:
-        return secret_values(self.storage_options)
-
-    def _jitter(self) -> random.Random:
-        if self._rng is None:
-            self._rng = random.Random()  # private: never the global `random`
-        return self._rng
 
     # -- reads -------------------------------------------------------------------
     def exists(self, *parts: str) -> bool:
