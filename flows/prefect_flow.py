@@ -236,6 +236,20 @@ def _ended(end: RunEnd, artifacts: RunArtifacts) -> Any:
     return Completed(message=end.message, data=end.grid)
 
 
+#: Seconds the record waits for the run's events (task run states, heartbeats) to be sent.
+EVENTS_WAIT_S = 10.0
+
+
+def _send_events() -> None:
+    """Send the run's queued Prefect events before ``run()`` returns. Prefect's own
+    heartbeat thread used to hold the flow's end for 0.5-1 s, time in which they went
+    out; without it a script's exit found them queued ("EventsWorker - Still processing
+    items")."""
+    from prefect.events.worker import EventsWorker
+
+    EventsWorker.drain_all(timeout=EVENTS_WAIT_S, at_exit=False)
+
+
 class PrefectRecord:
     """The ``tune`` flow run of one training, recorded from a thread of its own.
 
@@ -281,7 +295,10 @@ class PrefectRecord:
                 engine_heartbeats_off() as every,
             ):
                 _HEARTBEAT_S.set(every)
-                tune(self.spec.name, *self._shown)
+                try:
+                    tune(self.spec.name, *self._shown)
+                finally:
+                    _send_events()
         except BaseException as e:  # the training's, or Prefect's trouble
             self.error = e
             self._drain()
