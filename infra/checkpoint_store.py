@@ -16,8 +16,8 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, BinaryIO
 
 from popflow.infra.storage import Storage, StorageError
 
@@ -36,7 +36,28 @@ def _digest(path: str) -> str:
     return h.hexdigest()
 
 
-def _local_files(local_dir: str) -> dict[str, dict[str, Any]]:
+class DigestingWriter:
+    """A binary file's ``write`` that also takes the file's manifest entry (its size and
+    SHA-256) on the way, so publishing it need not read it back (:func:`publish_checkpoint`'s
+    ``known``): for a small checkpoint that read was a fifth of a save's time."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self._file = file
+        self._sha = hashlib.sha256()
+        self._size = 0
+
+    def write(self, data: Any) -> int:  # pickle also hands over memoryviews of large buffers
+        self._sha.update(data)
+        self._size += memoryview(data).nbytes
+        return self._file.write(data)
+
+    def entry(self) -> dict[str, Any]:
+        return {"size": self._size, "sha256": self._sha.hexdigest()}
+
+
+def _local_files(
+    local_dir: str, known: Mapping[str, dict[str, Any]] | None = None
+) -> dict[str, dict[str, Any]]:
     files: dict[str, dict[str, Any]] = {}
     for dirpath, _dirs, names in os.walk(local_dir):
         for name in names:
@@ -44,7 +65,11 @@ def _local_files(local_dir: str) -> dict[str, dict[str, Any]]:
             rel = os.path.relpath(full, local_dir).replace(os.sep, "/")
             if rel == MANIFEST:
                 continue
-            files[rel] = {"size": os.path.getsize(full), "sha256": _digest(full)}
+            size = os.path.getsize(full)
+            entry = known.get(rel) if known else None
+            if entry is None or entry["size"] != size:  # not ours, or written over since
+                entry = {"size": size, "sha256": _digest(full)}
+            files[rel] = entry
     return files
 
 
@@ -67,6 +92,7 @@ def publish_checkpoint(
     metadata: dict[str, Any],
     fence: Callable[[], None] | None = None,
     staged: str | None = None,
+    known: Mapping[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Upload ``local_dir`` to ``rel_path`` and make it visible atomically.
 
@@ -74,7 +100,9 @@ def publish_checkpoint(
     stores before an old version is hidden); it raises to stop a publish of a
     driver that another has taken over (:func:`popflow.infra.lease.fence`).
     ``staged``: ``local_dir`` is this :func:`staging_folder` of the storage, moved into
-    place (and removed if the publish fails) rather than copied.
+    place (and removed if the publish fails) rather than copied. ``known``: manifest
+    entries of files popflow wrote there itself (:class:`DigestingWriter`), by path
+    relative to ``local_dir``; every other file is read to take its digest.
 
     Re-publishing the same path (a retried segment) replaces what was there;
     only uncommitted checkpoints are ever re-published, so no reader holds them.
@@ -83,7 +111,7 @@ def publish_checkpoint(
         raise CheckpointError(
             f"cannot publish checkpoint {storage.full_url(rel_path)}: {local_dir!r} is not a folder"
         )
-    manifest = {"files": _local_files(local_dir), "metadata": metadata}
+    manifest = {"files": _local_files(local_dir, known), "metadata": metadata}
     manifest_bytes = json.dumps(manifest, sort_keys=True).encode()
     if storage.is_local:
         tmp = staged or f"{rel_path}.tmp-{uuid.uuid4().hex[:8]}"

@@ -30,6 +30,7 @@ import traceback
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from popflow.infra.checkpoint_store import DigestingWriter
 from popflow.tasks.checkpoint import DICT_CHECKPOINT_FILE, Checkpoint, load_folder
 from popflow.tasks.function_api import run_in_session
 from popflow.tasks.progress import ProgressClock
@@ -99,10 +100,13 @@ class LiveClass:
                 if required:
                     raise
                 return  # no checkpoint: the trial can only continue live
+            known = None
             if isinstance(saved, dict):
                 with open(os.path.join(d, DICT_CHECKPOINT_FILE), "wb") as f:
-                    pickle.dump(saved, f)
-            run.publish(d)
+                    out = DigestingWriter(f)
+                    pickle.dump(saved, out)
+                known = {DICT_CHECKPOINT_FILE: out.entry()}
+            run.publish(d, known)
 
     def discard(self) -> None:
         self.trainable.cleanup()

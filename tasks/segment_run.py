@@ -133,8 +133,9 @@ class SegmentRun:
                 self.spec.storage.remove(staged)
             self._staged = None
 
-    def publish(self, local_dir: str) -> None:
-        """Publish ``local_dir`` as the checkpoint of the latest result."""
+    def publish(self, local_dir: str, known: dict[str, dict[str, Any]] | None = None) -> None:
+        """Publish ``local_dir`` as the checkpoint of the latest result (``known``: the
+        manifest entries of files popflow wrote there, see ``publish_checkpoint``)."""
         result = self.outcome.results[-1]
         name = checkpoint_name(self.clock.iteration, self._taken)
         self._taken.add(name)
@@ -146,10 +147,12 @@ class SegmentRun:
         storage, epoch = self.spec.storage, self.spec.lease_epoch
         guard = functools.partial(fence, storage, epoch) if epoch else None
         if self.uploads is not None and not storage.is_local:
-            self.uploads.submit(self.outcome, storage, local_dir, rel_path, metadata, guard)
+            self.uploads.submit(self.outcome, storage, local_dir, rel_path, metadata, guard, known)
         else:  # a local publish is a rename (a copy for a folder of the user's): no thread
             staged = (
                 self._staged if self._staged and storage.path(self._staged) == local_dir else None
             )
             self._staged = None  # published, or removed by publish_checkpoint if it failed
-            publish_checkpoint(storage, local_dir, rel_path, metadata, guard, staged=staged)
+            publish_checkpoint(
+                storage, local_dir, rel_path, metadata, guard, staged=staged, known=known
+            )

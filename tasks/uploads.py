@@ -46,9 +46,10 @@ def _publish_staged(
     rel_path: str,
     metadata: dict[str, Any],
     guard: Callable[[], None] | None,
+    known: dict[str, dict[str, Any]] | None,
 ) -> None:
     try:
-        publish_checkpoint(storage, staged, rel_path, metadata, guard)
+        publish_checkpoint(storage, staged, rel_path, metadata, guard, known=known)
     finally:
         shutil.rmtree(staged, ignore_errors=True)
 
@@ -67,6 +68,7 @@ class Uploads:
         rel_path: str,
         metadata: dict[str, Any],
         guard: Callable[[], None] | None = None,
+        known: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         staged = tempfile.mkdtemp(prefix="popflow-upload-")
         try:
@@ -75,7 +77,7 @@ class Uploads:
             shutil.rmtree(staged, ignore_errors=True)
             raise
         future = transfer_threads().submit(
-            _publish_staged, storage, staged, rel_path, metadata, guard
+            _publish_staged, storage, staged, rel_path, metadata, guard, known
         )
         self._pending.append((outcome, future))
 

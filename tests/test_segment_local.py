@@ -351,6 +351,51 @@ def test_dict_checkpoint_vs_directory_checkpoint(storage, tmp_path, run):
     assert isinstance(DirCounter.loaded[0], str)
 
 
+class WeightsAndNotes(Counter):
+    """A dict checkpoint with a large array (pickled in frames and out-of-band buffers),
+    and a file of its own beside it."""
+
+    def save_checkpoint(self, checkpoint_dir: str) -> dict[str, Any]:
+        with open(os.path.join(checkpoint_dir, "notes.txt"), "w") as f:
+            f.write(f"value {self.value}")
+        return {"value": self.value, "weights": np.arange(300_000, dtype=np.float64)}
+
+    def load_checkpoint(self, checkpoint: dict[str, Any] | str) -> None:
+        assert isinstance(checkpoint, dict)
+        assert np.array_equal(checkpoint["weights"], np.arange(300_000, dtype=np.float64))
+        self.value = checkpoint["value"]
+
+
+def test_a_dict_checkpoint_is_not_read_back_to_take_its_digest(storage, run, monkeypatch):
+    """popflow takes the manifest entry of the dict it pickles as it writes it; only the
+    files the trainable wrote itself are read for their digest. The manifest still holds
+    every file's true size and SHA-256, so the checkpoint restores verified."""
+    import hashlib
+
+    from popflow.infra import checkpoint_store
+
+    digested: list[str] = []
+    original = checkpoint_store._digest
+
+    def digest(path: str) -> str:
+        digested.append(os.path.basename(path))
+        return original(path)
+
+    monkeypatch.setattr(checkpoint_store, "_digest", digest)
+    out = ok(run(spec(storage, WeightsAndNotes, max_iterations=1, checkpoint_frequency=1)))
+    assert digested == ["notes.txt"]
+    ckpt = f"{TRIAL_DIR}/{out.checkpoints[-1].name}"
+    files = read_manifest(storage, ckpt)["files"]
+    assert sorted(files) == [DICT_CHECKPOINT_FILE, "notes.txt"]
+    for rel, entry in files.items():
+        with open(storage.path(ckpt, rel), "rb") as f:
+            data = f.read()
+        assert entry == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    assert len(data) > 0 and files[DICT_CHECKPOINT_FILE]["size"] > 2_400_000
+    again = ok(run(spec(storage, WeightsAndNotes, restore=ckpt, max_iterations=1)))
+    assert again.results[-1]["value"] == 2.0
+
+
 def test_restore_from_a_missing_checkpoint_is_an_error(storage, run):
     out = run(spec(storage, restore=f"{TRIAL_DIR}/checkpoint_000009", max_iterations=1))
     assert out.reason == "error"
