@@ -38,8 +38,8 @@ def _digest(path: str) -> str:
 
 class DigestingWriter:
     """A binary file's ``write`` that also takes the file's manifest entry (its size and
-    SHA-256) on the way, so publishing it need not read it back (:func:`publish_checkpoint`'s
-    ``known``): for a small checkpoint that read was a fifth of a save's time."""
+    SHA-256) on the way, so publishing it need not open and read it again
+    (:func:`publish_checkpoint`'s ``known``)."""
 
     def __init__(self, file: BinaryIO) -> None:
         self._file = file
