@@ -167,6 +167,12 @@ class Storage(StorageCalls):
         p = self.path(*parts)
         return int(self._call("size", p, lambda: self.fs.size(p)))
 
+    def modified(self, *parts: str) -> float:
+        """When the file ``parts`` was last written, in seconds since the epoch, by the
+        storage's clock (an object's LastModified; a local file's mtime)."""
+        p = self.path(*parts)
+        return self._call("stat", p, lambda: self.fs.modified(p).timestamp())
+
     def listdir(self, *parts: str) -> list[str]:
         """Names (not paths) directly under ``parts``; empty if it does not exist."""
         p = self.path(*parts)

@@ -5,7 +5,8 @@
 ``--kill-at append:3`` SIGKILLs the driver's process group (driver and its
 embedded Dask workers) inside the 3rd append to a derived log,
 ``commit-before:N`` / ``commit-after:N`` around the N-th commit's publication,
-``remove:N`` inside the N-th deletion. The faults are injected here, by
+``remove:N`` inside the N-th deletion, ``took-lease:0`` right after taking the
+experiment's lease. The faults are injected here, by
 wrapping storage calls, not by hooks in the library. With
 ``POPFLOW_TEST_KILL_RECORDED=<name>`` a kill waits until Prefect's record of the
 run has caught up (a Running ``tune`` run of experiment <name> with a Running
@@ -29,6 +30,7 @@ from trainables import ParityTrainable
 import popflow.infra.local_files as local_files
 from popflow import CheckpointConfig, run
 from popflow.infra.experiment_log import ExperimentLog
+from popflow.infra.lease import Lease
 from popflow.infra.storage import Storage
 from popflow.schedulers import (
     PB2,
@@ -125,7 +127,15 @@ def inject(kill_at: str | None) -> None:
 
         return wrapper
 
-    if kind == "enospc":  # the disk fills up: a permanent storage error, no SIGKILL
+    if kind == "took-lease":  # dies right after taking the lease, before any commit
+        original_acquire = Lease.acquire
+
+        def acquire(self, *args, **kwargs):
+            original_acquire(self, *args, **kwargs)
+            die()
+
+        Lease.acquire = acquire
+    elif kind == "enospc":  # the disk fills up: a permanent storage error, no SIGKILL
         original_append = local_files.append_file
 
         def full_disk(path, data):
@@ -139,7 +149,7 @@ def inject(kill_at: str | None) -> None:
         Storage.append_text = after_target(Storage.append_text)
     elif kind == "remove":
         Storage.remove = after_target(Storage.remove)
-    elif kind not in ("commit-before", "commit-after", "stop-after", "enospc"):
+    elif kind not in ("commit-before", "commit-after", "stop-after", "enospc", "took-lease"):
         raise SystemExit(f"unknown kill point {kill_at}")
 
 

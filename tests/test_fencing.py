@@ -15,7 +15,15 @@ import pytest
 from test_resume import DRIVER, drive, read_experiment
 
 from popflow.infra.experiment_log import CommitConflict, ExperimentLog
-from popflow.infra.lease import Lease, LeaseHeldError, LeaseLost, lease_holder, lease_path
+from popflow.infra.lease import (
+    Lease,
+    LeaseHeldError,
+    LeaseLost,
+    fence,
+    lease_epochs,
+    lease_holder,
+    lease_path,
+)
 from popflow.infra.storage import Storage
 
 TRIES = 30
@@ -187,11 +195,74 @@ def test_a_stalled_driver_taken_over_on_s3_stops_and_the_run_is_as_if_uninterrup
     assert crashed == reference and len(crashed["trials"]) == 4
 
 
+def _wait_lapsed(storage: Storage, timeout: float = 60.0) -> None:
+    """Poll until no driver holds the lease (the stalled one's expiry passed)."""
+    deadline = time.monotonic() + timeout
+    while lease_holder(storage) is not None:
+        assert time.monotonic() < deadline, "the stalled driver's lease did not lapse"
+        time.sleep(0.1)  # polling storage for the expiry, not synchronising on time
+
+
+def takeovers_of_a_stalled_driver(storage: str, options: dict | None) -> tuple[int, str, int, str]:
+    """Driver A stalls (SIGSTOP) after commit 6, past its lease; B and C take it over in
+    turn and die right after taking it (SIGKILL); D runs, and while it does A goes on
+    (SIGCONT). A's and D's return codes and stderr."""
+    env = {**os.environ, "POPFLOW_TEST_STORAGE_OPTIONS": json.dumps(options)}
+    cmd = [sys.executable, DRIVER, storage, "exp", "pbt_synch", "--lease-ttl", "3"]
+    experiment = Storage(f"{storage}/exp", options)
+
+    def start(*extra: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [*cmd, *extra], stderr=subprocess.PIPE, text=True, start_new_session=True, env=env
+        )
+
+    stalled = start("--kill-at", "stop-after:6")
+    procs = [stalled]
+    try:
+        while _state(stalled.pid) != "T":
+            assert stalled.poll() is None, stalled.stderr.read()[-3000:]
+            time.sleep(0.05)
+        _wait_lapsed(experiment)
+        for _ in range(2):  # B and C
+            dying = start("--kill-at", "took-lease:0")
+            procs.append(dying)
+            dying.communicate(timeout=300)
+            assert dying.returncode == -signal.SIGKILL
+        live = start()
+        procs.append(live)
+        deadline = time.monotonic() + 300
+        while (lease_holder(experiment) or {}).get("pid") != live.pid:
+            assert live.poll() is None, live.stderr.read()[-3000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert lease_epochs(experiment)[-1] == 4  # D holds epoch 4; epoch 2 was pruned
+        os.kill(stalled.pid, signal.SIGCONT)
+        _, stalled_err = stalled.communicate(timeout=300)
+        _, live_err = live.communicate(timeout=300)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    drive(f"{storage}-ref", "exp", "pbt_synch", env=env)
+    return stalled.returncode, stalled_err, live.returncode, live_err
+
+
+def test_a_stalled_driver_loses_to_the_third_driver_after_it(prefect_server, tmp_path):
+    """The issue's split brain: after three takeovers A must stop at once with
+    LeaseLost (it used to finish, and kill D with a CommitConflict), D must finish, and
+    the experiment must be exactly an uninterrupted run's."""
+    storage = str(tmp_path / "crashed")
+    rc_a, err_a, rc_d, err_d = takeovers_of_a_stalled_driver(storage, None)
+    assert rc_d == 0, err_d[-3000:]
+    assert rc_a != 0 and "LeaseLost" in err_a and "driver epoch 4" in err_a, err_a[-3000:]
+    assert lease_epochs(Storage(f"{storage}/exp"))[-1] == 4  # A wrote no lease file again
+    assert read_experiment(f"{storage}/exp") == read_experiment(f"{storage}-ref/exp")
+
+
 def test_a_taken_over_drivers_worker_publishes_no_checkpoint(tmp_path):
     """The new driver's checkpoint at a name the old driver's worker also reaches
     stays as it is: the old worker's publish is fenced off, leaving nothing behind."""
     from popflow.infra.checkpoint_store import fetch_checkpoint, publish_checkpoint
-    from popflow.infra.lease import fence
 
     storage = Storage(str(tmp_path))
     ours = tmp_path / "ours"
@@ -210,3 +281,129 @@ def test_a_taken_over_drivers_worker_publishes_no_checkpoint(tmp_path):
     assert (tmp_path / "out" / "state").read_text() == "new driver"
     assert storage.listdir("trial") == ["checkpoint_000001"]  # no temporary folder left
     fence(storage, 2)  # the holder itself is not fenced
+
+
+class Clock:
+    """A wall clock the test moves by hand (the lease compares expiries with it)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _driver(storage: Storage, clock: Clock, host: str) -> Lease:
+    """A driver on another host (so only its lease's expiry says whether it is gone)."""
+    lease = Lease(storage, ttl_s=60, clock=clock)
+    lease.owner["host"] = host
+    lease.acquire(renew=False)
+    return lease
+
+
+def several_takeovers(storage: Storage) -> tuple[Lease, Lease]:
+    """Driver A stalls; B, C and D take over in turn, each after the one before lapsed
+    (B and C die right after taking it). A and D."""
+    clock = Clock()
+    a = _driver(storage, clock, "a")
+    for host in ("b", "c", "d"):
+        clock.now += 61  # the holder's lease runs out
+        holder = _driver(storage, clock, host)
+    return a, holder
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_driver_taken_over_several_times_is_fenced_whatever_was_pruned(where, tmp_path, request):
+    """Pruning removed A's successor's lease file (epoch 2): A must still see epoch 4."""
+    if where == "s3":
+        _, options = request.getfixturevalue("s3_server")
+        storage = Storage(request.getfixturevalue("s3_url"), options)
+    else:
+        storage = Storage(str(tmp_path))
+    a, d = several_takeovers(storage)
+    assert 2 not in lease_epochs(storage)  # what broke the look for epoch + 1 only
+    with pytest.raises(LeaseLost, match="driver epoch 4 took the experiment over"):
+        a.check()
+    with pytest.raises(LeaseLost, match="driver epoch 4 took"):
+        fence(storage, 1)  # A's workers publish nothing
+    assert a.renew_once() is False  # its renewal stops, and writes no lease 1 again
+    a.release()
+    assert lease_epochs(storage) == [3, 4]
+    d.check()
+    fence(storage, 4)  # the holder is not fenced
+    assert lease_holder(storage)["host"] == "d"
+
+
+class StallsBeforeCreating(Storage):
+    """Storage whose first create runs ``meanwhile`` first: a driver that listed the
+    leases, then stalled before creating the epoch it computed."""
+
+    def create_text(self, text: str, *parts: str, durable: bool = False) -> bool:
+        meanwhile, self.meanwhile = getattr(self, "meanwhile", None), None
+        if meanwhile is not None:
+            meanwhile()
+        return super().create_text(text, *parts, durable=durable)
+
+
+def test_a_driver_creating_a_pruned_epoch_gives_it_back(tmp_path):
+    """It listed [1], computed epoch 2 and stalled while B, C and D took epochs 2-4
+    (pruning 1 and 2); its create of epoch 2 then succeeds, but it must not hold."""
+    storage = Storage(str(tmp_path))
+    clock = Clock()
+    _driver(storage, clock, "a")
+    clock.now += 61
+
+    def three_takeovers() -> None:
+        for host in ("b", "c", "d"):
+            _driver(storage, clock, host)
+            clock.now += 61
+        clock.now -= 61  # d's lease is live
+
+    late = Lease(StallsBeforeCreating(str(tmp_path)), ttl_s=60, clock=clock)
+    late.storage.meanwhile = three_takeovers
+    with pytest.raises(LeaseHeldError, match="driver epoch 4 took the lease"):
+        late.acquire(renew=False)
+    assert lease_epochs(storage) == [3, 4]  # its epoch 2 is given back
+    assert lease_holder(storage)["host"] == "d"
+
+
+def test_a_lease_forged_far_in_the_future_lapses_two_ttls_after_it_was_written(tmp_path):
+    """A forged lease (or one from a host whose clock runs days ahead) holds the
+    experiment at most 2 x lease_ttl after its last write, by the storage's clock."""
+    storage = Storage(str(tmp_path))
+    forged = {"host": "elsewhere", "pid": 1, "id": "x", "epoch": 1, "expires": 4e9}
+    storage.write_text(json.dumps(forged), lease_path(1))
+    written = storage.modified(lease_path(1))
+    clock = Clock()
+    clock.now = written + 119
+    with pytest.raises(LeaseHeldError, match="force-takeover"):
+        Lease(storage, ttl_s=60, clock=clock).acquire(renew=False)
+    clock.now = written + 121
+    lease = Lease(storage, ttl_s=60, clock=clock)
+    lease.acquire(renew=False)
+    assert lease.epoch == 2
+
+
+def test_force_takeover_takes_a_held_lease_and_fences_its_holder(tmp_path):
+    storage = Storage(str(tmp_path))
+    holder = Lease(storage, ttl_s=600)
+    holder.acquire(renew=False)
+    with pytest.raises(LeaseHeldError):
+        Lease(storage, ttl_s=600).acquire(renew=False)
+    forced = Lease(storage, ttl_s=600, force=True)
+    forced.acquire(renew=False)
+    assert forced.epoch == 2
+    with pytest.raises(LeaseLost, match="driver epoch 2 took"):
+        holder.check()
+    forced.check()
+
+
+@pytest.mark.parametrize(
+    "body", ['{"expires": "soon"}', "[1, 2]", '{"pid": "x", "host": 3, "expires": NaN}', "garbage"]
+)
+def test_a_garbled_lease_file_counts_as_lapsed(tmp_path, body):
+    storage = Storage(str(tmp_path))
+    storage.write_text(body, lease_path(1))
+    lease = Lease(storage, ttl_s=60)
+    lease.acquire(renew=False)
+    assert lease.epoch == 2
