@@ -290,6 +290,8 @@ class Controller(EndingTrials):
             (outcome.live_token, outcome.worker) if outcome.live_token and outcome.worker else None
         )
         raise_storage_failure(outcome)  # the storage's fault, not the trial's: the run stops
+        if outcome.restored and rec.restore_results is not None:
+            self.logs.rewind(rec, rec.restore_results)  # results are logged once, in order
         if outcome.reason != EndReason.ERROR:
             keys = [k for k in (self.scheduler.metric, self.scheduler.time_attr) if k]
             scheduler = type(self.scheduler).__name__
@@ -307,8 +309,11 @@ class Controller(EndingTrials):
             for ckpt in outcome.checkpoints:
                 self.hooks.checkpoint(rec.trial, checkpoint_of(self.storage, rec, ckpt.name))
         if outcome.checkpoints:
+            for ckpt in outcome.checkpoints:
+                ckpt.results = rec.num_results + results_through(outcome.results, ckpt.iteration)
             last = outcome.checkpoints[-1]
             rec.restore, rec.restore_iteration = rec.checkpoint_path(last.name), last.iteration
+            rec.restore_results = last.results
         terminal = outcome.reason.is_terminal
         action = Action.CONTINUE
         for i, result in enumerate(outcome.results):
@@ -331,6 +336,8 @@ class Controller(EndingTrials):
                         "trial %s stopped; dropping %d later results", rec.trial_id, dropped
                     )
                 break
+        if rec.restore_results is not None:  # results dropped after a stop
+            rec.restore_results = min(rec.restore_results, rec.num_results)
         self.table.end_segment(rec.trial, action, terminal)
         held = rec.trial.status == TrialStatus.PAUSED and self.scheduler.pause_is_barrier
         if rec.trial.status != TrialStatus.PENDING and not held:
@@ -440,3 +447,12 @@ class Controller(EndingTrials):
         for rec in self.records:
             self._discard_live(rec)
         self._flush_discards()
+
+
+def results_through(results: list[dict[str, Any]], iteration: int) -> int:
+    """How many of a segment's ``results`` lead up to its checkpoint at ``iteration``
+    (the checkpoint holds the state after the result of that iteration)."""
+    for i in range(len(results) - 1, -1, -1):
+        if results[i].get("training_iteration") == iteration:
+            return i + 1
+    return len(results)

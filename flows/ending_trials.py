@@ -40,6 +40,9 @@ class EndingTrials:
     def _on_error(self, rec: TrialRecord, outcome: SegmentOutcome) -> None:
         for ckpt in outcome.checkpoints:  # never committed: nobody can refer to them
             self.storage.remove(rec.checkpoint_path(ckpt.name))
+        # a trainable parked after a segment whose results were refused has trained past
+        # them: a retry must start from the checkpoint, not go on from there
+        self._discard_live(rec)
         if outcome.bad_checkpoint and self._drop_bad_checkpoint(
             outcome.bad_checkpoint, outcome.error
         ):

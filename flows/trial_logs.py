@@ -14,9 +14,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -25,6 +26,8 @@ from popflow.infra.experiment_log import DamagedCommit, ExperimentLog
 from popflow.infra.json_delta import Changed
 from popflow.infra.jsonutil import dumps
 from popflow.infra.storage import Storage
+
+logger = logging.getLogger(__name__)
 
 GLOBAL_POLICY = "pbt_global.txt"
 #: A trial's results, a JSON line each, in its folder (Ray's name)
@@ -122,6 +125,65 @@ class TrialLogs:
         if self.log_policy:
             self.policy_lines.append(entry)
             self._lineage_changed[target.trial_id] = target
+
+    def rewind(self, rec: TrialRecord, keep: int) -> None:
+        """Supersede ``rec``'s results after its first ``keep``: the trial goes on from a
+        state that accounts for those only (a retry, a lost worker or a damaged checkpoint
+        sent it back to an earlier checkpoint), so the results it logged after that state
+        are cut from its logs (``rec.num_results`` too) rather than logged twice.
+
+        Rare, so it is done at once: the lines handed to the writer are written first,
+        then both logs are cut back, and the commit records their new sizes.
+        """
+        if keep >= rec.num_results:
+            return
+        pending = self.new_results.get(rec.trial_id, [])
+        committed = rec.num_results - len(pending)
+        if keep >= committed:  # only uncommitted results go: they were never written
+            del pending[keep - committed :]
+        else:
+            self.new_results.pop(rec.trial_id, None)
+            self._cut_back(rec, keep)
+        logger.info(
+            "trial %s goes on from a state after %d of its %d results; the %d after it are "
+            "superseded",
+            rec.trial_id,
+            keep,
+            rec.num_results,
+            rec.num_results - keep,
+        )
+        rec.num_results = keep
+
+    def _cut_back(self, rec: TrialRecord, keep: int) -> None:
+        """Cut ``rec``'s ``result.json`` and ``progress.csv`` back to ``keep`` results."""
+        self._hand_over()
+        for batch in self._batches:
+            batch.result()
+        self._batches = []
+        self._raise_failure()
+        if self._may_write is not None:
+            self._may_write()
+        results, csv_path = (rec.dirname, RESULTS), (rec.dirname, "progress.csv")
+        try:
+            text = self.storage.read_text(*results)
+        except FileNotFoundError:
+            text = ""
+        lines = text.splitlines(keepends=True)[:keep]
+        sizes = {results: len("".join(lines).encode("utf-8"))}
+        try:
+            table = self.storage.read_text(*csv_path)
+        except FileNotFoundError:
+            table = ""
+        # the header, then one CSV record per result (a record may span lines)
+        sizes[csv_path] = csv_prefix_size(table, keep + (rec.csv_header is not None))
+        for parts, size in sizes.items():
+            self.storage.truncate(size, *parts)
+            path = "/".join(parts)
+            with self._lock:
+                self._derived[path] = size
+                if self._derived_changed is not None:
+                    self._derived_changed.add(path)
+        rec.trial.last_result = json.loads(lines[-1]) if lines else {}
 
     def end_round(self, seq: int) -> tuple[dict[str, list[dict[str, Any]]], list[list[Any]]]:
         """Queue the round's lines, those of commit ``seq``; its results and policy lines,
@@ -241,6 +303,24 @@ class TrialLogs:
             self._derived[path] = size
             if self._derived_changed is not None:
                 self._derived_changed.add(path)
+
+
+def csv_prefix_size(text: str, records: int) -> int:
+    """Bytes of ``text``'s first ``records`` CSV records (a quoted value may hold a
+    line break, so records are counted by parsing, not by lines)."""
+    consumed = 0
+
+    def lines() -> Iterator[str]:
+        nonlocal consumed
+        for line in io.StringIO(text):
+            consumed += len(line.encode("utf-8"))
+            yield line
+
+    reader = csv.reader(lines())
+    for _ in range(records):
+        if next(reader, None) is None:
+            break
+    return consumed
 
 
 def result_lines(storage: Storage, dirname: str, count: int, strict: bool = False) -> list[str]:

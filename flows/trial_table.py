@@ -32,6 +32,10 @@ class TrialRecord:
     dirname: str
     restore: str | None = None  # checkpoint folder (relative to the experiment) to resume from
     restore_iteration: int = 0
+    #: how many of this trial's logged results the state it restores from accounts for
+    #: (None: all of them, as in commits written before it was kept); a segment built
+    #: from that state supersedes the results logged after them
+    restore_results: int | None = 0
     checkpoints: list[CheckpointRecord] = field(default_factory=list)
     #: results committed so far; the results themselves are in storage (``result.json``)
     #: and the latest in ``trial.last_result``: a long run's history stays out of memory
@@ -80,8 +84,9 @@ class TrialRecord:
             "num_results": self.num_results,
             "restore": self.restore,
             "restore_iteration": self.restore_iteration,
+            "restore_results": self.restore_results,
             "checkpoints": [
-                {"name": c.name, "iteration": c.iteration, "result": c.result}
+                {"name": c.name, "iteration": c.iteration, "result": c.result, "results": c.results}
                 for c in self.checkpoints
             ],
             "num_failures": self.num_failures,
@@ -118,6 +123,7 @@ class TrialRecord:
             dirname=t["dirname"],
             restore=t["restore"],
             restore_iteration=t["restore_iteration"],
+            restore_results=t.get("restore_results"),
             checkpoints=[CheckpointRecord(**c) for c in t["checkpoints"]],
             num_results=t["num_results"],
             num_failures=t["num_failures"],
@@ -134,6 +140,7 @@ def clone_into(target: TrialRecord, source: TrialRecord, exploit: Exploit) -> li
     grows by the exploit's policy entry, which is returned."""
     if source is not target:
         target.restore, target.restore_iteration = source.restore, source.restore_iteration
+        target.restore_results = target.num_results  # its own results stay, as in Ray
         target.generation += 1
     target.trial.config = exploit.new_config
     target.trial.experiment_tag = exploit.new_tag
@@ -166,7 +173,21 @@ def fall_back_from(records: list[TrialRecord], path: str) -> str | None:
         if rec.restore == path:
             rec.restore = owner.checkpoint_path(fallback.name)
             rec.restore_iteration = fallback.iteration
+            if rec is owner:  # its results after the fallback's state are superseded
+                rec.restore_results = _results_at(owner, fallback, bad)
     return fallback.name
+
+
+def _results_at(
+    owner: TrialRecord, fallback: CheckpointRecord, bad: CheckpointRecord | None
+) -> int | None:
+    """How many of ``owner``'s results ``fallback``'s state accounts for: as recorded,
+    else (older commits) counted back from ``bad``'s, a result per iteration."""
+    if fallback.results is not None:
+        return fallback.results
+    if bad is not None and bad.results is not None:
+        return max(0, bad.results - (bad.iteration - fallback.iteration))
+    return owner.restore_results
 
 
 def _nothing(*_: Any) -> None:

@@ -92,7 +92,8 @@ def _build(spec: SegmentSpec, fetched: Future[Fetched] | None = None) -> Live:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _continue_or_build(spec: SegmentSpec, fetched: Future[Fetched] | None) -> Live:
+def _continue_or_build(spec: SegmentSpec, fetched: Future[Fetched] | None) -> tuple[Live, bool]:
+    """The trial's trainable, and whether it was built here (not continued)."""
     live = take(spec.live_token) if spec.live_token else None
     if live is not None and not live.accepts(spec.config):
         live.discard()
@@ -101,7 +102,7 @@ def _continue_or_build(spec: SegmentSpec, fetched: Future[Fetched] | None) -> Li
         logger.info(
             "trial %s: no live trainable here, restoring from %s", spec.trial_id, spec.restore
         )
-    return live if live is not None else _build(spec, fetched)
+    return (live, False) if live is not None else (_build(spec, fetched), True)
 
 
 def run_segment(
@@ -133,8 +134,9 @@ def _run_segment(
     run: SegmentRun | None = None
     live: Live | None = None
     try:
-        live = _continue_or_build(spec, fetched)
+        live, built = _continue_or_build(spec, fetched)
         run = SegmentRun(spec, live.clock, uploads)
+        run.outcome.restored = built
         run.outcome.reason = live.run(run)
         if run.outcome.reason.is_decision_point:
             run.outcome.live_token = park(live)

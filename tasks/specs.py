@@ -90,6 +90,9 @@ class CheckpointRecord:
     name: str  # folder name under the trial folder
     iteration: int
     result: dict[str, Any]
+    #: how many of its trial's logged results the checkpoint's state accounts for (the
+    #: driver sets it; None in commits written before it was kept)
+    results: int | None = None
 
 
 @dataclass
@@ -106,3 +109,7 @@ class SegmentOutcome:
     #: failure, not the trial's
     storage_failure: StorageError | None = None
     seconds: float = 0.0  # the segment's wall time on the worker, set-up and saves included
+    #: the trainable was built for this segment (from ``restore``, or from scratch), not
+    #: continued from a parked one: its results follow the restored state, and any the
+    #: trial logged after that state are superseded
+    restored: bool = False

@@ -158,8 +158,10 @@ def _unpickle_in(pid: int) -> StopOnlyOnTheDriver:
 class Misbehaving(ParityTrainable):
     """ParityTrainable that, at iteration ``config["at"]``, does ``config["how"]``:
     "exit" (sys.exit), "interrupt" (KeyboardInterrupt), "string" (reports its metric as
-    a string), "hang" (a step that never returns), "fail" (raises, every time);
-    ``config["times"]`` appends the wall time of each set-up (each attempt)."""
+    a string), "hang" (a step that never returns), "fail" (raises, every time),
+    "os_exit" (``os._exit(3)``: its worker process dies); ``config["once"]``: a marker
+    file, so that it misbehaves only the first time; ``config["times"]`` appends the
+    wall time of each set-up (each attempt)."""
 
     def setup(self, config: dict[str, Any]) -> None:
         super().setup(config)
@@ -171,7 +173,14 @@ class Misbehaving(ParityTrainable):
         result = super().step()
         if self.iteration + 1 != self.config.get("at"):
             return result
+        once = self.config.get("once")
+        if once:
+            if os.path.exists(once):
+                return result
+            open(once, "w").close()
         how = self.config["how"]
+        if how == "os_exit":
+            os._exit(3)
         if how == "exit":
             sys.exit(3)
         if how == "interrupt":
@@ -212,3 +221,15 @@ class GatedTrainable(ParityTrainable):
             while not os.path.exists(gate):
                 time.sleep(0.05)  # a file the test creates; nothing else to wait on
         return super().step()
+
+
+def forgetful_function(config: dict[str, Any]) -> None:
+    """A function trainable that never checkpoints (``mean_accuracy`` = iteration) and
+    raises once at ``config["fail_at"]`` (marker file ``config["once"]``)."""
+    iteration = 0
+    while True:
+        iteration += 1
+        if iteration == config["fail_at"] and not os.path.exists(config["once"]):
+            open(config["once"], "w").close()
+            raise RuntimeError("transient failure")
+        report({"mean_accuracy": float(iteration)})

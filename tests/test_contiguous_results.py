@@ -1,0 +1,145 @@
+"""A trial's logged iterations stay 1, 2, 3, ...: a trial sent back to an earlier state
+(a retry, a lost worker, a damaged checkpoint) supersedes what it logged after that
+state, and never goes on from a trainable that trained past a refused result."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from trainables import Misbehaving, ParityTrainable, forgetful_function
+
+from popflow import ASHAScheduler, CheckpointConfig, FIFOScheduler, run
+from popflow.flows.trial_logs import TrialLogs, csv_prefix_size
+from popflow.flows.trial_table import TrialRecord
+from popflow.infra.experiment_log import ExperimentLog
+from popflow.infra.storage import Storage
+from popflow.schedulers import Trial
+from popflow.tasks.checkpoint import DICT_CHECKPOINT_FILE
+
+
+def iterations(result) -> list[int]:
+    with open(os.path.join(result.path, "result.json")) as f:
+        return [json.loads(line)["training_iteration"] for line in f]
+
+
+def csv_iterations(result) -> list[int]:
+    import pandas as pd
+
+    return list(pd.read_csv(os.path.join(result.path, "progress.csv"))["training_iteration"])
+
+
+def test_a_retry_after_a_refused_result_restores_the_checkpoint(tune_env, tmp_path: Path):
+    """The issue's case: a metric that is no number at iteration 3, max_failures=1. The
+    trainable had trained on to iteration 4 on its worker; the retry used to go on from
+    there, and result.json read [1, 2, 5, 6]."""
+    results = run(
+        Misbehaving,
+        {"a": 1, "how": "string", "at": 3, "once": str(tmp_path / "once")},
+        scheduler=FIFOScheduler(),
+        metric="mean_accuracy",
+        mode="max",
+        stop={"training_iteration": 6},
+        checkpoint_config=CheckpointConfig(checkpoint_frequency=2),
+        max_failures=1,
+        name="refused-once",
+        seed=0,
+        **tune_env,
+    )
+    (result,) = results
+    assert result.status == "TERMINATED"
+    assert iterations(result) == [1, 2, 3, 4, 5, 6]
+    assert csv_iterations(result) == [1, 2, 3, 4, 5, 6]
+    assert [r["training_iteration"] for r in result.history] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_retry_from_scratch_supersedes_what_the_failed_attempt_logged(tune_env, tmp_path: Path):
+    """A function trainable that never checkpoints runs on live under ASHA; it fails at
+    iteration 6 once, and its retry starts from scratch: its first 5 results are
+    superseded, not logged twice."""
+    results = run(
+        forgetful_function,
+        {"fail_at": 6, "once": str(tmp_path / "once")},
+        scheduler=ASHAScheduler(grace_period=1, max_t=8, reduction_factor=2),
+        metric="mean_accuracy",
+        mode="max",
+        stop={"training_iteration": 8},
+        max_failures=1,
+        name="retry-from-scratch",
+        seed=0,
+        **tune_env,
+    )
+    (result,) = results
+    assert result.status == "TERMINATED"
+    assert iterations(result) == list(range(1, 9))
+    assert csv_iterations(result) == list(range(1, 9))
+
+
+def test_a_damaged_checkpoint_falls_back_and_supersedes_the_results_after_it(tune_env):
+    """Trial checkpoints every 2 iterations; its newest (6) is damaged before a resume:
+    it goes on from checkpoint 4, and iterations 5 and 6 are logged once (the fallback
+    used to give [1, ..., 6, 5, 6, 7, ...])."""
+    kwargs = dict(
+        metric="mean_accuracy",
+        mode="max",
+        stop={"training_iteration": 10},
+        checkpoint_config=CheckpointConfig(checkpoint_frequency=2),
+        name="fallback",
+        seed=0,
+        commit_interval=1e-6,  # a commit per segment: max_rounds counts segments
+        **tune_env,
+    )
+    (first,) = run(ParityTrainable, {"a": 1}, max_rounds=3, scheduler=FIFOScheduler(), **kwargs)
+    assert first.status == "PENDING"
+    done = iterations(first)
+    assert done == list(range(1, len(done) + 1)) and len(done) >= 4
+    newest = ExperimentLog(Storage(first.path).child("..")).latest()["trials"][0]["restore"]
+    experiment = os.path.dirname(first.path)
+    pickled = os.path.join(experiment, newest, DICT_CHECKPOINT_FILE)
+    data = bytearray(Path(pickled).read_bytes())
+    data[-1] ^= 0xFF
+    Path(pickled).write_bytes(bytes(data))
+    (result,) = run(ParityTrainable, {"a": 1}, resume=True, scheduler=FIFOScheduler(), **kwargs)
+    assert result.status == "TERMINATED"
+    assert iterations(result) == list(range(1, 11))
+    assert csv_iterations(result) == list(range(1, 11))
+
+
+def test_csv_records_are_counted_by_parsing_not_by_lines() -> None:
+    text = 'a,b\r\n1,"two\nlines"\r\n2,x\r\n'
+    assert csv_prefix_size(text, 1) == len(b"a,b\r\n")
+    assert csv_prefix_size(text, 2) == len(b'a,b\r\n1,"two\nlines"\r\n')
+    assert csv_prefix_size(text, 3) == len(text.encode())
+    assert csv_prefix_size(text, 9) == len(text.encode())
+
+
+def test_rewinding_cuts_both_logs_and_the_uncommitted_results(tmp_path: Path) -> None:
+    storage = Storage(str(tmp_path))
+    logs = TrialLogs(storage, flush_interval=0.0)
+    rec = TrialRecord(trial=Trial(trial_id="t", config={}), index=0, dirname="t")
+    for i in range(1, 5):
+        result = {"training_iteration": i, "note": f"line\n{i}"}
+        logs.add_result(rec, result)
+        rec.num_results += 1
+    logs.end_round(1)
+    logs.settle(final=True)
+    logs.committed()
+    logs.settle(final=True)
+    for i in (5, 6):  # not committed yet
+        logs.add_result(rec, {"training_iteration": i, "note": "x"})
+        rec.num_results += 1
+    logs.rewind(rec, 5)  # only an uncommitted one goes
+    assert rec.num_results == 5 and len(logs.new_results["t"]) == 1
+    logs.rewind(rec, 2)  # committed ones too: the files are cut
+    assert rec.num_results == 2 and "t" not in logs.new_results
+    lines = (tmp_path / "t" / "result.json").read_text().splitlines()
+    assert [json.loads(line)["training_iteration"] for line in lines] == [1, 2]
+    import pandas as pd
+
+    assert list(pd.read_csv(tmp_path / "t" / "progress.csv")["training_iteration"]) == [1, 2]
+    sizes = logs.settle(final=True)[0].items
+    assert sizes["t/result.json"] == os.path.getsize(tmp_path / "t" / "result.json")
+    assert sizes["t/progress.csv"] == os.path.getsize(tmp_path / "t" / "progress.csv")
+    assert rec.trial.last_result["training_iteration"] == 2
+    logs.close()
