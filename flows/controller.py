@@ -47,7 +47,6 @@ from popflow.flows.trial_logs import TrialLogs
 from popflow.flows.trial_table import TrialRecord, TrialTable, clone_into
 from popflow.infra.json_delta import Changed
 from popflow.schedulers import Action, Exploit, Trial, TrialStatus
-from popflow.tasks.live import discard_parked_soon
 from popflow.tasks.seeding import DRIVER, isolate_dask_sampling, seed_globals, segment_seed
 from popflow.tasks.specs import EndReason, SegmentOutcome, SegmentSpec, checkpoint_path
 
@@ -188,9 +187,13 @@ class Controller(EndingTrials):
 
     # -- dispatch --------------------------------------------------------------
     def _dispatch(self, recs: list[TrialRecord]) -> None:
-        runner = self.calls.runner_for(recs, idle_first=self.scheduler.time_shares_slots)
+        # a synchronous round waits for its slowest slot: a pack that would queue behind
+        # another on its trainables' worker goes to an idle runner (a worker that joined,
+        # say) if their checkpoints hold their state; asynchronous PBT time-shares slots
+        idle_first = self.scheduler.synchronous or self.scheduler.time_shares_slots
+        runner = self.calls.runner_for(recs, idle_first=idle_first)
         for rec in recs:
-            if rec.live is not None and rec.live[1] != runner.worker:
+            if rec.live is not None and (runner is None or rec.live[1] != runner.worker):
                 self._discard_live(rec)  # it restores from its checkpoint on that runner
         self.calls.submit(recs, [self._spec(r) for r in recs], runner)
 
@@ -215,7 +218,7 @@ class Controller(EndingTrials):
             while True:
                 planned = self._plan(limit=None)
                 size = math.ceil(len(planned) / self.pool.slots) if planned else 1
-                for pack in packs(planned, size):
+                for pack in packs(planned, size, self.calls.isolated):
                     self._dispatch(pack)
                 if not self.calls:
                     if not outcomes and self._await_retry():
@@ -236,7 +239,7 @@ class Controller(EndingTrials):
                 else:
                     size = self._pack_size(slots)
                     limit = 2 * slots * size
-                for pack in packs(self._plan(limit=limit), size):
+                for pack in packs(self._plan(limit=limit), size, self.calls.isolated):
                     self._dispatch(pack)
                 if not self.calls:
                     if self._await_retry():
@@ -361,7 +364,7 @@ class Controller(EndingTrials):
 
     def _flush_discards(self) -> None:
         for worker, tokens in self._discards.items():
-            self.pool.client.run(discard_parked_soon, tokens, workers=[worker], wait=False)
+            self.pool.discard_parked(worker, tokens)
         self._discards = {}
 
     def _exploit(self, exploit: Exploit, reporter: Trial | None) -> None:

@@ -16,6 +16,11 @@ from popflow.tasks.specs import SegmentOutcome
 
 logger = logging.getLogger("popflow.flows.controller")  # the controller's lines, as before
 
+#: A trial whose worker process died while it ran there alone is retried at least this
+#: often, whatever ``max_failures`` says: the kernel's OOM killer, a preempted machine
+#: or a signal from outside end a process too, and a one-off is no reason to error.
+LOST_WORKER_RETRIES = 2
+
 
 class EndingTrials:
     if TYPE_CHECKING:  # the controller's, used here
@@ -50,6 +55,8 @@ class EndingTrials:
             return
         rec.num_failures += 1
         max_failures = self.spec.max_failures
+        if outcome.lost_worker and max_failures >= 0:  # a process may die of other causes
+            max_failures = max(max_failures, LOST_WORKER_RETRIES)
         if max_failures < 0 or rec.num_failures <= max_failures:
             self.retries.failed(
                 rec.trial_id, rec.num_failures, max_failures, outcome.error, rec.restore

@@ -12,7 +12,9 @@ waits for its call's others: at most ``PACK_BELOW_SECONDS``.
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Collection
 
 from popflow.flows.trial_table import TrialRecord
 
@@ -34,19 +36,28 @@ def pack_size(segment_seconds: float | None, unfinished: int, slots: int) -> int
     return max(1, min(want, math.ceil(unfinished / (2 * slots))))
 
 
-def packs(recs: list[TrialRecord], size: int) -> list[list[TrialRecord]]:
+def packs(
+    recs: list[TrialRecord], size: int, alone: Collection[str] = ()
+) -> list[list[TrialRecord]]:
     """Split ``recs`` into runner calls of up to ``size``: trials parked on one worker
-    together, trials without a live trainable filling the gaps."""
+    together, trials without a live trainable filling the gaps; trials in ``alone``
+    (suspected of taking a worker process down) in a call of their own each."""
     by_worker: dict[str, list[TrialRecord]] = {}
     cold: list[TrialRecord] = []
+    singles: list[list[TrialRecord]] = []
     for rec in recs:
-        if rec.live:
+        if rec.trial_id in alone:
+            singles.append([rec])
+        elif rec.live:
             by_worker.setdefault(rec.live[1], []).append(rec)
         else:
             cold.append(rec)
-    out = [g[i : i + size] for g in by_worker.values() for i in range(0, len(g), size)]
+    # each worker's first pack, then its second, ...: a pack that its worker's runner
+    # already has one ahead of it may go to an idle runner (see Controller._dispatch)
+    groups = [[g[i : i + size] for i in range(0, len(g), size)] for g in by_worker.values()]
+    out = [pack for row in itertools.zip_longest(*groups) for pack in row if pack]
     for pack in out:
         while cold and len(pack) < size:
             pack.append(cold.pop(0))
     out += [cold[i : i + size] for i in range(0, len(cold), size)]
-    return out
+    return out + singles

@@ -10,11 +10,18 @@ trial's resources (:mod:`popflow.tasks.runner`), so Dask accounts for it.
 
 A call that fails returns :class:`CallFailed`. If its worker died, that
 worker's runners are dropped and runners are made on workers that joined (a
-restarted worker comes back under a new address).
+restarted worker comes back under a new address: the embedded cluster's nanny
+restarts a worker whose process died). A failed call says whether it was running
+when its worker died, and whether it ran there alone (a call submitted with
+``exclusive``: nothing else runs on its worker until it returns), so the driver can
+tell the trial that took the process down from those that only shared it. Nothing
+the driver sends a worker blocks it: a runner call is an actor call, answered
+through the event loop, and a call to a worker already gone fails as lost at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import queue
@@ -29,7 +36,7 @@ from distributed import Client, Future, wait
 
 from popflow.infra.cluster import slots_per_worker
 from popflow.infra.gpus import shared_process_warning
-from popflow.tasks.runner import SegmentRunner, exit_worker_process, hold_slot, pack_specs
+from popflow.tasks.runner import SegmentRunner, hold_slot, pack_specs
 from popflow.tasks.specs import SegmentSpec
 
 logger = logging.getLogger(__name__)
@@ -59,6 +66,10 @@ class CallFailed:
     #: the worker could not unpickle the call's segments: the trial's code (or an object
     #: its config or stop condition refers to) is not loadable there
     code_missing: bool = False
+    #: (worker lost) the call was running when its worker died, not waiting behind another
+    running: bool = False
+    #: (worker lost) the call ran alone on its worker (``exclusive``): it took it down
+    alone: bool = False
 
 
 @dataclass
@@ -100,7 +111,12 @@ class RunnerPool:
         self._done: queue.Queue[tuple[int, Any]] = queue.Queue()
         self._ids = itertools.count()
         self._calls: dict[int, Runner] = {}
+        self._sizes: dict[int, int] = {}  # call in flight -> its segments
         self.started: dict[int, float] = {}  # running call -> since when (monotonic)
+        #: dead worker -> the calls that were running on it when its death was first seen
+        self._running_at_death: dict[str, frozenset[int]] = {}
+        #: worker -> the call running there alone (see :meth:`exclusive_runner`)
+        self._exclusive: dict[str, int] = {}
         self._refreshed = 0.0
         self.refresh()
 
@@ -148,8 +164,14 @@ class RunnerPool:
                 made.append((w, token, actor))
         # every actor made before any hold is submitted: making one takes a worker thread,
         # which a hold, once running, keeps
-        actors = [actor.result() for _, _, actor in made]
-        for (w, token, actor), handle in zip(made, actors, strict=True):
+        made_on = []
+        for w, token, actor in made:
+            try:
+                made_on.append((w, token, actor, actor.result()))
+            except Exception as exc:  # the worker died meanwhile (a trial took it down)
+                logger.warning("no runner on worker %s: %s: %s", w, type(exc).__name__, exc)
+                self._dead_workers.add(w)
+        for w, token, actor, handle in made_on:
             hold = self.client.submit(
                 hold_slot,
                 token,
@@ -173,21 +195,42 @@ class RunnerPool:
         if time.monotonic() - self._refreshed >= REFRESH_INTERVAL_S:
             self.refresh()
 
-    def runner_for(self, worker: str | None = None, idle_first: bool = False) -> Runner:
-        """The runner for a call (:func:`pick_runner`)."""
+    def runner_for(self, worker: str | None = None, idle_first: bool = False) -> Runner | None:
+        """The runner for a call (:func:`pick_runner`); None while every worker runs an
+        exclusive call."""
         if not self.runners:
             self.refresh()
-        return pick_runner(self.runners, worker, idle_first)
+        free = [r for r in self.runners if r.worker not in self._exclusive]
+        return pick_runner(free, worker, idle_first) if free else None
 
-    def submit(self, specs: list[SegmentSpec], runner: Runner) -> int:
-        """Queue ``specs`` on ``runner`` (:meth:`runner_for`); return the call's id."""
+    def exclusive_runner(self) -> Runner | None:
+        """A runner on a worker where nothing runs nor waits, for a call to run there
+        alone (``submit(..., exclusive=True)``); None while there is no such worker."""
+        if not self.runners:
+            self.refresh()
+        busy = {r.worker for r in self.runners if r.queued} | set(self._exclusive)
+        return next((r for r in self.runners if r.worker not in busy), None)
+
+    def submit(self, specs: list[SegmentSpec], runner: Runner, exclusive: bool = False) -> int:
+        """Queue ``specs`` on ``runner`` (:meth:`runner_for`, or :meth:`exclusive_runner`
+        with ``exclusive``: no other call goes to its worker until this one returns);
+        return the call's id."""
         runner.queued += 1
         call = next(self._ids)
         if runner.queued == 1:  # nothing ahead of it on this runner: it starts now
             self.started[call] = time.monotonic()
         self._calls[call] = runner
-        future = runner.actor.run(pack_specs(specs))
-        self.client.loop.add_callback(self._deliver, call, future, runner.worker)
+        self._sizes[call] = len(specs)
+        if exclusive:
+            self._exclusive[runner.worker] = call
+        blob = pack_specs(specs)
+        try:
+            future = runner.actor.run(blob)
+        except RuntimeError as exc:  # "Worker holding Actor was lost": not noticed here yet
+            lost = CallFailed(f"worker {runner.worker} was lost ({exc})", True)
+            self._done.put((call, lost))
+        else:
+            self.client.loop.add_callback(self._deliver, call, future, runner.worker)
         return call
 
     async def _deliver(self, call: int, future: Any, worker: str) -> None:
@@ -224,37 +267,77 @@ class RunnerPool:
                 break
         out = []
         for call, value in done:
-            runner = self._calls.pop(call, None)
-            self.started.pop(call, None)
+            runner = self._calls.get(call)
             if runner is None:
                 continue  # cancelled
-            runner.queued -= 1
             if isinstance(value, CallFailed) and value.worker_lost:
-                self._dead_workers.add(runner.worker)
-                lost = [r for r in self.runners if r.worker == runner.worker]
-                self.client.cancel([r.hold for r in lost])  # it waits for that worker
-                self.runners = [r for r in self.runners if r.worker != runner.worker]
+                self._worker_died(runner.worker)
+                value.running = call in self._running_at_death[runner.worker]
+                value.alone = self._exclusive.get(runner.worker) == call
+            if self._exclusive.get(runner.worker) == call:
+                del self._exclusive[runner.worker]
+            del self._calls[call]
+            self._sizes.pop(call, None)
+            self.started.pop(call, None)
+            runner.queued -= 1
             out.append((call, value))
         self._mark_started()
         if any(isinstance(v, CallFailed) and v.worker_lost for _, v in out):
             self.refresh()
         return out
 
+    def _worker_died(self, worker: str) -> None:
+        """First sight of ``worker``'s death: note which calls were running there, drop
+        its runners (their slots wait for that worker: cancelled)."""
+        if worker in self._running_at_death:
+            return
+        running = frozenset(c for c in self.started if self._calls[c].worker == worker)
+        self._running_at_death[worker] = running
+        logger.warning(
+            "Dask worker %s died with %d segments running there; its trials go on from "
+            "their checkpoints",
+            worker,
+            sum(self._sizes.get(c, 0) for c in running),
+        )
+        self._dead_workers.add(worker)
+        # its other calls fail now: a call sent there after the death would only fail
+        # when connecting to it times out (30 s); their own failures are ignored later
+        for call, runner in self._calls.items():
+            if runner.worker == worker:
+                self._done.put((call, CallFailed(f"worker {worker} was lost (it died)", True)))
+        lost = [r for r in self.runners if r.worker == worker]
+        if lost:
+            self.client.cancel([r.hold for r in lost])
+        self.runners = [r for r in self.runners if r.worker != worker]
+
     def cancel(self) -> None:
         """Forget calls in flight (a runner finishes its current segment regardless)."""
         for runner in self._calls.values():
             runner.queued -= 1
         self._calls.clear()
+        self._sizes.clear()
+        self._exclusive.clear()
         self.started.clear()
 
     def _mark_started(self) -> None:
-        """A runner runs its calls in order: the oldest one it still has is running."""
+        """A runner runs its calls in order: the oldest one it still has is running (none
+        on a dead worker: its calls wait for nothing)."""
         now = time.monotonic()
         heads: dict[int, int] = {}
         for call, runner in self._calls.items():
-            heads.setdefault(id(runner), call)  # dicts keep submission order
+            if runner.worker not in self._dead_workers:
+                heads.setdefault(id(runner), call)  # dicts keep submission order
         for call in heads.values():
             self.started.setdefault(call, now)
+
+    def discard_parked(self, worker: str, tokens: list[str]) -> None:
+        """Drop trainables parked on ``worker`` (an actor call: the driver does not wait
+        for it, and a worker that is gone took them with it)."""
+        runner = next((r for r in self.runners if r.worker == worker), None)
+        if runner is None or worker in self._dead_workers:
+            return
+        with contextlib.suppress(RuntimeError):  # its worker was lost meanwhile: all gone
+            runner.actor.discard(tokens)
 
     def worker_of(self, call: int) -> str | None:
         runner = self._calls.get(call)
@@ -262,8 +345,13 @@ class RunnerPool:
 
     def restart_worker(self, worker: str) -> None:
         """End a worker's process (its calls then fail as lost, its parked trainables
-        are gone); its nanny starts it again, as after any worker loss."""
-        self.client.run(exit_worker_process, workers=[worker], wait=False, on_error="ignore")
+        are gone); its nanny starts it again, as after any worker loss. An actor call,
+        answered on the worker's event loop, which a hung segment does not block."""
+        runner = next((r for r in self.runners if r.worker == worker), None)
+        if runner is None:
+            return
+        with contextlib.suppress(RuntimeError):  # gone already
+            runner.actor.exit_process()
 
     def close(self) -> None:
         """Give the slots back: each hold task returns (a running segment finishes first;

@@ -215,7 +215,7 @@ def take(token: str) -> Live | None:
 
 
 def discard_parked(tokens: list[str]) -> int:
-    """Discard parked trainables (run on a worker via ``Client.run``); returns how many."""
+    """Discard parked trainables; returns how many."""
     found = [live for live in (take(t) for t in tokens) if live is not None]
     for live in found:
         try:
@@ -226,8 +226,8 @@ def discard_parked(tokens: list[str]) -> int:
 
 
 async def discard_parked_soon(tokens: list[str]) -> None:
-    """``Client.run(..., wait=False)`` entry point (it needs a coroutine): discard in a
-    background thread, so a slow ``cleanup()`` never blocks the worker's event loop."""
+    """Discard in a background thread (called on the worker's event loop, by the runner
+    actor), so a slow ``cleanup()`` never blocks it."""
     threading.Thread(
         target=discard_parked, args=(tokens,), name="discard-parked", daemon=True
     ).start()

@@ -34,6 +34,7 @@ from typing import Any
 import cloudpickle
 
 from popflow.infra.gpus import CUDA_VISIBLE_DEVICES, slot_devices, visible_devices
+from popflow.tasks.live import discard_parked_soon
 from popflow.tasks.segment import run_segments
 from popflow.tasks.specs import SegmentOutcome, SegmentSpec
 
@@ -85,6 +86,16 @@ class SegmentRunner:
         if self.devices:
             os.environ[CUDA_VISIBLE_DEVICES] = ",".join(self.devices)
         return run_segments(specs, self.worker)
+
+    async def discard(self, tokens: list[str]) -> None:
+        """Drop trainables parked on this worker (in a thread of its own: a slow
+        ``cleanup()`` never blocks the worker's event loop)."""
+        await discard_parked_soon(tokens)
+
+    async def exit_process(self) -> None:
+        """End this worker's process at once: a segment that hangs in user code cannot be
+        interrupted any other way. The nanny starts the worker again."""
+        os._exit(70)
 
     def close(self) -> None:
         """End the slot: its ``hold_slot`` task returns (after the segment it runs)."""
@@ -152,9 +163,3 @@ def pack_specs(specs: list[SegmentSpec]) -> bytes:
             if b"__main__" not in blob:
                 return blob
     return cloudpickle.dumps(specs)
-
-
-async def exit_worker_process() -> None:
-    """End this worker's process at once (``Client.run``): a segment that hangs in user
-    code cannot be interrupted any other way. The nanny starts the worker again."""
-    os._exit(70)

@@ -113,3 +113,6 @@ class SegmentOutcome:
     #: continued from a parked one: its results follow the restored state, and any the
     #: trial logged after that state are superseded
     restored: bool = False
+    #: (an error) the trial's worker process died while its segment was the one running
+    #: there: it took the process down, or was there when something else did
+    lost_worker: bool = False

@@ -71,3 +71,16 @@ def test_a_parked_trainable_moves_only_if_its_latest_checkpoint_holds_its_state(
     rec.trial.last_result = {"training_iteration": 12}
     assert not rec.movable  # iterations 11-12 live only on w1 (no checkpoint since)
     assert record(1, None).movable
+
+
+def test_a_workers_second_pack_comes_after_every_workers_first():
+    """So that a pack its worker's runner would queue goes to an idle runner instead."""
+    recs = [record(i, w) for i, w in enumerate(["w1", "w1", "w1", "w2", "w2", "w2"])]
+    out = packs(recs, 2)
+    assert [[r.trial_id for r in p] for p in out] == [["t0", "t1"], ["t3", "t4"], ["t2"], ["t5"]]
+
+
+def test_a_suspect_trial_goes_in_a_call_of_its_own():
+    recs = [record(0, None), record(1, None), record(2, None)]
+    out = packs(recs, 3, alone={"t1"})
+    assert [[r.trial_id for r in p] for p in out] == [["t0", "t2"], ["t1"]]

@@ -109,3 +109,38 @@ def test_a_hanging_step_errors_its_trial_after_segment_timeout(tune_env):
     assert results[0].status == "ERROR"
     assert "segment_timeout_s=3" in (results[0].error or "")
     assert [r.status for r in results[1:]] == ["TERMINATED", "TERMINATED"]
+
+
+@pytest.mark.parametrize("how", ["os_exit", "sigkill"])
+def test_a_trial_whose_process_dies_errors_alone(prefect_server, tmp_path, how):
+    """Two of six trials end their worker's process at iteration 2, every time, on the
+    embedded cluster (max_failures=1). They error, after their retries; the four that
+    shared those processes are run again from their checkpoints, never charged, and
+    finish; the run returns (it used to die on a call to a dead worker, or after
+    charging healthy trials 'worker ... was lost (3 times in a row)')."""
+    from popflow import CheckpointConfig, grid_search
+    from popflow.infra.experiment_log import ExperimentLog
+    from popflow.infra.storage import Storage
+
+    results = run(
+        Misbehaving,
+        {"a": 1, "how": how, "at": grid_search([2, 2, 0, 0, 0, 0])},
+        scheduler=ASHAScheduler(grace_period=1, max_t=6, reduction_factor=2),
+        metric="mean_accuracy",
+        mode="max",
+        stop={"training_iteration": 6},
+        checkpoint_config=CheckpointConfig(checkpoint_frequency=1),
+        max_failures=1,
+        storage=str(tmp_path),
+        name="dying",
+        seed=0,
+        n_workers=2,
+    )
+    assert [r.status for r in results] == ["ERROR"] * 2 + ["TERMINATED"] * 4
+    for bad in results[:2]:
+        assert "its worker process died while it ran there alone" in (bad.error or "")
+    assert [r.metrics["training_iteration"] for r in results[2:]] == [6] * 4
+    trials = ExperimentLog(Storage(results.experiment_path)).latest()["trials"]
+    assert [t["num_failures"] for t in trials[2:]] == [0] * 4  # nobody else was charged
+    # their retries: max_failures=1 is raised to the floor for lost processes (2)
+    assert [t["num_failures"] for t in trials[:2]] == [3, 3]

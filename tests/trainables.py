@@ -159,7 +159,8 @@ class Misbehaving(ParityTrainable):
     """ParityTrainable that, at iteration ``config["at"]``, does ``config["how"]``:
     "exit" (sys.exit), "interrupt" (KeyboardInterrupt), "string" (reports its metric as
     a string), "hang" (a step that never returns), "fail" (raises, every time),
-    "os_exit" (``os._exit(3)``: its worker process dies); ``config["once"]``: a marker
+    "os_exit" (``os._exit(3)``: its worker process dies), "sigkill" (its process
+    SIGKILLs itself); ``config["once"]``: a marker
     file, so that it misbehaves only the first time; ``config["times"]`` appends the
     wall time of each set-up (each attempt)."""
 
@@ -181,6 +182,8 @@ class Misbehaving(ParityTrainable):
         how = self.config["how"]
         if how == "os_exit":
             os._exit(3)
+        if how == "sigkill":
+            os.kill(os.getpid(), 9)
         if how == "exit":
             sys.exit(3)
         if how == "interrupt":
@@ -233,3 +236,12 @@ def forgetful_function(config: dict[str, Any]) -> None:
             open(config["once"], "w").close()
             raise RuntimeError("transient failure")
         report({"mean_accuracy": float(iteration)})
+
+
+class WhereTrainable(GatedTrainable):
+    """GatedTrainable whose results say where they ran (``cwd``: each test worker runs in
+    a folder of its own), each step taking ``config["sleep"]`` seconds."""
+
+    def step(self) -> dict[str, Any]:
+        time.sleep(self.config.get("sleep", 0.0))
+        return {**super().step(), "cwd": os.getcwd()}
