@@ -311,12 +311,7 @@ class Controller(EndingTrials):
         if self.hooks:
             for ckpt in outcome.checkpoints:
                 self.hooks.checkpoint(rec.trial, checkpoint_of(self.storage, rec, ckpt.name))
-        if outcome.checkpoints:
-            for ckpt in outcome.checkpoints:
-                ckpt.results = rec.num_results + results_through(outcome.results, ckpt.iteration)
-            last = outcome.checkpoints[-1]
-            rec.restore, rec.restore_iteration = rec.checkpoint_path(last.name), last.iteration
-            rec.restore_results = last.results
+        rec.restore_from(outcome.checkpoints, outcome.results)
         terminal = outcome.reason.is_terminal
         action = Action.CONTINUE
         for i, result in enumerate(outcome.results):
@@ -450,12 +445,3 @@ class Controller(EndingTrials):
         for rec in self.records:
             self._discard_live(rec)
         self._flush_discards()
-
-
-def results_through(results: list[dict[str, Any]], iteration: int) -> int:
-    """How many of a segment's ``results`` lead up to its checkpoint at ``iteration``
-    (the checkpoint holds the state after the result of that iteration)."""
-    for i in range(len(results) - 1, -1, -1):
-        if results[i].get("training_iteration") == iteration:
-            return i + 1
-    return len(results)

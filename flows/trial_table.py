@@ -69,6 +69,18 @@ class TrialRecord:
     def checkpoint_path(self, name: str) -> str:
         return checkpoint_path(self.dirname, name)
 
+    def restore_from(
+        self, checkpoints: list[CheckpointRecord], results: list[dict[str, Any]]
+    ) -> None:
+        """A segment that logs ``results`` (not yet counted) published ``checkpoints``:
+        the trial goes on from the newest; each notes how many results it accounts for."""
+        for ckpt in checkpoints:
+            ckpt.results = self.num_results + results_through(results, ckpt.iteration)
+        if checkpoints:
+            last = checkpoints[-1]
+            self.restore, self.restore_iteration = self.checkpoint_path(last.name), last.iteration
+            self.restore_results = last.results
+
     def state(self) -> dict[str, Any]:
         t = self.trial
         return {
@@ -132,6 +144,15 @@ class TrialRecord:
             generation=t["generation"],
             csv_header=t["csv_header"],
         )
+
+
+def results_through(results: list[dict[str, Any]], iteration: int) -> int:
+    """How many of a segment's ``results`` lead up to its checkpoint at ``iteration``
+    (the checkpoint holds the state after the result of that iteration)."""
+    for i in range(len(results) - 1, -1, -1):
+        if results[i].get("training_iteration") == iteration:
+            return i + 1
+    return len(results)
 
 
 def clone_into(target: TrialRecord, source: TrialRecord, exploit: Exploit) -> list[Any]:
