@@ -115,6 +115,20 @@ def live_holder(storage: Storage) -> dict[str, Any] | None:
     return None if holder is None or Lease(storage).is_gone(holder) else holder
 
 
+def break_lease(storage: Storage) -> dict[str, Any] | None:
+    """Take the experiment from whoever holds its lease, alive or not, and give it back
+    at once (``popflow resume --force-takeover``, for a holder known to be gone whose
+    lease still looks held: a forged lease, a clock far ahead). The holder, if it still
+    runs, is fenced off: it stops at its next write with :class:`LeaseLost`, and the
+    round it was in runs again in the next driver. Returns the lease it broke (None if
+    nobody held it)."""
+    held = lease_holder(storage)
+    lease = Lease(storage, force=True)
+    lease.acquire(renew=False)
+    lease.release()
+    return held
+
+
 def _number(value: Any, default: float) -> float:
     """``value`` as a finite float (a lease file is data from storage: anything may be
     in it), else ``default``."""

@@ -407,3 +407,19 @@ def test_a_garbled_lease_file_counts_as_lapsed(tmp_path, body):
     lease = Lease(storage, ttl_s=60)
     lease.acquire(renew=False)
     assert lease.epoch == 2
+
+
+def test_breaking_a_lease_frees_the_experiment_and_fences_its_holder(tmp_path):
+    from popflow.infra.lease import break_lease
+
+    storage = Storage(str(tmp_path))
+    holder = Lease(storage, ttl_s=600)
+    holder.acquire(renew=False)
+    assert break_lease(storage)["id"] == holder.owner["id"]
+    assert lease_holder(storage) is None  # free: the next driver takes it at once
+    with pytest.raises(LeaseLost):
+        holder.check()
+    nxt = Lease(storage, ttl_s=600)
+    nxt.acquire(renew=False)
+    assert nxt.epoch == 3
+    assert break_lease(Storage(str(tmp_path / "nobody"))) is None
