@@ -38,7 +38,7 @@ from popflow.flows.results import committed_results
 from popflow.flows.status_view import status_lines, value_text
 from popflow.infra import local_server
 from popflow.infra.experiment_log import EXPERIMENT_FILE, DamagedLog
-from popflow.infra.lease import LeaseHeldError, live_holder
+from popflow.infra.lease import LeaseHeldError, break_lease, live_holder
 from popflow.infra.storage import Storage, StorageError
 from popflow.infra.storage_cli import add_storage_arguments, resolve_storage_options
 
@@ -218,6 +218,16 @@ def _resume(args: argparse.Namespace) -> int:
         ) from e
     except CodeNotFound as e:
         raise UserError(str(e)) from e
+    if args.force_takeover:
+        with _reading(experiment.storage):
+            broken = break_lease(experiment.storage)
+        if broken is not None:
+            print(
+                f"popflow: took {experiment.storage.url} over from pid {broken.get('pid')} on "
+                f"{broken.get('host')} (--force-takeover); that driver, if it still runs, "
+                "stops at its next write",
+                file=sys.stderr,
+            )
     try:
         results = run(
             **run_args,
@@ -299,6 +309,13 @@ def main(argv: list[str] | None = None) -> int:
         if command == "resume":
             p.add_argument("--dask-address", help="an existing Dask scheduler (default: embedded)")
             p.add_argument("--n-workers", type=int, help="workers of the embedded cluster")
+            p.add_argument(
+                "--force-takeover",
+                action="store_true",
+                help="take the experiment from a driver whose lease still looks held (only if "
+                "that driver is known to be gone: a live one stops at its next write, and the "
+                "round it was in runs again here)",
+            )
     p = sub.add_parser("plot", help="draw an experiment's trials as PNGs (needs popflow[plots])")
     p.add_argument("path", help="<storage>/<name>: a local folder or an fsspec URL")
     add_storage_arguments(p)

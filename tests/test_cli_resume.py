@@ -81,3 +81,34 @@ def test_bad_storage_options_are_one_line_and_exit_code_2(tmp_path, capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("popflow show: error: argument --storage-options: not JSON")
+
+
+def test_a_forged_lease_is_refused_until_force_takeover(prefect_server, tmp_path):
+    """A lease written with an expiry years ahead (forged, or a clock far off) by a
+    driver on another machine: `popflow resume` says who holds it and how to take
+    over; `--force-takeover` does, and the run finishes."""
+    import json
+
+    from popflow.infra.lease import lease_path
+    from popflow.infra.storage import Storage
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "counting.py").write_text(textwrap.dedent(MODULE))
+    (project / "driver.py").write_text(textwrap.dedent(DRIVER))
+    assert sh([sys.executable, "driver.py"], project).returncode == 0
+    experiment = project / "results" / "counted"
+    storage = Storage(str(experiment))
+    epochs = sorted(storage.listdir(".popflow/lease"))
+    forged = {"host": "elsewhere", "pid": 4242, "id": "x", "epoch": 9, "expires": 4e9}
+    storage.write_text(json.dumps(forged), lease_path(int(epochs[-1][:8]) + 1))
+    refused = sh([str(POPFLOW), "resume", str(experiment), "--n-workers", "1"], project)
+    assert refused.returncode == 2, (refused.stdout + refused.stderr)[-3000:]
+    line = refused.stderr.strip().splitlines()[-1]
+    assert "being run by pid 4242 on elsewhere" in line and "--force-takeover" in line
+    forced = sh(
+        [str(POPFLOW), "resume", str(experiment), "--n-workers", "1", "--force-takeover"], project
+    )
+    assert forced.returncode == 0, (forced.stdout + forced.stderr)[-3000:]
+    assert "took" in forced.stderr and "from pid 4242 on elsewhere" in forced.stderr
+    assert "counted: 1 trials, 0 errors" in forced.stdout
