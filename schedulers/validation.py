@@ -23,9 +23,9 @@ def check_int(name: str, value: Any, *, low: int, optional: bool = False) -> Non
     ValueError unless it is ``>= low``."""
     if value is None and optional:
         return
-    rule = f"an int >= {low}" + (" or None" if optional else "")
+    rule = f">= {low}" + (" or None" if optional else "")
     if not is_int(value):
-        raise TypeError(f"`{name}` is {value!r}, but must be {rule}")
+        raise TypeError(f"`{name}` is {value!r}, but must be an int {rule}")
     if value < low:
         raise ValueError(f"`{name}` is {value!r}, but must be {rule}")
 

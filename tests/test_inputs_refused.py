@@ -153,10 +153,10 @@ CHECKPOINT_CONFIGS: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"checkpoint_frequency": 2.5}, TypeError, r"`checkpoint_frequency` is 2\.5"),
     ({"checkpoint_frequency": True}, TypeError, r"`checkpoint_frequency` is True"),
     ({"checkpoint_frequency": "3"}, TypeError, r"`checkpoint_frequency` is '3'"),
-    ({"checkpoint_frequency": -1}, ValueError, r"`checkpoint_frequency` is -1, but must be an int"),
+    ({"checkpoint_frequency": -1}, ValueError, r"`checkpoint_frequency` is -1, but must be >= 0"),
     ({"num_to_keep": NAN}, TypeError, r"`num_to_keep` is nan, but must be an int >= 1 or None"),
     ({"num_to_keep": True}, TypeError, r"`num_to_keep` is True"),
-    ({"num_to_keep": 0}, ValueError, r"`num_to_keep` is 0, but must be an int >= 1 or None"),
+    ({"num_to_keep": 0}, ValueError, r"`num_to_keep` is 0, but must be >= 1 or None"),
     ({"checkpoint_score_attribute": 3}, TypeError, r"`checkpoint_score_attribute` is 3"),
     ({"checkpoint_at_end": "yes"}, TypeError, r"`checkpoint_at_end` is 'yes', but must be True"),
 ]
