@@ -23,6 +23,7 @@ from popflow.flows.config import CheckpointConfig, check_resources
 from popflow.flows.console import check_verbose
 from popflow.flows.experiment_name import check_experiment_path, check_name, expand_name
 from popflow.infra.cluster import dask_resources
+from popflow.infra.experiment_log import LOG_DIR
 from popflow.infra.storage import Storage
 from popflow.schedulers import FIFOScheduler, TrialScheduler
 from popflow.schedulers.domains import Categorical
@@ -260,6 +261,15 @@ def _check_arguments(
     check_real("segment_timeout_s", segment_timeout_s, low=0, strict=True, optional=True)
 
 
+def _check_reachable(storage: Storage, name: str) -> None:
+    """On an object store, one listing of the experiment's log folder, the last check:
+    a missing bucket, credentials or endpoint fail here, as a StorageError naming what
+    is wrong, rather than after the cluster and the Prefect flow run started (a local
+    folder is made as needed)."""
+    if not storage.is_local:
+        storage.child(name).listdir(LOG_DIR)
+
+
 def run_spec(
     trainable: Any,
     param_space: dict[str, Any] | None,
@@ -292,7 +302,8 @@ def run_spec(
     errored: str = "skip",
     verbose: int | None = None,
 ) -> RunSpec:
-    """Check ``popflow.run``'s arguments; the spec they describe."""
+    """Check ``popflow.run``'s arguments (and that an object store's bucket is there);
+    the spec they describe."""
     scheduler = scheduler if scheduler is not None else FIFOScheduler()
     _check_arguments(
         trainable,
@@ -352,6 +363,7 @@ def run_spec(
     )
     check_name(name)  # a made-up name too: it holds the trainable's name
     check_experiment_path(storage, name)
+    _check_reachable(storage, name)
     return RunSpec(
         trainable=trainable,
         param_space=dict(param_space or {}),
