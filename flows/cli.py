@@ -10,14 +10,15 @@ popflow server                              # the local Prefect server's UI addr
 popflow server stop                         # stop it (a later run starts it again)
 
 status, show and plot only read: a running experiment is not disturbed. A
-mistake (no experiment there, a bad URL, missing credentials) is one line on
-stderr with a hint and exit status 2; ``popflow --verbose ...`` shows the
-traceback instead.
+mistake (no experiment there, a bad URL, a missing bucket, missing credentials,
+a log file that is not what popflow writes) is one line on stderr with a hint
+and exit status 2; ``popflow --verbose ...`` shows the traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import os
 import posixpath
@@ -30,6 +31,7 @@ from typing import Any, NoReturn
 from popflow.flows.experiment import CodeNotFound, load_run_args
 from popflow.flows.experiment_read import (
     CommittedExperiment,
+    MalformedExperiment,
     NoExperiment,
     read_committed,
     state_of,
@@ -37,7 +39,7 @@ from popflow.flows.experiment_read import (
 from popflow.flows.results import committed_results
 from popflow.flows.status_view import status_lines, value_text
 from popflow.infra import local_server
-from popflow.infra.experiment_log import EXPERIMENT_FILE, DamagedLog
+from popflow.infra.experiment_log import EXPERIMENT_FILE, DamagedLog, ExperimentLog
 from popflow.infra.lease import LeaseHeldError, break_lease, live_holder
 from popflow.infra.storage import Storage, StorageError
 from popflow.infra.storage_cli import add_storage_arguments, resolve_storage_options
@@ -134,7 +136,7 @@ def _reading(storage: Storage) -> Iterator[None]:
         raise UserError(str(e), hint if found else "") from e
     except StorageError as e:
         raise _storage_error(e) from e
-    except DamagedLog as e:
+    except (DamagedLog, MalformedExperiment) as e:
         raise UserError(str(e)) from e
 
 
@@ -218,6 +220,7 @@ def _resume(args: argparse.Namespace) -> int:
         ) from e
     except CodeNotFound as e:
         raise UserError(str(e)) from e
+    _check_resumable(experiment, run_args)
     if args.force_takeover:
         with _reading(experiment.storage):
             broken = break_lease(experiment.storage)
@@ -244,6 +247,27 @@ def _resume(args: argparse.Namespace) -> int:
         f"{name}: {len(results)} trials, {results.num_errors} errors, in {results.experiment_path}"
     )
     return 0
+
+
+def _check_resumable(experiment: CommittedExperiment, run_args: dict[str, Any]) -> None:
+    """What a resume reads besides the trial table, tried before anything is written: the
+    seed, and the commit's scheduler state, given to a copy of the run's scheduler."""
+    if experiment.seed is None:
+        raise UserError(
+            f"{experiment.storage.full_url(EXPERIMENT_FILE)} has no 'seed' to resume with"
+        )
+    scheduler = copy.deepcopy(run_args.get("scheduler"))
+    if scheduler is None:
+        return  # run() starts FIFO's own
+    try:
+        scheduler.set_state(experiment.scheduler_state)
+    except (LookupError, TypeError, ValueError, AttributeError) as e:
+        seq = experiment.commit["seq"]
+        commit = experiment.storage.full_url(ExperimentLog(experiment.storage).commit_path(seq))
+        raise UserError(
+            f"{commit} holds a scheduler state {type(scheduler).__name__} cannot take "
+            f"({type(e).__name__}: {e}); nothing was changed"
+        ) from e
 
 
 def _plot(args: argparse.Namespace) -> int:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from popflow.schedulers.validation import check_int, is_real
 
 
 @dataclass(frozen=True)
@@ -29,15 +32,47 @@ class CheckpointConfig:
     checkpoint_at_end: bool | None = None
 
     def __post_init__(self) -> None:
-        if self.num_to_keep is not None and self.num_to_keep < 1:
-            raise ValueError(f"`num_to_keep` is {self.num_to_keep}, but must be >= 1 or None")
-        if self.checkpoint_frequency < 0:
-            raise ValueError(
-                f"`checkpoint_frequency` is {self.checkpoint_frequency}, but must be >= 0"
+        # counts are ints: True, 2.5 or NaN as a frequency would never (or always) checkpoint
+        check_int("num_to_keep", self.num_to_keep, low=1, optional=True)
+        check_int("checkpoint_frequency", self.checkpoint_frequency, low=0)
+        if self.checkpoint_score_attribute is not None and not isinstance(
+            self.checkpoint_score_attribute, str
+        ):
+            raise TypeError(
+                f"`checkpoint_score_attribute` is {self.checkpoint_score_attribute!r}, but must "
+                "be a result key (a string) or None"
             )
         if self.checkpoint_score_order not in ("max", "min"):
             raise ValueError(
                 f"`checkpoint_score_order` is {self.checkpoint_score_order!r}, but must be 'max' or 'min'"
+            )
+        if self.checkpoint_at_end is not None and not isinstance(self.checkpoint_at_end, bool):
+            raise TypeError(
+                f"`checkpoint_at_end` is {self.checkpoint_at_end!r}, but must be True, False or None"
+            )
+
+
+def check_resources(argument: str, resources: Any) -> None:
+    """``resources`` as one trial holds them (``{"cpu": 2, "gpu": 0.5, "custom": 1}``): a
+    dict of resource names to finite amounts >= 0; TypeError/ValueError naming
+    ``argument`` and the entry otherwise (NaN or infinity would fit no worker, or all)."""
+    if not isinstance(resources, Mapping):
+        raise TypeError(
+            f"`{argument}` is {resources!r}, but must be a dict such as "
+            '{"cpu": 2, "gpu": 1} or None (placement groups and callables are Ray-only)'
+        )
+    for name, amount in resources.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(
+                f"`{argument}` has the key {name!r}, but its keys must be resource names "
+                "(non-empty strings such as 'cpu' or 'gpu')"
+            )
+        if not is_real(amount):
+            raise TypeError(f"`{argument}[{name!r}]` is {amount!r}, but must be a number >= 0")
+        if not (amount >= 0 and math.isfinite(amount)):
+            raise ValueError(
+                f"`{argument}[{name!r}]` is {amount!r}, but must be a number >= 0"
+                + ("" if amount < 0 else " and finite")
             )
 
 
@@ -52,11 +87,7 @@ def with_resources(trainable: Any, resources: Mapping[str, float]) -> Any:
     Returns ``trainable`` itself, so the last call for a trainable counts.
     Ray's placement groups and per-config callables are not supported.
     """
-    if not isinstance(resources, Mapping):
-        raise TypeError(
-            f"`resources` must be a dict such as {{'cpu': 2, 'gpu': 1}}, got {resources!r} "
-            "(placement groups and callables are Ray-only)"
-        )
+    check_resources("resources", resources)
     _RESOURCES[trainable] = dict(resources)
     return trainable
 

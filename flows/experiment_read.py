@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from popflow.flows.commit_shape import problem_of_commit, problem_of_info
 from popflow.flows.experiment import is_finished
 from popflow.flows.trial_logs import last_result
 from popflow.flows.trial_table import TrialRecord
@@ -27,6 +28,15 @@ from popflow.infra.storage import Storage
 
 class NoExperiment(FileNotFoundError):
     """No committed experiment at the path."""
+
+
+class MalformedExperiment(ValueError):
+    """A file of the experiment's log is valid as far as its checksum goes, but not what
+    popflow writes there (garbled ``experiment.json``, a commit of the wrong shape)."""
+
+    def __init__(self, url: str, problem: str) -> None:
+        super().__init__(f"{url} is not what popflow writes there: {problem}; nothing was changed")
+        self.url = url
 
 
 class ExperimentState(StrEnum):
@@ -65,13 +75,14 @@ def read_committed(
     """Read the experiment at ``path`` (``<storage>/<name>``: a folder or fsspec URL) as of
     its latest commit; :class:`NoExperiment` if nothing is committed there."""
     storage = Storage(path, storage_options)
-    commit = ExperimentLog(storage).latest()
+    log = ExperimentLog(storage)
+    commit = log.latest()
     if commit is None:
         raise NoExperiment(f"no committed experiment at {storage.url}")
-    try:
-        info = json.loads(storage.read_text(EXPERIMENT_FILE))
-    except FileNotFoundError:
-        info = {}
+    problem = problem_of_commit(commit)
+    if problem:
+        raise MalformedExperiment(storage.full_url(log.commit_path(commit["seq"])), problem)
+    info = read_info(storage)
     state = commit.get("scheduler") or {}
     return CommittedExperiment(
         storage=storage,
@@ -90,6 +101,22 @@ def read_committed(
         round=int(commit.get("round", 0)),
         finished=is_finished(commit),
     )
+
+
+def read_info(storage: Storage) -> dict[str, Any]:
+    """``experiment.json`` of the experiment at ``storage`` ({} if there is none);
+    :class:`MalformedExperiment` if it is not what popflow writes."""
+    try:
+        text = storage.read_text(EXPERIMENT_FILE)
+        info = json.loads(text)
+    except FileNotFoundError:
+        return {}
+    except ValueError as e:  # UnicodeDecodeError too
+        raise MalformedExperiment(storage.full_url(EXPERIMENT_FILE), f"not JSON ({e})") from None
+    problem = problem_of_info(info)
+    if problem:
+        raise MalformedExperiment(storage.full_url(EXPERIMENT_FILE), problem)
+    return info
 
 
 def state_of(experiment: CommittedExperiment, driver: Mapping[str, Any] | None) -> ExperimentState:

@@ -19,11 +19,15 @@ from typing import Any
 from distributed import Client
 
 from popflow.flows.callbacks import check_callbacks
-from popflow.flows.config import CheckpointConfig
+from popflow.flows.config import CheckpointConfig, check_resources
 from popflow.flows.console import check_verbose
+from popflow.flows.experiment_name import check_experiment_path, check_name, expand_name
 from popflow.infra.cluster import dask_resources
+from popflow.infra.experiment_log import LOG_DIR
 from popflow.infra.storage import Storage
 from popflow.schedulers import FIFOScheduler, TrialScheduler
+from popflow.schedulers.domains import Categorical
+from popflow.schedulers.validation import check_real, is_int
 from popflow.tasks.specs import StopCondition
 from popflow.tasks.trainable import Trainable, is_function_trainable
 
@@ -133,43 +137,6 @@ def _check_trainable(trainable: Any) -> None:
         )
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_real(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def _check_real(name: str, value: Any, *, low: float, strict: bool, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    sign = ">" if strict else ">="
-    if not _is_real(value):
-        raise TypeError(f"`{name}` is {value!r}, but must be a number {sign} {low}")
-    if not (value > low if strict else value >= low) or math.isnan(value):
-        raise ValueError(f"`{name}` is {value!r}, but must be {sign} {low}")
-
-
-def check_name(name: Any) -> None:
-    """An experiment name is a relative path inside the storage: no ``..``, no absolute
-    path, no empty part (``a//b``), no URL."""
-    if not isinstance(name, str):
-        raise TypeError(f"`name` is {name!r}, but must be a string")
-    parts = name.split("/")
-    if (
-        not name.strip()
-        or name.startswith(("/", "~"))
-        or "\\" in name
-        or "://" in name
-        or any(p in ("", ".", "..") for p in parts)
-    ):
-        raise ValueError(
-            f"`name` is {name!r}, but must be a folder name inside `storage` (parts "
-            "separated by '/', none empty, '.' or '..', not absolute)"
-        )
-
-
 def _check_function_checkpoints(config: CheckpointConfig) -> None:
     """Ray's rule: a function trainable reports its own checkpoints."""
     if config.checkpoint_at_end:
@@ -184,41 +151,6 @@ def _check_function_checkpoints(config: CheckpointConfig) -> None:
             "report a checkpoint every `checkpoint_frequency` iterations within your training "
             "loop using `tune.report(metrics=..., checkpoint=...)` to get this behavior."
         )
-
-
-#: What a ``name`` template may hold (``name="pbt-{date}"``): a fresh experiment per day
-#: or per flow run, for scheduled re-tuning.
-NAME_FIELDS = ("date", "time", "flow_run_name", "flow_run_id")
-
-
-def expand_name(name: str) -> str:
-    """``name`` with its ``{date}`` (UTC, YYYY-MM-DD), ``{time}`` (HH-MM-SS),
-    ``{flow_run_name}`` and ``{flow_run_id}`` (of the Prefect flow run calling
-    ``run``) filled in; a name without braces is returned as it is."""
-    if "{" not in name:
-        return name
-    fields = {
-        "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "time": time.strftime("%H-%M-%S", time.gmtime()),
-    }
-    if "{flow_run" in name:
-        from prefect.runtime import flow_run
-
-        if flow_run.id is None:
-            raise ValueError(
-                f"`name` is {name!r}, but {{flow_run_name}}/{{flow_run_id}} need a Prefect "
-                "flow run: call run() inside a flow, or use {date}/{time}"
-            )
-        fields.update(flow_run_name=flow_run.name, flow_run_id=str(flow_run.id))
-    try:
-        expanded = name.format(**fields)
-    except (KeyError, IndexError, ValueError) as e:
-        raise ValueError(
-            f"`name` is {name!r}, but a name template may only use "
-            f"{', '.join('{' + f + '}' for f in NAME_FIELDS)} ({e})"
-        ) from None
-    check_name(expanded)
-    return expanded
 
 
 def _check_stop(stop: Any) -> None:
@@ -236,6 +168,32 @@ def _check_stop(stop: Any) -> None:
                 f"`stop[{key!r}]` is {bound!r} ({type(bound).__name__}), but must be a number "
                 "(a trial stops once result[key] >= it)"
             )
+        if math.isnan(bound):  # no result is >= NaN: the trial would never stop by it
+            raise ValueError(
+                f"`stop[{key!r}]` is {bound!r}, but must be a number, not NaN (a trial stops "
+                "once result[key] >= it; infinity: never by this key)"
+            )
+
+
+def _check_keys(value: Any, where: str) -> None:
+    """Every dict in ``value`` (a config, nested dicts, lists and ``choice`` categories
+    included) has string keys: ``params.json`` and the commits keep JSON object keys,
+    so a resumed trial would see ``{1: 2}`` come back as ``{"1": 2}``."""
+    if isinstance(value, Mapping):
+        for key, sub in value.items():
+            if not isinstance(key, str):
+                raise TypeError(
+                    f"`{where}` has the key {key!r} ({type(key).__name__}), but every key in "
+                    "`param_space` must be a string (params.json and a resume keep string "
+                    "keys only)"
+                )
+            _check_keys(sub, f"{where}[{key!r}]")
+    elif isinstance(value, list | tuple):
+        for i, sub in enumerate(value):
+            _check_keys(sub, f"{where}[{i}]")
+    elif isinstance(value, Categorical):
+        for i, sub in enumerate(value.categories):
+            _check_keys(sub, f"{where}.categories[{i}]")
 
 
 def _check_arguments(
@@ -265,9 +223,10 @@ def _check_arguments(
             f"`param_space` is {param_space!r} ({type(param_space).__name__}), but must be a "
             "dict of hyperparameter names to values or search spaces"
         )
+    _check_keys(param_space, "param_space")
     if not isinstance(scheduler, TrialScheduler):
         raise TypeError(f"`scheduler` must be a popflow.TrialScheduler, got {scheduler!r}")
-    if not _is_int(num_samples) or num_samples < 1:
+    if not is_int(num_samples) or num_samples < 1:
         raise ValueError(f"`num_samples` is {num_samples!r}, but must be an int >= 1")
     if metric is not None and not isinstance(metric, str):
         raise TypeError(f"`metric` is {metric!r}, but must be a result key (a string) or None")
@@ -280,9 +239,9 @@ def _check_arguments(
         )
     if name is not None:
         check_name(name)
-    if seed is not None and (not _is_int(seed) or seed < 0):
+    if seed is not None and (not is_int(seed) or seed < 0):
         raise TypeError(f"`seed` is {seed!r}, but must be an int >= 0 or None")
-    if not _is_int(max_failures) or max_failures < -1:
+    if not is_int(max_failures) or max_failures < -1:
         raise ValueError(
             f"`max_failures` is {max_failures!r}, but must be an int >= -1 (-1: retry forever)"
         )
@@ -291,16 +250,24 @@ def _check_arguments(
             f"`dask_address` is {dask_address!r}, but must be a scheduler address such as "
             "'tcp://host:8786', a distributed.Client, or None"
         )
-    if n_workers is not None and (not _is_int(n_workers) or n_workers < 1):
+    if n_workers is not None and (not is_int(n_workers) or n_workers < 1):
         raise TypeError(f"`n_workers` is {n_workers!r}, but must be an int >= 1 or None")
-    _check_real("commit_interval", commit_interval, low=0, strict=True)
-    _check_real("log_flush_interval", log_flush_interval, low=0, strict=False)
+    # a round every `commit_interval` s: infinity would commit nothing until the end
+    check_real("commit_interval", commit_interval, low=0, strict=True, finite=True)
+    check_real("log_flush_interval", log_flush_interval, low=0, strict=False)
     if not (isinstance(resume, bool) or resume == "auto"):
         raise ValueError(f"`resume` is {resume!r}, but must be False, True or 'auto'")
-    _check_real("lease_ttl", lease_ttl, low=0, strict=True)
-    if not math.isfinite(lease_ttl):
-        raise ValueError(f"`lease_ttl` is {lease_ttl!r}, but must be finite")
-    _check_real("segment_timeout_s", segment_timeout_s, low=0, strict=True, optional=True)
+    check_real("lease_ttl", lease_ttl, low=0, strict=True, finite=True)
+    check_real("segment_timeout_s", segment_timeout_s, low=0, strict=True, optional=True)
+
+
+def _check_reachable(storage: Storage, name: str) -> None:
+    """On an object store, one listing of the experiment's log folder, the last check:
+    a missing bucket, credentials or endpoint fail here, as a StorageError naming what
+    is wrong, rather than after the cluster and the Prefect flow run started (a local
+    folder is made as needed)."""
+    if not storage.is_local:
+        storage.child(name).listdir(LOG_DIR)
 
 
 def run_spec(
@@ -335,7 +302,8 @@ def run_spec(
     errored: str = "skip",
     verbose: int | None = None,
 ) -> RunSpec:
-    """Check ``popflow.run``'s arguments; the spec they describe."""
+    """Check ``popflow.run``'s arguments (and that an object store's bucket is there);
+    the spec they describe."""
     scheduler = scheduler if scheduler is not None else FIFOScheduler()
     _check_arguments(
         trainable,
@@ -357,18 +325,15 @@ def run_spec(
         lease_ttl,
         segment_timeout_s,
     )
-    if resources_per_trial is not None and not isinstance(resources_per_trial, Mapping):
-        raise TypeError(
-            f"`resources_per_trial` is {resources_per_trial!r}, but must be a dict such as "
-            '{"cpu": 2, "gpu": 1} or None'
-        )
+    if resources_per_trial is not None:
+        check_resources("resources_per_trial", resources_per_trial)
     if not (isinstance(fail_fast, bool) or fail_fast == "raise"):
         raise ValueError(f"`fail_fast` is {fail_fast!r}, but must be False, True or 'raise'")
-    _check_real("time_budget_s", time_budget_s, low=0, strict=True, optional=True)
-    if max_rounds is not None and (not _is_int(max_rounds) or max_rounds < 1):
+    check_real("time_budget_s", time_budget_s, low=0, strict=True, optional=True)
+    if max_rounds is not None and (not is_int(max_rounds) or max_rounds < 1):
         raise ValueError(f"`max_rounds` is {max_rounds!r}, but must be an int >= 1 or None")
     if max_concurrent_trials is not None and (
-        not _is_int(max_concurrent_trials) or max_concurrent_trials < 0
+        not is_int(max_concurrent_trials) or max_concurrent_trials < 0
     ):
         raise ValueError(
             f"`max_concurrent_trials` is {max_concurrent_trials!r}, but must be an int >= 1 "
@@ -391,6 +356,14 @@ def run_spec(
             "`metric`/`mode` were passed to run() but the scheduler already has its own; "
             "set them in one place only"
         )
+    name = (
+        expand_name(name)
+        if name
+        else f"{trainable_name(trainable)}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+    )
+    check_name(name)  # a made-up name too: it holds the trainable's name
+    check_experiment_path(storage, name)
+    _check_reachable(storage, name)
     return RunSpec(
         trainable=trainable,
         param_space=dict(param_space or {}),
@@ -399,11 +372,7 @@ def run_spec(
         stop=stop,
         checkpoint_config=checkpoint_config or CheckpointConfig(),
         storage=storage,
-        name=(
-            expand_name(name)
-            if name
-            else f"{trainable_name(trainable)}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
-        ),
+        name=name,
         seed=seed,
         max_failures=max_failures,
         resources_per_trial=resources_per_trial,

@@ -18,6 +18,7 @@ from popflow.flows.config import CheckpointConfig
 from popflow.flows.results import ResultGrid
 from popflow.flows.tuner import FailureConfig, RunConfig, TuneConfig, Tuner, Unsupported
 from popflow.schedulers import TrialScheduler
+from popflow.schedulers.validation import is_int
 
 #: Ray's ``resume=`` strings, as what errored trials do (None: refused, as in Ray 2.x)
 _RESUME = {"AUTO": "skip", "AUTO+ERRORED": "resume", "AUTO+RESTART_ERRORED": "restart"}
@@ -138,13 +139,19 @@ def _legacy_checkpoint_config(
     if keep is not None:
         changes["num_to_keep"] = keep
     if score_attr is not None:
+        if not isinstance(score_attr, str):
+            raise TypeError(
+                f"`checkpoint_score_attr` is {score_attr!r}, but must be a result key (a "
+                "string, 'min-' before it to keep the lowest) or None"
+            )
         low = score_attr.startswith("min-")
         changes["checkpoint_score_attribute"] = score_attr[4:] if low else score_attr
         changes["checkpoint_score_order"] = "min" if low else "max"
-    if freq > 0:
+    # anything but the defaults goes to CheckpointConfig, which checks it (NaN, -1, "3")
+    if not (is_int(freq) and freq == 0):
         changes["checkpoint_frequency"] = freq
-    if at_end:
-        changes["checkpoint_at_end"] = True
+    if at_end is not False:
+        changes["checkpoint_at_end"] = at_end
     if not changes:
         return config
     warnings.warn(

@@ -171,7 +171,8 @@ def _local_cluster(size: EmbeddedSize) -> LocalCluster:
     options: dict[str, Any] = {
         "threads_per_worker": 1,
         "processes": True,
-        "dashboard_address": ":0",  # a free port: never collide with another cluster's 8787
+        # a free port (never another cluster's 8787), on loopback like the scheduler
+        "dashboard_address": "127.0.0.1:0",
         "resources": size.resources,
         "silence_logs": logging.WARNING,
         # the worker side of popflow imported as each worker starts, while the driver

@@ -9,8 +9,10 @@
 - a permanent error, or a transient one that outlasts the policy, raises
   :class:`StorageError` (an ``OSError``) naming the operation and the URL, its
   message free of credentials;
-- ``FileNotFoundError`` passes through unchanged, and so do programming
-  errors (``TypeError``, ``ValueError``);
+- ``FileNotFoundError`` passes through unchanged (a missing file or folder
+  is an answer), except for a missing bucket: that raises :class:`StorageError`
+  naming the bucket, at once, so a listing does not read it as empty;
+  programming errors (``TypeError``, ``ValueError``) pass through too;
 - on object stores the filesystem's listing cache is dropped for the path
   before and after each call, so a listing sees every write before it, also
   writes made by other processes (Dask workers).
@@ -35,6 +37,7 @@ from popflow.infra.storage_errors import (
     exception_chain,
     is_storage_failure,
     is_transient,
+    missing_bucket,
 )
 
 #: the retries are the storage's messages: logged under its module's name
@@ -69,8 +72,10 @@ class StorageCalls:
             self._forget(path)
             try:
                 out = fn()
-            except FileNotFoundError:
-                raise
+            except FileNotFoundError as e:
+                if missing_bucket(e) is None:
+                    raise
+                failure = e  # not transient: raised below, naming the bucket
             except Exception as e:
                 if not is_storage_failure(e):
                     raise  # a bug (TypeError, ValueError, ...), not a storage failure
@@ -101,7 +106,12 @@ class StorageCalls:
     def _error(self, op: str, path: str, exc: BaseException, note: str) -> StorageError:
         """The StorageError for ``exc``; chained to it unless its chain quotes a credential."""
         code = exc.errno if isinstance(exc, OSError) else None
-        error = StorageError(op, self._url_of(path), self._describe(exc) + note, code)
+        reason = self._describe(exc)
+        bucket = missing_bucket(exc)
+        if bucket is not None:
+            bucket = bucket or path.split("/", 1)[0]
+            reason = f"the bucket {bucket!r} does not exist ({reason})"
+        error = StorageError(op, self._url_of(path), reason + note, code)
         secrets = self._secrets()
         if not any(s in str(link) for link in exception_chain(exc) for s in secrets):
             error.__cause__ = exc

@@ -179,6 +179,20 @@ def error_code(exc: BaseException) -> str | None:
     return None
 
 
+def missing_bucket(exc: BaseException) -> str | None:
+    """The bucket an object store answered does not exist (``NoSuchBucket`` anywhere in
+    ``exc``'s chain; "" if the answer does not name it), or None: ``exc`` says otherwise.
+
+    s3fs raises such an answer as a ``FileNotFoundError``, as it does for a missing
+    object; but no retry and no "empty listing" makes a bucket appear.
+    """
+    for link in exception_chain(exc):
+        response = _http_answer(link)
+        if response is not None and response["Error"].get("Code") == "NoSuchBucket":
+            return str(response["Error"].get("BucketName") or "")
+    return None
+
+
 def is_storage_failure(exc: BaseException) -> bool:
     """An error of the filesystem or its transport (vs a bug such as a TypeError)."""
     if isinstance(exc, OSError) or _http_verdict(exc) is not None:

@@ -1,10 +1,56 @@
-"""Argument checks shared by the schedulers and search spaces (ValueErrors that name the argument)."""
+"""Argument checks shared by the schedulers, the search spaces and ``popflow.run``'s
+arguments (errors that name the argument, its value and the rule)."""
 
 from __future__ import annotations
 
 import math
-from numbers import Real
+from numbers import Integral, Real
 from typing import Any
+
+
+def is_int(value: Any) -> bool:
+    """An integer, and not a bool (``True`` is no count)."""
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
+def is_real(value: Any) -> bool:
+    """A real number (NaN and infinities included), and not a bool."""
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: Any, *, low: int, optional: bool = False) -> None:
+    """TypeError naming ``name`` unless ``value`` is an int (None too if ``optional``);
+    ValueError unless it is ``>= low``."""
+    if value is None and optional:
+        return
+    rule = f">= {low}" + (" or None" if optional else "")
+    if not is_int(value):
+        raise TypeError(f"`{name}` is {value!r}, but must be an int {rule}")
+    if value < low:
+        raise ValueError(f"`{name}` is {value!r}, but must be {rule}")
+
+
+def check_real(
+    name: str,
+    value: Any,
+    *,
+    low: float,
+    strict: bool,
+    optional: bool = False,
+    finite: bool = False,
+) -> None:
+    """TypeError naming ``name`` unless ``value`` is a number (None too if ``optional``);
+    ValueError unless it is ``> low`` (``strict``) or ``>= low``, not NaN, and finite if
+    ``finite``."""
+    if value is None and optional:
+        return
+    sign = ">" if strict else ">="
+    if not is_real(value):
+        raise TypeError(f"`{name}` is {value!r}, but must be a number {sign} {low}")
+    if math.isnan(value) or not (value > low if strict else value >= low):
+        raise ValueError(f"`{name}` is {value!r}, but must be {sign} {low}")
+    if finite and math.isinf(value):
+        raise ValueError(f"`{name}` is {value!r}, but must be finite")
 
 
 def check_mode(mode: str | None) -> None:
