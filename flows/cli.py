@@ -39,7 +39,7 @@ from popflow.flows.status_view import status_lines, value_text
 from popflow.infra import local_server
 from popflow.infra.experiment_log import EXPERIMENT_FILE, DamagedLog
 from popflow.infra.lease import LeaseHeldError, live_holder
-from popflow.infra.storage import Storage, StorageError
+from popflow.infra.storage import Storage, StorageError, UnsafePath
 from popflow.infra.storage_cli import add_storage_arguments, resolve_storage_options
 
 #: what a storage error says when the store wants credentials it was not given
@@ -134,7 +134,7 @@ def _reading(storage: Storage) -> Iterator[None]:
         raise UserError(str(e), hint if found else "") from e
     except StorageError as e:
         raise _storage_error(e) from e
-    except DamagedLog as e:
+    except (DamagedLog, UnsafePath) as e:
         raise UserError(str(e)) from e
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from popflow.flows.commit_paths import check_commit_paths
 from popflow.flows.experiment import is_finished
 from popflow.flows.trial_logs import last_result
 from popflow.flows.trial_table import TrialRecord
@@ -68,6 +69,7 @@ def read_committed(
     commit = ExperimentLog(storage).latest()
     if commit is None:
         raise NoExperiment(f"no committed experiment at {storage.url}")
+    check_commit_paths(commit, storage.url)  # its paths are read below
     try:
         info = json.loads(storage.read_text(EXPERIMENT_FILE))
     except FileNotFoundError:
