@@ -27,7 +27,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
-from popflow.flows.experiment import CodeNotFound, load_run_args
 from popflow.flows.experiment_read import (
     CommittedExperiment,
     NoExperiment,
@@ -35,6 +34,7 @@ from popflow.flows.experiment_read import (
     state_of,
 )
 from popflow.flows.results import committed_results
+from popflow.flows.run_args import BadRunArgs, CodeNotFound, load_run_args
 from popflow.flows.status_view import status_lines, value_text
 from popflow.infra import local_server
 from popflow.infra.experiment_log import EXPERIMENT_FILE, DamagedLog
@@ -216,7 +216,7 @@ def _resume(args: argparse.Namespace) -> int:
             "save them; its log said why)",
             "resume it from Python: run(<the same arguments>, resume=True)",
         ) from e
-    except CodeNotFound as e:
+    except (CodeNotFound, BadRunArgs) as e:
         raise UserError(str(e)) from e
     try:
         results = run(
@@ -230,6 +230,8 @@ def _resume(args: argparse.Namespace) -> int:
         )
     except LeaseHeldError as e:
         raise UserError(str(e), f"popflow status {experiment.storage.url} shows it") from e
+    except (ValueError, TypeError) as e:  # an argument check: the stored arguments' values
+        raise UserError(str(e), "--verbose shows where") from e
     print(
         f"{name}: {len(results)} trials, {results.num_errors} errors, in {results.experiment_path}"
     )

@@ -67,22 +67,40 @@ def split_path(path: Any, argument: str = "trainable") -> tuple[str, str]:
     return module, qualname
 
 
-def resolve(path: str, argument: str = "trainable") -> Any:
-    """The object at ``path`` (a clear ValueError naming what is missing)."""
+class ImportFailed(Exception):
+    """An import path does not import here (``path``; ``error``: why, an ImportError or an
+    AttributeError)."""
+
+    def __init__(self, path: str, error: BaseException) -> None:
+        super().__init__(f"{path}: {error}")
+        self.path, self.error = path, error
+
+
+def import_path(path: Any, argument: str = "trainable") -> Any:
+    """The object at ``path`` (``module:qualname``); :class:`ImportFailed` if its module
+    does not import or lacks it."""
     module_name, qualname = split_path(path, argument)
     try:
         obj: Any = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ValueError(
-            f"`{argument}` {path!r}: cannot import {module_name!r} ({e}); install its package "
-            "or run from the folder that holds it"
-        ) from None
-    for attr in qualname.split("."):
-        try:
+        for attr in qualname.split("."):
             obj = getattr(obj, attr)
-        except AttributeError:
-            raise ValueError(f"`{argument}` {path!r}: {module_name} has no {qualname!r}") from None
+    except (ImportError, AttributeError) as e:
+        raise ImportFailed(path, e) from e
     return obj
+
+
+def resolve(path: str, argument: str = "trainable") -> Any:
+    """The object at ``path`` (a clear ValueError naming what is missing)."""
+    try:
+        return import_path(path, argument)
+    except ImportFailed as failed:
+        module_name, qualname = split_path(path, argument)
+        if isinstance(failed.error, ImportError):
+            raise ValueError(
+                f"`{argument}` {path!r}: cannot import {module_name!r} ({failed.error}); "
+                "install its package or run from the folder that holds it"
+            ) from None
+        raise ValueError(f"`{argument}` {path!r}: {module_name} has no {qualname!r}") from None
 
 
 def path_of(obj: Any) -> str | None:
