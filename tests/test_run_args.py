@@ -122,6 +122,17 @@ def test_what_json_cannot_say_is_pickled_and_said(tmp_path, caplog):
     assert back["scheduler"]._hyperparam_mutations["c"]() == 3
 
 
+def test_on_an_object_store_what_is_pickled_is_a_warning(s3_server, s3_url, caplog):
+    _, options = s3_server
+    storage = Storage(f"{s3_url}/exp", options)
+    args = {**as_data_args(), "stop": lambda trial_id, result: False}
+    with caplog.at_level(logging.INFO, logger="popflow.flows.run_args"):
+        save_run_args(storage, args)
+    (said,) = caplog.records
+    assert said.levelno == logging.WARNING and "stop kept as a pickle" in said.getMessage()
+    assert load_run_args(storage)["stop"]("t", {}) is False
+
+
 def test_a_pickle_is_unpickled_only_if_it_is_the_one_the_json_records(tmp_path):
     storage = Storage(str(tmp_path))
     args = as_data_args()
