@@ -46,6 +46,13 @@ def _is_plain(obj: Any) -> bool:
     return obj is None or type(obj) in (bool, int, float, str)
 
 
+def _is_search_space(obj: Any) -> bool:
+    """One of popflow's own search spaces (not a subclass of the user's)."""
+    return isinstance(obj, domains.Domain) and getattr(domains, type(obj).__name__, None) is type(
+        obj
+    )
+
+
 class Encoder:
     """Encodes values; :attr:`leaves` are what JSON cannot say, :attr:`where` where each was."""
 
@@ -85,9 +92,7 @@ class Encoder:
                 items = [[k, self._encode(v, f"{where}[{k!r}]")] for k, v in obj.items()]
                 return {TAG: "dict", "items": items}
             return self._leaf(obj, where)
-        if isinstance(obj, domains.Domain) and getattr(domains, type(obj).__name__, None) is type(
-            obj
-        ):
+        if _is_search_space(obj):
             fields = {
                 f.name: self._encode(getattr(obj, f.name), f"{where}.{f.name}")
                 for f in dataclasses.fields(obj)
@@ -103,11 +108,12 @@ class Encoder:
             }
         if isinstance(obj, TrialScheduler):
             return self._scheduler(obj, where)
-        if parameters_of(obj) is not None and parameters_of(obj).paths is not None:
+        params = parameters_of(obj)
+        if params is not None and params.paths is not None:
             return {
                 TAG: "with_parameters",
                 "trainable": self._encode(wrapped_trainable(obj), where),
-                "paths": dict(parameters_of(obj).paths),
+                "paths": dict(params.paths),
             }
         if inspect.isfunction(obj) or inspect.isclass(obj):
             path = path_of(obj)

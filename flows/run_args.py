@@ -52,7 +52,7 @@ CODE_FILE = ".popflow/code.json"
 FORMAT = 1
 
 
-class BadRunArgs(ValueError):
+class BadRunArgs(ArgsDecodeError):
     """The stored run arguments cannot be read back (garbled, or a shape popflow never
     writes); nothing was run."""
 
@@ -133,6 +133,8 @@ def load_run_args(storage: Storage) -> dict[str, Any]:
         decoder = Decoder(pickled)
         try:
             return {k: decoder.decode(v, k) for k, v in record["args"].items()}
+        except BadRunArgs:  # the pickle it names
+            raise
         except ArgsDecodeError as e:
             raise _bad(storage, RUN_ARGS_FILE, str(e)) from None
 

@@ -197,7 +197,7 @@ def record_of(args: dict) -> bytes:
         (
             RUN_ARGS_FILE,
             record_of({"trainable": {"$popflow": "pickled", "index": 0}}),
-            "run_args.pkl cannot be read back .*it is missing",
+            "run_args.pkl cannot be read back as the run's arguments: it is missing",
         ),
         (OLD_RUN_ARGS_FILE, b"\x80\x05garbage", "it does not unpickle"),
         (OLD_RUN_ARGS_FILE, pickle.dumps([1, 2]), "it holds a list"),
@@ -214,7 +214,8 @@ def test_run_arguments_that_cannot_be_read_back_are_one_line_and_exit_2(
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
-    assert err[0].startswith(f"popflow: {storage.full_url(name)} cannot be read back"), err
+    assert err[0].startswith(f"popflow: {storage.full_url('.popflow')}/"), err
+    assert "cannot be read back as the run's arguments" in err[0], err
     assert re.search(message, err[0]), err
 
 
