@@ -2,7 +2,8 @@
 
 A run of the deployment resumes the experiment of the same name ("auto"),
 so a retried or re-triggered run continues where the last one stopped, and
-a finished one is not trained again. A failed run retries twice; a crashed one
+a finished one is not trained again. A failed run retries twice (a mistake in
+its parameters, a ValueError or TypeError, does not); a crashed one
 is re-run by the automation in ``automations.yaml``. The trainable lives in
 ``pbt_benchmark.py``, which does not import Prefect: Dask workers import the
 trainable's module, and have no use for Prefect.
@@ -24,6 +25,7 @@ from prefect import flow
 from prefect.states import Completed, State
 
 from popflow.flows.artifacts import plots_artifact
+from popflow.flows.flow_retries import mistakes_not_retried
 from popflow.infra.storage_cli import resolve_storage_options
 
 
@@ -46,17 +48,19 @@ def pbt_benchmark_flow(
     such as ``pbt_{date}`` (a fresh experiment per day); ``credentials_block``: a
     prefect-aws block's name, ``aws-credentials/NAME`` (or ``NAME``) or
     ``s3-bucket/NAME``, whose credentials open an ``s3://`` ``storage``; ``plots``:
-    draw the plots at the end, onto the Artifacts page (needs ``popflow[plots]``)."""
-    results = run_benchmark(
-        storage=storage,
-        name=name,
-        seed=seed,
-        smoke_test=smoke_test,
-        synch=synch,
-        resume=resume,
-        max_rounds=max_rounds,
-        credentials_block=credentials_block,
-    )
+    draw the plots at the end, onto the Artifacts page (needs ``popflow[plots]``).
+    A mistake in the parameters fails the run without retries (they cannot mend it)."""
+    with mistakes_not_retried():
+        results = run_benchmark(
+            storage=storage,
+            name=name,
+            seed=seed,
+            smoke_test=smoke_test,
+            synch=synch,
+            resume=resume,
+            max_rounds=max_rounds,
+            credentials_block=credentials_block,
+        )
     best = results.get_best_result()
     print(f"best config {best.config}, mean_accuracy {best.metrics['mean_accuracy']:.1f}")
     summary = {

@@ -28,7 +28,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
-from popflow.flows.experiment import CodeNotFound, load_run_args
 from popflow.flows.experiment_read import (
     CommittedExperiment,
     MalformedExperiment,
@@ -37,11 +36,12 @@ from popflow.flows.experiment_read import (
     state_of,
 )
 from popflow.flows.results import committed_results
+from popflow.flows.run_args import BadRunArgs, CodeNotFound, load_run_args
 from popflow.flows.status_view import status_lines, value_text
 from popflow.infra import local_server
 from popflow.infra.experiment_log import EXPERIMENT_FILE, DamagedLog, ExperimentLog
 from popflow.infra.lease import LeaseHeldError, break_lease, live_holder
-from popflow.infra.storage import Storage, StorageError
+from popflow.infra.storage import Storage, StorageError, UnsafePath
 from popflow.infra.storage_cli import add_storage_arguments, resolve_storage_options
 
 #: what a storage error says when the store wants credentials it was not given
@@ -136,7 +136,7 @@ def _reading(storage: Storage) -> Iterator[None]:
         raise UserError(str(e), hint if found else "") from e
     except StorageError as e:
         raise _storage_error(e) from e
-    except (DamagedLog, MalformedExperiment) as e:
+    except (DamagedLog, MalformedExperiment, UnsafePath) as e:
         raise UserError(str(e)) from e
 
 
@@ -218,7 +218,7 @@ def _resume(args: argparse.Namespace) -> int:
             "save them; its log said why)",
             "resume it from Python: run(<the same arguments>, resume=True)",
         ) from e
-    except CodeNotFound as e:
+    except (CodeNotFound, BadRunArgs) as e:
         raise UserError(str(e)) from e
     _check_resumable(experiment, run_args)
     if args.force_takeover:
@@ -243,6 +243,8 @@ def _resume(args: argparse.Namespace) -> int:
         )
     except LeaseHeldError as e:
         raise UserError(str(e), f"popflow status {experiment.storage.url} shows it") from e
+    except (ValueError, TypeError) as e:  # an argument check: the stored arguments' values
+        raise UserError(str(e), "--verbose shows where") from e
     print(
         f"{name}: {len(results)} trials, {results.num_errors} errors, in {results.experiment_path}"
     )

@@ -4,8 +4,15 @@ started from the Prefect UI (or ``prefect deployment run --param ...``) with par
     entrypoint: flows/deployable.py:experiment        (in prefect.yaml)
 
 - ``trainable``: an import path, ``"mypkg.train:MyTrainable"`` (a Trainable class or a
-  function); its package must be importable where the flow runs (and on the workers,
-  unless it is a file of the user's own, which popflow sends).
+  function of a config); its package must be importable where the flow runs (and on the
+  workers, unless it is a file of the user's own, which popflow sends). Whoever may
+  start the deployment chooses it, so it must be under the deployment owner's
+  allowlist: ``POPFLOW_TRAINABLE_ALLOWLIST`` in the environment where the flow runs,
+  comma-separated import prefixes (``mypkg``, ``mypkg.train:MyTrainable``, ``*`` for
+  any); unset, only popflow's demo trainable (``popflow.tune.utils.mock_trainable``)
+  runs. A path outside it is refused before its module is imported, and anything but
+  a Trainable subclass or a function of a config is refused
+  (:mod:`popflow.flows.trainable_paths`).
 - ``param_space``: plain values, and search spaces written as one-key objects naming
   the function and its arguments: ``{"lr": {"loguniform": [1e-4, 1e-1]}, "bs":
   {"choice": [[16, 32, 64]]}, "seed": {"grid_search": [[0, 1]]}, "layers": 2}``.
@@ -33,14 +40,15 @@ not need it). Users who prefer their own flow write one as
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from prefect import flow
 from prefect.states import Completed
 
 from popflow import CheckpointConfig, run
+from popflow.flows import trainable_paths
 from popflow.flows.artifacts import plots_artifact
+from popflow.flows.flow_retries import mistakes_not_retried
 from popflow.infra.storage_cli import resolve_storage_options
 from popflow.schedulers import (
     PB2,
@@ -78,21 +86,12 @@ SPACES = (
 
 
 def load_trainable(path: str) -> Any:
-    """``"package.module:Name"`` -> the object (a clear error naming what is missing)."""
-    module_name, _, attr = path.partition(":")
-    if not module_name or not attr:
-        raise ValueError(f"`trainable` is {path!r}, but must be 'package.module:Name'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ValueError(
-            f"`trainable` {path!r}: cannot import {module_name!r} ({e}); install its package "
-            "or run the flow from the folder that holds it"
-        ) from None
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise ValueError(f"`trainable` {path!r}: {module_name} has no {attr!r}") from None
+    """``"package.module:Name"`` -> the trainable, if this deployment may run it: the path
+    is under the owner's allowlist (``POPFLOW_TRAINABLE_ALLOWLIST`` where the flow runs;
+    unset, popflow's demo trainable only), checked before anything is imported, and
+    the object is a Trainable subclass or a function of a config. Else a ValueError
+    saying which (:mod:`popflow.flows.trainable_paths`)."""
+    return trainable_paths.load_trainable(path, trainable_paths.allowlist())
 
 
 def decode_space(value: Any, where: str = "param_space") -> Any:
@@ -153,29 +152,34 @@ def experiment(
     the experiment lives, and whether it has finished (or only this run's budget). The
     flow run's final state says how the run ended, as its ``tune`` subflow's does.
     ``plots``: draw the experiment's plots at the end, into ``<experiment>/plots`` and
-    onto the Artifacts page (``<name>-plots``; needs ``popflow[plots]``)."""
-    storage_options = resolve_storage_options(storage, None, credentials_block)
-    grid = run(
-        load_trainable(trainable),
-        decode_space(param_space or {}),
-        scheduler=make_scheduler(scheduler, scheduler_args),
-        metric=metric,
-        mode=mode,
-        num_samples=num_samples,
-        stop=stop,
-        checkpoint_config=CheckpointConfig(
-            checkpoint_frequency=checkpoint_frequency, num_to_keep=num_to_keep
-        ),
-        storage=storage,
-        storage_options=storage_options,
-        name=name,
-        seed=seed,
-        max_rounds=max_rounds,
-        time_budget_s=time_budget_s,
-        resume=resume,
-        dask_address=dask_address,
-        max_failures=max_failures,
-    )
+    onto the Artifacts page (``<name>-plots``; needs ``popflow[plots]``).
+
+    A mistake in the parameters (a ``ValueError``/``TypeError`` of an argument check, a
+    trainable that is not allowed) fails the flow run at once, without its retries
+    (:mod:`popflow.flows.flow_retries`); other failures are retried."""
+    with mistakes_not_retried():
+        storage_options = resolve_storage_options(storage, None, credentials_block)
+        grid = run(
+            load_trainable(trainable),
+            decode_space(param_space or {}),
+            scheduler=make_scheduler(scheduler, scheduler_args),
+            metric=metric,
+            mode=mode,
+            num_samples=num_samples,
+            stop=stop,
+            checkpoint_config=CheckpointConfig(
+                checkpoint_frequency=checkpoint_frequency, num_to_keep=num_to_keep
+            ),
+            storage=storage,
+            storage_options=storage_options,
+            name=name,
+            seed=seed,
+            max_rounds=max_rounds,
+            time_budget_s=time_budget_s,
+            resume=resume,
+            dask_address=dask_address,
+            max_failures=max_failures,
+        )
     finished = all(r.status in ("TERMINATED", "ERROR") for r in grid)
     out: dict[str, Any] = {"experiment": grid.experiment_path, "finished": finished}
     if plots:

@@ -16,19 +16,18 @@ import hashlib
 import itertools
 import json
 import logging
-import os
 import random
 import secrets
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import cloudpickle
 import numpy as np
 
+from popflow.flows.commit_paths import check_commit_paths
+from popflow.flows.run_args import save_code_origin, save_run_args
 from popflow.flows.run_spec import RunSpec, trainable_name
 from popflow.flows.trial_logs import (
     ERROR_FILE,
@@ -40,7 +39,6 @@ from popflow.flows.trial_logs import (
 )
 from popflow.flows.trial_table import TrialRecord
 from popflow.infra.experiment_log import EXPERIMENT_FILE, CommitConflict, ExperimentLog
-from popflow.infra.jsonutil import dumps
 from popflow.infra.lease import Lease, LeaseLost
 from popflow.infra.storage import Storage
 from popflow.schedulers import Trial, TrialScheduler, TrialStatus
@@ -49,8 +47,6 @@ from popflow.tasks.seeding import experiment_generators
 
 logger = logging.getLogger(__name__)
 
-#: The arguments of the original ``run`` call (without storage options: no secrets).
-RUN_ARGS_FILE = ".popflow/tune_args.pkl"
 #: Suffixes of half-published checkpoint folders (see popflow.infra.checkpoint_store).
 _SCRATCH = (".tmp-", ".old-")
 
@@ -98,6 +94,8 @@ def open_experiment(spec: RunSpec, resume: bool | str) -> Iterator[Experiment]:
         latest = None
     if latest is None and resume is True:
         raise ValueError(f"nothing to resume: no committed experiment at {storage.url}")
+    if latest is not None:  # its paths are used below: refuse an edited one before the lease
+        check_commit_paths(latest, storage.url)
     requeue = spec.errored != "skip" and any(
         t["status"] == TrialStatus.ERROR.value for t in (latest or {}).get("trials", [])
     )
@@ -155,6 +153,7 @@ def _take_over(log: ExperimentLog) -> tuple[dict[str, Any], bool]:
         found = log.find_latest()
         assert found is not None  # the caller saw a commit, and commits are never deleted
         previous = found.commit
+        check_commit_paths(previous, log.storage.url)  # a newer one than the caller checked
         marker = {k: v for k, v in previous.items() if k not in ("seq", "epoch")}
         marker.update(
             time=time.time(),
@@ -294,78 +293,6 @@ def _created(argument: str, creator: Any, trial: Trial) -> str | None:
             "name (no '/', not starting with '.')"
         )
     return made
-
-
-# -- the run's arguments, for `popflow resume` ------------------------------------
-
-
-def save_run_args(storage: Storage, args: dict[str, Any]) -> None:
-    """Keep what ``popflow resume`` needs to call ``run`` again (trainable, scheduler, ...).
-
-    Best effort: arguments that cannot be pickled (a generator in a closure,
-    say) only cost the command line; ``run(..., resume=True)`` still works.
-    """
-    try:
-        data = cloudpickle.dumps(args)
-    except Exception as e:
-        if not args.get("callbacks"):
-            logger.warning("`popflow resume` will not work for this experiment: %s", e)
-            return
-        logger.warning("its callbacks cannot be pickled (%s); a resume runs without them", e)
-        save_run_args(storage, {**args, "callbacks": None})
-        return
-    storage.write_bytes(data, RUN_ARGS_FILE)
-
-
-def load_run_args(storage: Storage) -> dict[str, Any]:
-    """The arguments :func:`save_run_args` kept (FileNotFoundError: none were).
-
-    The trainable is found as the run found it: if its module does not import
-    here, the folders it was loaded from (:data:`CODE_FILE`) are tried; then
-    :class:`CodeNotFound` says what to put on ``PYTHONPATH``.
-    """
-    data = storage.read_bytes(RUN_ARGS_FILE)
-    try:
-        return cloudpickle.loads(data)
-    except (ModuleNotFoundError, AttributeError) as first:
-        try:
-            code = json.loads(storage.read_text(CODE_FILE))
-        except FileNotFoundError:
-            raise CodeNotFound(f"cannot load the run's trainable: {first}") from first
-        folders = [d for d in (code.get("module_dir"), code.get("cwd")) if d]
-        for folder in folders:
-            if folder not in sys.path:
-                sys.path.insert(0, folder)
-        try:
-            return cloudpickle.loads(data)
-        except (ModuleNotFoundError, AttributeError) as e:
-            raise CodeNotFound(
-                f"cannot load the trainable {code.get('trainable')!r} ({e}); it was loaded "
-                f"from {code.get('module_file')!r}: add {' or '.join(map(repr, folders))} to "
-                "PYTHONPATH (or run from there)"
-            ) from e
-
-
-class CodeNotFound(RuntimeError):
-    """``popflow resume`` cannot import the experiment's trainable here."""
-
-
-#: Where the trainable's code came from (for ``popflow resume`` in another folder).
-CODE_FILE = ".popflow/code.json"
-
-
-def save_code_origin(storage: Storage, trainable: Any) -> None:
-    """Record the trainable's import path, file and the run's working directory."""
-    module = sys.modules.get(getattr(trainable, "__module__", "") or "")
-    path = getattr(module, "__file__", None)
-    origin = {
-        "trainable": f"{getattr(trainable, '__module__', '?')}:"
-        f"{getattr(trainable, '__qualname__', trainable_name(trainable))}",
-        "module_file": path,
-        "module_dir": os.path.dirname(os.path.abspath(path)) if path else None,
-        "cwd": os.getcwd(),
-    }
-    storage.write_text(dumps(origin, indent=2), CODE_FILE)
 
 
 # -- reading an experiment back ---------------------------------------------------

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from popflow.flows.commit_paths import check_commit_paths
 from popflow.flows.commit_shape import problem_of_commit, problem_of_info
 from popflow.flows.experiment import is_finished
 from popflow.flows.trial_logs import last_result
@@ -82,6 +83,7 @@ def read_committed(
     problem = problem_of_commit(commit)
     if problem:
         raise MalformedExperiment(storage.full_url(log.commit_path(commit["seq"])), problem)
+    check_commit_paths(commit, storage.url)  # its paths are read below
     info = read_info(storage)
     state = commit.get("scheduler") or {}
     return CommittedExperiment(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -13,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from popflow.flows.experiment_read import CommittedExperiment, read_committed
 from popflow.flows.trial_logs import result_lines
 from popflow.flows.trial_table import TrialRecord
-from popflow.infra.storage import Storage
+from popflow.infra.credentials import Hidden, without_secrets
+from popflow.infra.storage import Storage, StorageError
 from popflow.tasks.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
@@ -52,15 +52,64 @@ class History(Sequence[dict[str, Any]]):
         return f"History({len(self)} results)" if self._results is not None else "History(...)"
 
 
-def _history(storage: Storage, dirname: str, count: int, strict: bool) -> list[dict[str, Any]]:
-    try:
-        lines = result_lines(storage, dirname, count, strict=strict)
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"{storage.full_url(dirname)} is gone: a trial's history is read from its "
-            "result.json when first used, so keep the experiment's folder while you read it"
-        ) from None
-    return [json.loads(line) for line in lines]
+class ResultLog:
+    """Where a trial's history is read from: its folder in the experiment's storage.
+
+    Like a :class:`~popflow.tasks.checkpoint.Checkpoint`, its pickled form (a
+    pickled :class:`Result` or :class:`ResultGrid`, a Prefect flow's persisted
+    result) carries no credentials: where it is unpickled they come from the
+    environment or the AWS credential chain, and a read that lacks them says so.
+    """
+
+    def __init__(self, storage: Storage, dirname: str, count: int, strict: bool) -> None:
+        self._storage: Storage | None = storage
+        self._url = storage.url
+        self._options = Hidden(dict(storage.storage_options))
+        self.dirname, self.count, self.strict = dirname, count, strict
+        self._stripped = False  # credentials were left out of the pickle it came from
+
+    def __getstate__(self) -> dict[str, Any]:
+        options = self._options.value
+        kept = without_secrets(options)
+        return {
+            "url": self._url,
+            "options": kept,
+            "dirname": self.dirname,
+            "count": self.count,
+            "strict": self.strict,
+            "stripped": self._stripped or kept != options,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._storage = None  # made on first use, with the credentials found there
+        self._url, self._options = state["url"], Hidden(dict(state["options"]))
+        self.dirname, self.count, self.strict = state["dirname"], state["count"], state["strict"]
+        self._stripped = state["stripped"]
+
+    def __call__(self) -> list[dict[str, Any]]:
+        if self._storage is None:
+            self._storage = Storage(self._url, self._options.value)
+        storage = self._storage
+        try:
+            lines = result_lines(storage, self.dirname, self.count, strict=self.strict)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"{storage.full_url(self.dirname)} is gone: a trial's history is read from its "
+                "result.json when first used, so keep the experiment's folder while you read it"
+            ) from None
+        except StorageError as e:
+            if not self._stripped:
+                raise
+            raise StorageError(
+                e.operation,
+                e.url,
+                f"{e.reason}; this Result was unpickled, and popflow pickles no credentials: "
+                "give them where it is read (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the "
+                "AWS credential chain), or read it with ResultGrid.from_path(path, "
+                "storage_options)",
+                e.errno,
+            ) from e
+        return [json.loads(line) for line in lines]
 
 
 @dataclass
@@ -316,11 +365,7 @@ def results_of(
                 error=rec.error,
                 trial_id=rec.trial_id,
                 status=rec.trial.status.value,
-                history=History(
-                    functools.partial(
-                        _history, storage, rec.dirname, rec.num_results, logs_complete
-                    )
-                ),
+                history=History(ResultLog(storage, rec.dirname, rec.num_results, logs_complete)),
                 best_checkpoints=[(checkpoint(rec, c.name), c.result) for c in rec.checkpoints],
             )
         )

@@ -16,9 +16,9 @@ from typing import Any
 
 from popflow.flows.config import CheckpointConfig
 from popflow.flows.console import check_verbose
-from popflow.flows.experiment import load_run_args
 from popflow.flows.launch import run
 from popflow.flows.results import ResultGrid
+from popflow.flows.run_args import load_run_args
 from popflow.infra.cluster import use_cores
 from popflow.infra.experiment_log import ExperimentLog
 from popflow.infra.storage import Storage

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
 
+from popflow.infra.safe_paths import is_relative_file
 from popflow.infra.storage import Storage, StorageError
 
 MANIFEST = ".popflow_manifest.json"
@@ -173,6 +174,13 @@ def read_manifest(storage: Storage, rel_path: str) -> dict[str, Any]:
         raise CheckpointError(
             f"checkpoint manifest at {storage.full_url(rel_path)} is corrupt: "
             "it lacks the 'files' or 'metadata' mapping"
+        )
+    # its names become local paths (a download, a check): none may leave the folder
+    unsafe = [rel for rel in manifest["files"] if not is_relative_file(rel)]
+    if unsafe:
+        raise CheckpointError(
+            f"checkpoint manifest at {storage.full_url(rel_path)} names files outside the "
+            f"checkpoint: {unsafe[:3]!r}; nothing was read"
         )
     return manifest
 

@@ -37,10 +37,11 @@ from popflow.infra import local_files
 from popflow.infra.credentials import Hidden
 from popflow.infra.object_writes import ObjectWrites
 from popflow.infra.retry import RetryPolicy
+from popflow.infra.safe_paths import UnsafePath, escapes
 from popflow.infra.storage_calls import StorageCalls
 from popflow.infra.storage_errors import StorageError
 
-__all__ = ["RetryPolicy", "Storage", "StorageError"]
+__all__ = ["RetryPolicy", "Storage", "StorageError", "UnsafePath"]
 
 
 class Storage(StorageCalls):
@@ -114,13 +115,26 @@ class Storage(StorageCalls):
         return sub
 
     def path(self, *parts: str) -> str:
-        """Absolute filesystem path of ``parts`` under the root."""
+        """Absolute filesystem path of ``parts`` under the root.
+
+        :class:`UnsafePath` (a ``ValueError``) for a path that would leave the root: an
+        absolute part, or ``..`` parts that climb above it. No read, write or delete
+        through this Storage reaches outside its root, whatever a stored name says.
+        """
+        if not parts:
+            return self.root
         for part in parts:
             if part.startswith("/"):  # posixpath.join would drop the root and escape it
-                raise ValueError(
+                raise UnsafePath(
                     f"storage path part {part!r} is absolute; give paths relative to {self.url}"
                 )
-        return posixpath.join(self.root, *parts) if parts else self.root
+        joined = posixpath.join(self.root, *parts)
+        if any(".." in part for part in parts) and escapes(self.root, joined):
+            raise UnsafePath(
+                f"storage path {'/'.join(parts)!r} leaves {self.url}; popflow reads, writes "
+                "and deletes only inside it"
+            )
+        return joined
 
     def full_url(self, *parts: str) -> str:
         return self._url_of(self.path(*parts))

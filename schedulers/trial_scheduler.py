@@ -190,6 +190,14 @@ class TrialScheduler:
     time_shares_slots: bool = False
     #: The result key this scheduler measures time in (None: no milestones).
     time_attr: str | None = None
+    #: The positional and keyword arguments it was built with: a run keeps its scheduler
+    #: as its class and these (JSON where they can be), not as a pickle.
+    init_args: tuple[tuple[Any, ...], dict[str, Any]]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> TrialScheduler:
+        self = super().__new__(cls)
+        self.init_args = (args, dict(kwargs))
+        return self
 
     @property
     def logs_policy(self) -> bool:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from popflow.infra.checkpoint_store import MANIFEST, fetch_checkpoint
+from popflow.infra.checkpoint_store import MANIFEST, fetch_checkpoint, verify_in_place
 from popflow.infra.credentials import Hidden, without_secrets
 from popflow.infra.storage import Storage
 
@@ -91,9 +91,21 @@ class Checkpoint:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    @contextmanager
+    def _checked_directory(self) -> Iterator[str]:
+        """:meth:`as_directory`, a checkpoint popflow published verified against its
+        manifest first (sizes and SHA-256, as on a download): its dict is unpickled."""
+        if self.is_local:
+            parent, name = os.path.split(self.path.rstrip("/"))
+            storage = Storage(parent)
+            if storage.file_exists(name, MANIFEST):
+                verify_in_place(storage, name)
+        with self.as_directory() as d:
+            yield d
+
     def to_dict(self) -> dict[str, Any]:
         """The dict a class trainable's ``save_checkpoint`` returned."""
-        with self.as_directory() as d:
+        with self._checked_directory() as d:
             dict_file = os.path.join(d, DICT_CHECKPOINT_FILE)
             if not os.path.exists(dict_file):
                 raise ValueError(
@@ -107,7 +119,7 @@ class Checkpoint:
         """Restore ``trainable`` (a :class:`popflow.tune.Trainable`) from this checkpoint:
         its ``load_checkpoint`` gets the dict its ``save_checkpoint`` returned, or the
         folder; its ``iteration`` becomes the checkpoint's."""
-        with self.as_directory() as d:
+        with self._checked_directory() as d:
             load_folder(trainable, d)
             manifest = os.path.join(d, MANIFEST)
             if os.path.exists(manifest):

@@ -6,13 +6,16 @@ When a run starts, each object is pickled once into the experiment's folder
 (``.popflow/parameters/<sha256>.pkl``, written only if absent); every segment
 then carries its path only, and each worker process loads it once and keeps
 it. It outlives the driver too: ``popflow resume`` and ``Tuner.restore``
-find the objects in storage, as Ray's object store cannot.
+find the objects in storage, as Ray's object store cannot. A file is unpickled
+only if its bytes match the SHA-256 in its name (:class:`ParametersMismatch`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import inspect
+import posixpath
+import re
 import threading
 from typing import Any
 
@@ -22,6 +25,35 @@ from popflow.infra.storage import Storage
 
 #: Where the objects live, inside the experiment's folder.
 PARAMETERS_DIR = ".popflow/parameters"
+#: A stored object's path: named by (the first 32 hex digits of) its pickle's SHA-256.
+_STORED = re.compile(re.escape(PARAMETERS_DIR) + r"/([0-9a-f]{32})\.pkl")
+
+
+class ParametersMismatch(ValueError):
+    """A ``with_parameters`` file is not what its name says (its SHA-256 differs, or the
+    name is not one popflow gives): it is not unpickled."""
+
+
+def check_stored_path(path: Any) -> str:
+    """``path`` if it is a name :meth:`Parameters.store` gives; else ParametersMismatch."""
+    if not isinstance(path, str) or _STORED.fullmatch(path) is None:
+        raise ParametersMismatch(
+            f"with_parameters: {path!r} is not a file popflow stores objects in "
+            f"({PARAMETERS_DIR}/<SHA-256>.pkl); not loading it"
+        )
+    return path
+
+
+def _verified(storage: Storage, path: str) -> bytes:
+    """The bytes of the stored object ``path``, checked against the SHA-256 in its name."""
+    data = storage.read_bytes(check_stored_path(path))
+    if hashlib.sha256(data).hexdigest()[:32] != posixpath.basename(path)[:32]:
+        raise ParametersMismatch(
+            f"with_parameters file {storage.full_url(path)} does not match the SHA-256 its "
+            "name records (changed since it was stored); not unpickling it"
+        )
+    return data
+
 
 #: Objects loaded in this process, by (experiment URL, path): one load per process.
 _LOADED: dict[tuple[str, str], Any] = {}
@@ -64,7 +96,7 @@ class Parameters:
             key = (self._storage.url, path)
             with _LOAD_LOCK:
                 if key not in _LOADED:
-                    _LOADED[key] = cloudpickle.loads(self._storage.read_bytes(path))
+                    _LOADED[key] = cloudpickle.loads(_verified(self._storage, path))
                 out[name] = _LOADED[key]
         return out
 
@@ -83,7 +115,16 @@ def with_parameters(trainable: Any, **objects: Any) -> Any:
     ``setup(config, **objects)``), each object stored once per experiment."""
     if not objects:
         raise ValueError("with_parameters needs at least one keyword argument to pass on")
-    params = Parameters(dict(objects))
+    return _wrap(trainable, Parameters(dict(objects)))
+
+
+def with_stored_parameters(trainable: Any, paths: dict[str, str]) -> Any:
+    """:func:`with_parameters` of ``trainable`` with objects already stored at ``paths``
+    (a run's arguments read back: ``popflow resume``)."""
+    return _wrap(trainable, Parameters(None, {k: check_stored_path(v) for k, v in paths.items()}))
+
+
+def _wrap(trainable: Any, params: Parameters) -> Any:
     if inspect.isclass(trainable):
 
         class _WithParameters(trainable):  # type: ignore[misc, valid-type]
@@ -103,6 +144,7 @@ def with_parameters(trainable: Any, **objects: Any) -> Any:
         raise TypeError(
             f"`trainable` must be a Trainable subclass or a function, got {trainable!r}"
         )
+    wrapped._popflow_trainable = trainable  # what it wraps (a run's arguments name it)
     # its name and module are the trainable's (trial folders, and shipping by value)
     wrapped.__name__ = trainable.__name__
     wrapped.__qualname__ = f"{getattr(trainable, '__qualname__', trainable.__name__)}"
@@ -115,3 +157,8 @@ def parameters_of(trainable: Any) -> Parameters | None:
     """The :class:`Parameters` of a :func:`with_parameters` trainable (None: none)."""
     params = getattr(trainable, "_popflow_parameters", None)
     return params if isinstance(params, Parameters) else None
+
+
+def wrapped_trainable(trainable: Any) -> Any:
+    """The trainable a :func:`with_parameters` trainable wraps."""
+    return trainable._popflow_trainable

@@ -8,6 +8,7 @@ Checkpoints live at :func:`checkpoint_path` under the experiment's storage.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
@@ -60,6 +61,15 @@ def checkpoint_name(iteration: int, taken: frozenset[str] | set[str]) -> str:
         name = f"checkpoint_{iteration:06d}_{k}"
         k += 1
     return name
+
+
+#: What :func:`checkpoint_name` makes; a name read back from storage must look so.
+_CHECKPOINT_NAME = re.compile(r"checkpoint_[0-9]{6,}(_[0-9]+)?")
+
+
+def is_checkpoint_name(name: object) -> bool:
+    """``name`` is one :func:`checkpoint_name` could have made (``checkpoint_000010_2``)."""
+    return isinstance(name, str) and _CHECKPOINT_NAME.fullmatch(name) is not None
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,7 @@ def test_json_search_spaces_and_mutations_decode():
         (lambda: deployable.decode_space({"lr": {"uniform": 3}}), "needs a list of arguments"),
     ],
 )
-def test_what_cannot_be_resolved_says_what_to_do(call, message):
+def test_what_cannot_be_resolved_says_what_to_do(call, message, monkeypatch):
+    monkeypatch.setenv("POPFLOW_TRAINABLE_ALLOWLIST", "*")  # an owner who allows any path
     with pytest.raises(ValueError, match=message):
         call()

@@ -1,0 +1,54 @@
+"""Deployed flows retry failures, not mistakes.
+
+The deployed flows keep ``retries=2``: a crash of the driver's machine, a
+storage outage or a lost cluster may pass. A mistake in the flow run's
+parameters (an argument check's ``ValueError``/``TypeError``: a bad scheduler
+argument, a trainable that does not import or is not allowed) fails the same
+way every time, so retrying it only delays the Failed state (by the retry
+delay, twice). Prefect 3 has no per-exception retry condition for flows (tasks
+have ``retry_condition_fn``): its server turns a flow run's Failed into
+AwaitingRetry while the run count is within the run's ``empirical_policy.retries``.
+So before such an error leaves the flow, :func:`mistakes_not_retried` sets that
+flow run's retries to 0 through the API; the run ends Failed at its first attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+logger = logging.getLogger(__name__)
+
+#: What argument checks raise: retrying cannot mend them.
+MISTAKES = (ValueError, TypeError)
+
+
+@contextmanager
+def mistakes_not_retried() -> Iterator[None]:
+    """In a flow's body: a :data:`MISTAKES` error that leaves it ends the flow run Failed
+    without its retries; any other error is retried as the flow says."""
+    try:
+        yield
+    except MISTAKES as e:
+        _no_more_retries(e)
+        raise
+
+
+def _no_more_retries(error: BaseException) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.context import FlowRunContext
+
+    context = FlowRunContext.get()
+    flow_run = context.flow_run if context is not None else None
+    if flow_run is None:  # the function called outside a flow run: nothing to retry
+        return
+    policy = flow_run.empirical_policy.model_copy(update={"retries": 0})
+    try:
+        with get_client(sync_client=True) as client:
+            client.update_flow_run(flow_run.id, empirical_policy=policy)
+    except Exception as exc:  # the error still fails the run; it may be retried
+        logger.warning("could not tell Prefect not to retry %s: %s", type(error).__name__, exc)
+        return
+    flow_run.empirical_policy = policy
+    logger.info("%s is a mistake in the flow run's parameters: not retried", type(error).__name__)

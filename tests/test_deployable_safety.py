@@ -1,0 +1,167 @@
+"""The deployable ``experiment`` flow runs only trainables its owner allows, and a mistake in
+its parameters fails the flow run at once, without the retries real failures get."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import textwrap
+import time
+
+import pytest
+
+from popflow.flows import deployable
+from popflow.flows.trainable_paths import (
+    ALLOWLIST_ENV,
+    DEFAULT_ALLOWLIST,
+    allowlist,
+    check_trainable,
+    is_allowed,
+    load_trainable,
+)
+from popflow.tasks.parameters import with_parameters
+
+MOCK = "popflow.tune.utils.mock_trainable:MyTrainableClass"
+
+
+def test_the_issues_shell_command_is_refused_and_runs_nothing(tune_env, tmp_path, monkeypatch):
+    """trainable="subprocess:call" with a param_space of {"touch": 1, <path>: 2} ran
+    `touch <path>` on a worker."""
+    touched = tmp_path / "touched-by-the-flow"
+    params = dict(
+        trainable="subprocess:call",
+        param_space={"touch": 1, str(touched): 2},
+        storage=tune_env["storage"],
+        name="shell",
+        dask_address=tune_env["dask_address"].scheduler.address,
+        plots=False,
+    )
+    monkeypatch.delenv(ALLOWLIST_ENV, raising=False)
+    with pytest.raises(ValueError, match="'subprocess:call' is not among the trainables"):
+        deployable.experiment(**params)
+    # an owner who allows every path still gets no shell command: it is no trainable
+    monkeypatch.setenv(ALLOWLIST_ENV, "*")
+    with pytest.raises(ValueError, match=r"a function of \(\*popenargs.*refusing to run it"):
+        deployable.experiment(**params)
+    assert not touched.exists()
+    assert not (tmp_path / "results" / "shell").exists()  # nothing was started
+
+
+def test_a_path_outside_the_allowlist_is_not_even_imported(tmp_path, monkeypatch):
+    (tmp_path / "loud_module.py").write_text(
+        textwrap.dedent(f"""
+            open({str(tmp_path / "imported")!r}, "w").close()
+
+            def train(config):
+                pass
+        """)
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(ALLOWLIST_ENV, "mypkg, other.pkg:Trainer")
+    assert allowlist() == ("mypkg", "other.pkg:Trainer")
+    with pytest.raises(ValueError, match=f"not among .*mypkg, other.pkg:Trainer.*{ALLOWLIST_ENV}"):
+        deployable.load_trainable("loud_module:train")
+    assert not (tmp_path / "imported").exists() and "loud_module" not in sys.modules
+    monkeypatch.setenv(ALLOWLIST_ENV, "loud_module")
+    assert deployable.load_trainable("loud_module:train").__name__ == "train"
+    assert (tmp_path / "imported").exists()
+
+
+def test_the_default_allowlist_is_popflows_demo_trainable(monkeypatch):
+    monkeypatch.delenv(ALLOWLIST_ENV, raising=False)
+    assert allowlist() == DEFAULT_ALLOWLIST
+    assert deployable.load_trainable(MOCK).__name__ == "MyTrainableClass"
+    with pytest.raises(ValueError, match="not among the trainables"):
+        deployable.load_trainable("popflow.tasks.trainable:Trainable")
+
+
+@pytest.mark.parametrize(
+    ("path", "prefixes", "allowed"),
+    [
+        ("mypkg.train:T", ["mypkg"], True),
+        ("mypkg:T", ["mypkg"], True),
+        ("mypkg.train:T", ["mypkg."], True),
+        ("mypkg_evil.train:T", ["mypkg"], False),
+        ("mypkg.train:T", ["mypkg.train:T"], True),
+        ("mypkg.train:U", ["mypkg.train:T"], False),
+        ("mypkg.train:U", ["mypkg.train:"], True),
+        ("mypkg.trainer:U", ["mypkg.train:"], False),
+        ("mypkg.train:T", ["other", "mypkg.train"], True),
+        ("subprocess:call", ["*"], True),
+        ("subprocess:call", [], False),
+    ],
+)
+def test_allowlist_prefixes_match_whole_names(path, prefixes, allowed):
+    assert is_allowed(path, prefixes) is allowed
+
+
+def _one_config(config):
+    return config
+
+
+def _legacy(config, checkpoint_dir=None):
+    return config
+
+
+def _two(config, reporter):
+    return config
+
+
+def _star(*args):
+    return args
+
+
+@pytest.mark.parametrize(
+    ("obj", "message"),
+    [
+        (_one_config, None),
+        (_legacy, None),
+        (with_parameters(_two, reporter=1), None),
+        (_two, r"a function of \(config, reporter\)"),
+        (_star, r"a function of \(\*args\)"),
+        (dict, "the class dict, which does not subclass popflow.Trainable"),
+        (print, "builtin_function_or_method"),
+        (3, "int 3"),
+    ],
+)
+def test_only_trainables_pass(obj, message):
+    if message is None:
+        check_trainable(obj, "m:x")
+    else:
+        with pytest.raises(ValueError, match=message):
+            check_trainable(obj, "m:x")
+
+
+def test_a_trainable_outside_its_module_still_loads_without_an_allowlist():
+    assert load_trainable(MOCK).__name__ == "MyTrainableClass"
+
+
+def flow_run_of(state) -> tuple[str, int]:
+    """(state type, run count) of the flow run that ended in ``state``, as the API has it."""
+    from prefect.client.orchestration import get_client
+
+    async def read():
+        async with get_client() as client:
+            return await client.read_flow_run(state.state_details.flow_run_id)
+
+    flow_run = asyncio.run(read())
+    return flow_run.state.type.value, flow_run.run_count
+
+
+def test_a_mistake_fails_the_flow_run_at_once_without_retries(prefect_server, tmp_path):
+    started = time.monotonic()
+    state = deployable.experiment(
+        trainable=MOCK, scheduler="bohb", storage=str(tmp_path), plots=False, return_state=True
+    )
+    assert time.monotonic() - started < 8  # the retry delay is 10 s
+    assert state.is_failed() and "must be one of" in state.message
+    assert flow_run_of(state) == ("FAILED", 1)
+
+
+def test_a_storage_failure_is_still_retried(prefect_server, tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("storage cannot be a folder under a file")
+    flow = deployable.experiment.with_options(retry_delay_seconds=0)
+    state = flow(trainable=MOCK, storage=str(blocked), plots=False, return_state=True)
+    assert state.is_failed()
+    assert flow_run_of(state) == ("FAILED", 3)  # the first attempt and its 2 retries
