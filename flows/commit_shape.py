@@ -19,10 +19,30 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from popflow.flows.commit_paths import check_commit_paths
 from popflow.schedulers import TrialStatus
 from popflow.schedulers.validation import is_int, is_real
 
 Rule = tuple[Callable[[Any], bool], str]
+
+
+class MalformedExperiment(ValueError):
+    """A file of the experiment's log is valid as far as its checksum goes, but not what
+    popflow writes there (garbled ``experiment.json``, a commit of the wrong shape)."""
+
+    def __init__(self, url: str, problem: str) -> None:
+        super().__init__(f"{url} is not what popflow writes there: {problem}; nothing was changed")
+        self.url = url
+
+
+def check_commit(commit: Mapping[str, Any], commit_url: str, experiment_url: str) -> None:
+    """A commit read from storage (at ``commit_url``) before anything acts on it: its
+    shape (:class:`MalformedExperiment`), then the paths it names
+    (:class:`~popflow.infra.safe_paths.UnsafePath`, :mod:`popflow.flows.commit_paths`)."""
+    problem = problem_of_commit(commit)
+    if problem:
+        raise MalformedExperiment(commit_url, problem)
+    check_commit_paths(commit, experiment_url)
 
 
 def _count(v: Any) -> bool:
@@ -73,8 +93,15 @@ TRIAL_FIELDS: dict[str, Rule] = {
     "generation": COUNT,
     "csv_header": (lambda v: v is None or (_list(v) and all(map(_str, v))), "strings or null"),
 }
-OPTIONAL_TRIAL_FIELDS: dict[str, Rule] = {"trainable_name": TEXT, "name": TEXT_OR_NULL}
+_COUNT_OR_NULL: Rule = (lambda v: v is None or _count(v), "an int >= 0 or null")
+#: older commits lack these
+OPTIONAL_TRIAL_FIELDS: dict[str, Rule] = {
+    "trainable_name": TEXT,
+    "name": TEXT_OR_NULL,
+    "restore_results": _COUNT_OR_NULL,
+}
 CHECKPOINT_FIELDS: dict[str, Rule] = {"name": TEXT, "iteration": COUNT, "result": OBJECT}
+OPTIONAL_CHECKPOINT_FIELDS: dict[str, Rule] = {"results": _COUNT_OR_NULL}
 
 #: ``experiment.json``'s fields, each optional (a reader falls back on the commit's).
 INFO_FIELDS: dict[str, Rule] = {
@@ -128,9 +155,15 @@ def _trial_problem(i: int, trial: Any) -> str | None:
         return problem
     for j, checkpoint in enumerate(trial["checkpoints"]):
         at = f"{where}['checkpoints'][{j}]"
-        if not isinstance(checkpoint, dict) or set(checkpoint) != set(CHECKPOINT_FIELDS):
-            return f"{at} is {_short(checkpoint)}, but must be an object of {sorted(CHECKPOINT_FIELDS)}"
-        problem = _field_problem(at, checkpoint, CHECKPOINT_FIELDS)
+        known = CHECKPOINT_FIELDS.keys() | OPTIONAL_CHECKPOINT_FIELDS.keys()
+        if (
+            not isinstance(checkpoint, dict)
+            or not CHECKPOINT_FIELDS.keys() <= set(checkpoint) <= known
+        ):
+            return f"{at} is {_short(checkpoint)}, but must be an object of {sorted(known)}"
+        problem = _field_problem(at, checkpoint, CHECKPOINT_FIELDS) or _optional_problem(
+            at, checkpoint, OPTIONAL_CHECKPOINT_FIELDS
+        )
         if problem:
             return problem
     return None

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from popflow.flows.commit_paths import check_commit_paths
+from popflow.flows.commit_shape import check_commit
 from popflow.flows.run_args import save_code_origin, save_run_args
 from popflow.flows.run_spec import RunSpec, trainable_name
 from popflow.flows.trial_logs import (
@@ -94,8 +94,8 @@ def open_experiment(spec: RunSpec, resume: bool | str) -> Iterator[Experiment]:
         latest = None
     if latest is None and resume is True:
         raise ValueError(f"nothing to resume: no committed experiment at {storage.url}")
-    if latest is not None:  # its paths are used below: refuse an edited one before the lease
-        check_commit_paths(latest, storage.url)
+    if latest is not None:  # used below: refuse a forged or wrong-shaped one before the lease
+        check_commit(latest, storage.full_url(log.commit_path(latest["seq"])), storage.url)
     requeue = spec.errored != "skip" and any(
         t["status"] == TrialStatus.ERROR.value for t in (latest or {}).get("trials", [])
     )
@@ -153,7 +153,10 @@ def _take_over(log: ExperimentLog) -> tuple[dict[str, Any], bool]:
         found = log.find_latest()
         assert found is not None  # the caller saw a commit, and commits are never deleted
         previous = found.commit
-        check_commit_paths(previous, log.storage.url)  # a newer one than the caller checked
+        # a newer one than the caller checked
+        check_commit(
+            previous, log.storage.full_url(log.commit_path(previous["seq"])), log.storage.url
+        )
         marker = {k: v for k, v in previous.items() if k not in ("seq", "epoch")}
         marker.update(
             time=time.time(),

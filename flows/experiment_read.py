@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from popflow.flows.commit_paths import check_commit_paths
-from popflow.flows.commit_shape import problem_of_commit, problem_of_info
+from popflow.flows.commit_shape import MalformedExperiment, check_commit, problem_of_info
 from popflow.flows.experiment import is_finished
 from popflow.flows.trial_logs import last_result
 from popflow.flows.trial_table import TrialRecord
@@ -29,15 +28,6 @@ from popflow.infra.storage import Storage
 
 class NoExperiment(FileNotFoundError):
     """No committed experiment at the path."""
-
-
-class MalformedExperiment(ValueError):
-    """A file of the experiment's log is valid as far as its checksum goes, but not what
-    popflow writes there (garbled ``experiment.json``, a commit of the wrong shape)."""
-
-    def __init__(self, url: str, problem: str) -> None:
-        super().__init__(f"{url} is not what popflow writes there: {problem}; nothing was changed")
-        self.url = url
 
 
 class ExperimentState(StrEnum):
@@ -80,10 +70,7 @@ def read_committed(
     commit = log.latest()
     if commit is None:
         raise NoExperiment(f"no committed experiment at {storage.url}")
-    problem = problem_of_commit(commit)
-    if problem:
-        raise MalformedExperiment(storage.full_url(log.commit_path(commit["seq"])), problem)
-    check_commit_paths(commit, storage.url)  # its paths are read below
+    check_commit(commit, storage.full_url(log.commit_path(commit["seq"])), storage.url)
     info = read_info(storage)
     state = commit.get("scheduler") or {}
     return CommittedExperiment(

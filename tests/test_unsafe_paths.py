@@ -110,7 +110,7 @@ def test_the_cli_reports_a_forged_commit_in_one_line(tmp_path, capsys, command):
     record = TrialRecord(Trial("t_00000", {"a": 1}), index=0, dirname="T_t_00000")
     record.checkpoints = [CheckpointRecord("../../../victim_dir", 1, {})]
     trial = jsonable(record.state())
-    log.commit({"trials": [trial], "scheduler": {}, "derived": {}}, snapshot=True)
+    log.commit({"round": 1, "trials": [trial], "scheduler": {}, "derived": {}}, snapshot=True)
     before = local_files(str(tmp_path))
     with pytest.raises(SystemExit) as exit_info:
         main([command, str(exp)])
