@@ -194,3 +194,29 @@ def test_the_popflow_command_says_one_line(unfinished, tmp_path, command) -> Non
         f"popflow: {url} is not what popflow writes there: trials[0] has no 'status'; "
         "nothing was changed"
     ]
+
+
+def test_resuming_a_wrong_shaped_commit_from_python_writes_nothing(
+    unfinished, dask_cluster, tmp_path
+) -> None:
+    """run(resume=True) checks the commit before the lease: it used to publish its
+    takeover commit first and fail after."""
+    from popflow.flows.experiment_read import MalformedExperiment
+
+    path = Path(shutil.copytree(unfinished, tmp_path / "exp"))
+    url = forge_commit(path, lambda r, s: trial(s).pop("status"))
+    before = files(path)
+    with pytest.raises(MalformedExperiment, match=f"{url} is not what popflow writes there"):
+        run(
+            ParityTrainable,
+            {"a": grid_search([1, 2])},
+            stop={"training_iteration": 4},
+            metric="mean_accuracy",
+            mode="max",
+            storage=str(tmp_path),
+            name="exp",
+            dask_address=dask_cluster,
+            resume=True,
+            verbose=0,
+        )
+    assert files(path) == before
