@@ -62,6 +62,7 @@ SETTINGS = ["--num-to-keep", "2", "--lease-ttl", "3", "--pad-bytes", "20000", "-
 CLASSES = ("kill", "stall", "worker", "disk-full", "damaged-commit", "damaged-checkpoint")
 SYNCHRONOUS = ("pbt_synch", "pb2_synch")
 SCHEDULERS = ("pbt_synch", "pb2_synch", "asha", "pbt_async")
+RESUME_TRIES = 3  # failed drivers in a row after which an experiment is given up
 DISK = 16 << 20  # the tmpfs: room for a few experiments' 20 KB checkpoints
 
 
@@ -82,7 +83,10 @@ class Chaos:
         self.lease_lost = 0
         self.damaged_commits: dict[str, set[int]] = {}  # per experiment
         self.damaged: list[tuple[str, str]] = []  # ("runN", "<trial>/<checkpoint>")
-        self.experiments = [self._experiment(1)]
+        self.experiments = [self._experiment(1)]  # the last one is in use
+        self.finished: list[str] = []
+        self.unresumable: list[str] = []  # given up after RESUME_TRIES failed drivers in a row
+        self.failed_in_a_row = 0
         self.current: cf.Driver | None = None
 
     def _experiment(self, n: int) -> str:
@@ -110,13 +114,21 @@ class Chaos:
         return self.drivers[-1]
 
     def ended(self, driver: cf.Driver, why: str) -> None:
-        """``driver`` ended by itself: the experiment finished, or a failure to report."""
-        if driver.proc.returncode == 0:
-            self.experiments.append(self._experiment(len(self.experiments) + 1))
-            self.damaged_commits.setdefault(self.experiment, set())
-        else:
-            self.find(f"{why}: {driver.log} rc {driver.proc.returncode}")
+        """``driver`` ended by itself: the experiment finished (the next one starts), or
+        a failure to report; after RESUME_TRIES in a row the experiment is given up."""
         self.current = None
+        if driver.proc.returncode != 0:
+            error = cf.last_error(driver.output())
+            self.find(f"{why}: {driver.log} rc {driver.proc.returncode}: {error}")
+            self.failed_in_a_row += 1
+            if self.failed_in_a_row < RESUME_TRIES:
+                return
+            self.find(f"{self.experiment} given up: {RESUME_TRIES} drivers failed in a row")
+            self.unresumable.append(self.experiment)
+        else:
+            self.finished.append(self.experiment)
+        self.failed_in_a_row = 0
+        self.experiments.append(self._experiment(len(self.experiments) + 1))
 
     def moment(self, kind: str) -> cf.Driver | None:
         """Start a driver if none runs, wait for a random moment of its training (after
@@ -135,6 +147,7 @@ class Chaos:
             self.find(f"a driver made no commit in 300 s: {driver.log}")
             driver.kill()
         if driver.alive():
+            self.failed_in_a_row = 0  # it resumed and trained
             return driver
         self.ended(driver, "a driver failed before its fault")
         return None
@@ -240,9 +253,8 @@ class Chaos:
                 plan.insert(0, plan.pop())
         if plan:
             self.find(f"faults not injected: {plan}")
-        for _ in range(5):  # resume to the end, undisturbed
-            if self.current is None and not cf.commits(self.experiment):
-                return  # the last experiment finished with the plan: none to resume
+        last = self.experiment  # resume it to the end, undisturbed
+        while self.experiment == last and (self.current or cf.commits(last)):
             driver = self.current or self.start()
             if not driver.wait(timeout=600):
                 self.find(f"a driver ran for 600 s undisturbed: {driver.log}")
@@ -270,7 +282,7 @@ class Chaos:
         lost = duplicated = 0
         identical = terminated = True
         unverified: list[str] = []
-        for exp in self.experiments[:-1]:  # the last one was started after all finished
+        for exp in self.finished:
             result = read_experiment(exp)
             gaps, again = cf.iteration_gaps(result)
             lost, duplicated = lost + gaps, duplicated + again
@@ -289,7 +301,8 @@ class Chaos:
             "damaged checkpoints": {
                 f"{run}/{ck}": cf.fallbacks(output, ck) for run, ck in self.damaged
             },
-            "experiments": len(self.experiments) - 1,
+            "experiments finished": len(self.finished),
+            "experiments that could not be resumed": self.unresumable,
             "drivers started": len(self.drivers),
             "stalled drivers stopped by LeaseLost": self.lease_lost,
             "all trials terminated": terminated,
@@ -342,14 +355,18 @@ def table(rows: list[dict]) -> str:
     """The rows as a markdown table (a row whose run failed shows '?')."""
     head = [*CLASSES, "transient"]
     keys = ["drivers started", "stalled drivers stopped by LeaseLost", "all trials terminated"]
-    keys += ["results lost", "duplicated results", "identical to an uninterrupted run", "wall s"]
+    keys += ["results lost", "duplicated results", "identical to an uninterrupted run"]
+    keys += ["experiments finished", "unresumable", "wall s"]
     names = ["drivers", "LeaseLost stops", "all terminated", "lost", "duplicated"]
-    lines = ["| scheduler | " + " | ".join([*head, *names, "identical", "wall s"]) + " |"]
+    names += ["identical", "experiments", "unresumable", "wall s"]
+    lines = ["| scheduler | " + " | ".join([*head, *names]) + " |"]
     lines.append("|---" * (1 + len(head) + len(keys)) + "|")
     for r in rows:
         faults = [str(r.get("faults", {}).get(k, "?")) for k in head]
         if "takeovers per stall" in r:
             faults[1] += f" ({'/'.join(map(str, r['takeovers per stall']))} takeovers)"
+        if "experiments that could not be resumed" in r:
+            r = {**r, "unresumable": len(r["experiments that could not be resumed"])}
         cells = [r["scheduler"], *faults, *(r.get(k, "?") for k in keys)]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines)

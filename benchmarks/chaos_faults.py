@@ -273,5 +273,15 @@ def commit_fallbacks(output: str, damaged: dict[str, set[int]]) -> dict[str, str
     return out
 
 
+def last_error(output: str) -> str:
+    """The last line of a driver's output that names an exception."""
+    lines = [
+        ln
+        for ln in output.splitlines()
+        if re.match(r"^[\w.]+(Error|Lost|Conflict|Exception)\b", ln)
+    ]
+    return lines[-1][:300] if lines else "(no exception line)"
+
+
 def is_enospc(output: str) -> bool:
     return "StorageError" in output and os.strerror(errno.ENOSPC) in output

@@ -6,8 +6,10 @@
 embedded Dask workers) inside the 3rd append to a derived log,
 ``commit-before:N`` / ``commit-after:N`` around the N-th commit's publication,
 ``remove:N`` inside the N-th deletion, ``took-lease:0`` right after taking the
-experiment's lease. The faults are injected here, by
-wrapping storage calls, not by hooks in the library. With
+experiment's lease, ``cut-back:0`` right after a rewind cut a trial's result.json
+and progress.csv back (a damaged checkpoint's fallback, a retry), before the commit
+that records it. The faults are injected here, by wrapping storage calls, not by
+hooks in the library. With
 ``POPFLOW_TEST_KILL_RECORDED=<name>`` a kill waits until Prefect's record of the
 run has caught up (a Running ``tune`` run of experiment <name> with a Running
 round task in the API): the record trails the training by design.
@@ -146,11 +148,28 @@ def inject(kill_at: str | None) -> None:
             return original_append(path, data)
 
         local_files.append_file = full_disk
+    elif kind == "cut-back":  # dies right after a rewind cut a trial's logs back
+        from popflow.flows.trial_logs import TrialLogs
+
+        original_cut_back = TrialLogs._cut_back
+
+        def cut_back(self, *args, **kwargs):
+            original_cut_back(self, *args, **kwargs)
+            die()
+
+        TrialLogs._cut_back = cut_back
     elif kind == "append":
         Storage.append_text = after_target(Storage.append_text)
     elif kind == "remove":
         Storage.remove = after_target(Storage.remove)
-    elif kind not in ("commit-before", "commit-after", "stop-after", "enospc", "took-lease"):
+    elif kind not in (
+        "commit-before",
+        "commit-after",
+        "stop-after",
+        "enospc",
+        "took-lease",
+        "cut-back",
+    ):
         raise SystemExit(f"unknown kill point {kill_at}")
 
 
