@@ -1,6 +1,7 @@
 """Chaos: PBT, PB2, ASHA and async PBT under every kind of fault, resumed until they finish.
 
     python benchmarks/chaos.py [--seed 0] [--repeats 2] [--schedulers pbt_synch,...]
+        [--classes kill,stall,...] [--in-order] [--failure-rate 0.1]
 
 Each scheduler's experiments run through ``tests/crash_driver.py`` (4 trials x
 60 iterations, a checkpoint every iteration, ``num_to_keep=2`` so that a
@@ -13,7 +14,8 @@ driver at a random moment (after its second commit, then 0-0.8 s):
 - ``kill``: SIGKILL of the driver's process group (driver and its workers);
 - ``stall``: SIGSTOP of the driver past its lease; 1, 2 or 3 takeovers follow
   (the drivers between die right after taking the lease), the last one runs,
-  and the first is continued (SIGCONT): it must stop with LeaseLost;
+  and the first is continued (SIGCONT): it must stop with LeaseLost (or its
+  subclass CommitConflict: the commit it tried was taken);
 - ``worker``: SIGKILL of one Dask worker process of the driver (it goes on);
 - ``disk-full``: a filler leaves 0-16 KB free on the tmpfs: the driver must stop
   with a StorageError (ENOSPC); the filler is removed and a resume goes on;
@@ -25,13 +27,15 @@ driver at a random moment (after its second commit, then 0-0.8 s):
 - ``transient``: the flaky storage's timeouts, counted from its fault log.
 
 When an experiment finishes before the plan is done, the next one starts (same
-settings). Reported per scheduler: faults by class, drivers started, stalled
+settings); one that 3 drivers in a row fail to resume is given up (reported).
+Reported per scheduler: faults by class, drivers started, stalled
 drivers stopped by LeaseLost, all trials terminated, results lost (iterations
 missing from a trial's history, checkpoints the final commit names that do not
 verify), duplicated results (an iteration logged twice, apart from async PBT's
 logged exploits), identity with an uninterrupted run (synchronous schedulers),
 wall seconds; a markdown table at the end and a JSON line per scheduler. A
-failing scheduler's folder (storage, driver logs) is kept in /tmp. Every
+failing scheduler's folder (storage copy, driver logs, ``events.log``: what was
+injected when, the uninterrupted run in ``ref/``) is kept in /tmp. Every
 process and mount it started is stopped, also on failure. Needs root (mount).
 """
 
@@ -260,7 +264,6 @@ class Chaos:
                 self.find(f"a driver ran for 600 s undisturbed: {driver.log}")
                 driver.kill()
             self.ended(driver, "an undisturbed resume failed")
-        self.find("the last experiment did not finish in 5 resumes")
 
     def stop_all(self) -> None:
         """SIGKILL what is left of every driver's process group; note leftovers of
