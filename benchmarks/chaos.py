@@ -9,7 +9,8 @@ damaged checkpoint has an earlier one to fall back to, a 3 s lease) on
 ``flaky://`` storage on a tmpfs of its own, where 10 % of filesystem calls
 time out once or twice (driver and workers). A shuffled (seeded) plan holds
 every fault class ``--repeats`` times; each is injected into the running
-driver at a random moment (after its second commit, then 0-0.8 s):
+driver at a random moment (after a commit of its own, then 0-0.8 s; for
+``worker`` after two, once its cluster is up):
 
 - ``kill``: SIGKILL of the driver's process group (driver and its workers);
 - ``stall``: SIGSTOP of the driver past its lease; 1, 2 or 3 takeovers follow
@@ -135,13 +136,16 @@ class Chaos:
         self.experiments.append(self._experiment(len(self.experiments) + 1))
 
     def moment(self, kind: str) -> cf.Driver | None:
-        """Start a driver if none runs, wait for a random moment of its training (after
-        its second commit, then 0-0.8 s); the driver, or None if it ended first."""
+        """Start a driver if none runs, wait for a random moment of its run (after a
+        commit of its own, then 0-0.8 s); the driver, or None if it ended first."""
         if self.current is None or not self.current.alive():
             self.current = self.start()
         driver, exp = self.current, self.experiment
-        # two commits of its own: a resume's first commit comes before its cluster is up
-        due = max(cf.commits(exp), default=0) + 2
+        # a commit of its own: a resume's takeover commit, before it restores the trials'
+        # records (a moment a stalled driver must not write after); a worker is killed
+        # after a second one, once the cluster is up (one killed while the cluster starts
+        # fails the run: "Nanny failed to start")
+        due = max(cf.commits(exp), default=0) + (2 if kind == "worker" else 1)
         if kind == "damaged-commit":  # never two damaged in a row
             due = max(due, max(self.damaged_commits.get(exp, set()), default=0) + 2)
         try:
@@ -266,20 +270,8 @@ class Chaos:
             self.ended(driver, "an undisturbed resume failed")
 
     def stop_all(self) -> None:
-        """SIGKILL what is left of every driver's process group; note leftovers of
-        drivers that ended by themselves (workers outliving their driver)."""
-        for driver in self.drivers:
-            gone = not driver.alive()
-            if gone:  # a driver's workers may take a moment to exit after it
-                with contextlib.suppress(TimeoutError):
-                    cf.poll(lambda d=driver: not cf.group_members(d.pid), None, timeout=10)
-            left = cf.group_members(driver.pid)
-            if left and gone:
-                self.find(f"processes {left} outlived their driver {driver.log}")
-            if left or driver.alive():
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(driver.pid, signal.SIGKILL)
-            driver.proc.wait()
+        for left in cf.stop(self.drivers):
+            self.find(left)
 
     def report(self, reference: dict, wall: float) -> dict:
         lost = duplicated = 0
@@ -386,6 +378,10 @@ def main() -> None:
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("chaos.py mounts a tmpfs: run it as root")
+    # SIGINT (even in a background job, which starts with it ignored) and SIGTERM stop
+    # the run through the finally blocks: drivers, mounts and the server are stopped
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     print(f"chaos {time.strftime('%Y-%m-%d %H:%M:%S %Z')}: {' '.join(sys.argv[1:])}", flush=True)
     rows = []
     with PrefectServer() as server:

@@ -69,6 +69,25 @@ class Driver:
         return True
 
 
+def stop(drivers: list[Driver]) -> list[str]:
+    """SIGKILL what is left of every driver's process group; what outlived a driver
+    that ended by itself (its workers, say)."""
+    found = []
+    for driver in drivers:
+        gone = not driver.alive()
+        if gone:  # a driver's workers may take a moment to exit after it
+            with contextlib.suppress(TimeoutError):
+                poll(lambda d=driver: not group_members(d.pid), None, timeout=10)
+        left = group_members(driver.pid)
+        if left and gone:
+            found.append(f"processes {left} outlived their driver {driver.log}")
+        if left or driver.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(driver.pid, signal.SIGKILL)
+        driver.proc.wait()
+    return found
+
+
 def proc_stat(pid: int) -> list[str]:
     """/proc/<pid>/stat's fields after the command name (state first); [] when gone."""
     try:
