@@ -9,8 +9,8 @@ damaged checkpoint has an earlier one to fall back to, a 3 s lease) on
 ``flaky://`` storage on a tmpfs of its own, where 10 % of filesystem calls
 time out once or twice (driver and workers). A shuffled (seeded) plan holds
 every fault class ``--repeats`` times; each is injected into the running
-driver at a random moment (after a commit of its own, then 0-0.8 s; for
-``worker`` after two, once its cluster is up):
+driver at a random moment (after its first or second commit of its own, then
+0-0.8 s; a resume's first commit is its takeover, before it restores its state):
 
 - ``kill``: SIGKILL of the driver's process group (driver and its workers);
 - ``stall``: SIGSTOP of the driver past its lease; 1, 2 or 3 takeovers follow
@@ -87,7 +87,8 @@ class Chaos:
         self.takeovers: list[int] = []
         self.lease_lost = 0
         self.damaged_commits: dict[str, set[int]] = {}  # per experiment
-        self.damaged: list[tuple[str, str]] = []  # ("runN", "<trial>/<checkpoint>")
+        # ("runN", "<trial>/<checkpoint>", the drivers started before the damage)
+        self.damaged: list[tuple[str, str, int]] = []
         self.experiments = [self._experiment(1)]  # the last one is in use
         self.finished: list[str] = []
         self.unresumable: list[str] = []  # given up after RESUME_TRIES failed drivers in a row
@@ -136,16 +137,18 @@ class Chaos:
         self.experiments.append(self._experiment(len(self.experiments) + 1))
 
     def moment(self, kind: str) -> cf.Driver | None:
-        """Start a driver if none runs, wait for a random moment of its run (after a
-        commit of its own, then 0-0.8 s); the driver, or None if it ended first."""
+        """Start a driver if none runs, wait for a random moment of its run (after its
+        first or second commit, then 0-0.8 s); the driver, or None if it ended first."""
         if self.current is None or not self.current.alive():
             self.current = self.start()
         driver, exp = self.current, self.experiment
-        # a commit of its own: a resume's takeover commit, before it restores the trials'
-        # records (a moment a stalled driver must not write after); a worker is killed
-        # after a second one, once the cluster is up (one killed while the cluster starts
-        # fails the run: "Nanny failed to start")
-        due = max(cf.commits(exp), default=0) + (2 if kind == "worker" else 1)
+        # a kill or a stall after the driver's first commit of its own half the time: a
+        # resume's takeover commit, before it restores the trials' records (a window a
+        # stalled driver must not write in); else, and for the others, after its second
+        # (it trains: a worker killed while the cluster starts fails the run, "Nanny
+        # failed to start", and damages need checkpoints)
+        own = self.rng.choice((1, 2)) if kind in ("kill", "stall") else 2
+        due = max(cf.commits(exp), default=0) + own
         if kind == "damaged-commit":  # never two damaged in a row
             due = max(due, max(self.damaged_commits.get(exp, set()), default=0) + 2)
         try:
@@ -177,7 +180,8 @@ class Chaos:
             elif kind == "damaged-checkpoint":
                 done = cf.damage_a_checkpoint(exp, self.rng)
                 if done:
-                    self.damaged.append((os.path.basename(os.path.dirname(exp)), done))
+                    run = os.path.basename(os.path.dirname(exp))
+                    self.damaged.append((run, done, len(self.drivers)))
             self.note(f"killed; damaged: {done}" if kind != "kill" else "killed")
             if kind != "kill" and not done:
                 self.faults["kill (a damage found nothing to damage)"] += 1
@@ -293,9 +297,10 @@ class Chaos:
             | {k: v for k, v in self.faults.items() if k not in CLASSES},
             "takeovers per stall": self.takeovers,
             "damaged commits": cf.commit_fallbacks(output, self.damaged_commits),
-            "damaged checkpoints": {
-                f"{run}/{ck}": cf.fallbacks(output, ck) for run, ck in self.damaged
-            },
+            "damaged checkpoints": [  # what the drivers after the damage said of it
+                f"{run}/{ck}: " + cf.fallbacks("\n".join(d.output() for d in self.drivers[n:]), ck)
+                for run, ck, n in self.damaged
+            ],
             "experiments finished": len(self.finished),
             "experiments that could not be resumed": self.unresumable,
             "drivers started": len(self.drivers),
