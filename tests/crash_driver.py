@@ -1,13 +1,15 @@
 """A tune driver the resume tests run as a subprocess and kill at chosen points.
 
-    python tests/crash_driver.py STORAGE NAME SCHEDULER [--kill-at KIND:N]
+    python tests/crash_driver.py STORAGE NAME SCHEDULER [--kill-at KIND:N] [--iterations 24]
 
 ``--kill-at append:3`` SIGKILLs the driver's process group (driver and its
 embedded Dask workers) inside the 3rd append to a derived log,
 ``commit-before:N`` / ``commit-after:N`` around the N-th commit's publication,
 ``remove:N`` inside the N-th deletion, ``took-lease:0`` right after taking the
-experiment's lease. The faults are injected here, by
-wrapping storage calls, not by hooks in the library. With
+experiment's lease, ``cut-back:0`` right after a rewind cut a trial's result.json
+and progress.csv back (a damaged checkpoint's fallback, a retry), before the commit
+that records it. The faults are injected here, by wrapping storage calls, not by
+hooks in the library. With
 ``POPFLOW_TEST_KILL_RECORDED=<name>`` a kill waits until Prefect's record of the
 run has caught up (a Running ``tune`` run of experiment <name> with a Running
 round task in the API): the record trails the training by design.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import itertools
 import json
 import os
 import signal
@@ -46,7 +49,7 @@ from popflow.schedulers import (
 ITERATIONS = 24
 
 
-def scheduler(kind: str):
+def scheduler(kind: str, iterations: int = ITERATIONS):
     return {
         "pbt_synch": lambda: PopulationBasedTraining(
             time_attr="training_iteration",
@@ -65,8 +68,8 @@ def scheduler(kind: str):
             hyperparam_bounds={"c": [1, 3]},
             synch=True,
         ),
-        "asha": lambda: ASHAScheduler(grace_period=1, max_t=ITERATIONS, reduction_factor=2),
-        "hyperband": lambda: HyperBandScheduler(max_t=ITERATIONS, reduction_factor=2),
+        "asha": lambda: ASHAScheduler(grace_period=1, max_t=iterations, reduction_factor=2),
+        "hyperband": lambda: HyperBandScheduler(max_t=iterations, reduction_factor=2),
         "median": lambda: MedianStoppingRule(
             time_attr="training_iteration", grace_period=2, min_samples_required=2
         ),
@@ -145,11 +148,28 @@ def inject(kill_at: str | None) -> None:
             return original_append(path, data)
 
         local_files.append_file = full_disk
+    elif kind == "cut-back":  # dies right after a rewind cut a trial's logs back
+        from popflow.flows.trial_logs import TrialLogs
+
+        original_cut_back = TrialLogs._cut_back
+
+        def cut_back(self, *args, **kwargs):
+            original_cut_back(self, *args, **kwargs)
+            die()
+
+        TrialLogs._cut_back = cut_back
     elif kind == "append":
         Storage.append_text = after_target(Storage.append_text)
     elif kind == "remove":
         Storage.remove = after_target(Storage.remove)
-    elif kind not in ("commit-before", "commit-after", "stop-after", "enospc", "took-lease"):
+    elif kind not in (
+        "commit-before",
+        "commit-after",
+        "stop-after",
+        "enospc",
+        "took-lease",
+        "cut-back",
+    ):
         raise SystemExit(f"unknown kill point {kill_at}")
 
 
@@ -180,17 +200,21 @@ def main() -> None:
     parser.add_argument("--lease-ttl", type=float, default=60.0)
     parser.add_argument("--pad-bytes", type=int, default=0, help="checkpoint size")
     parser.add_argument("--num-to-keep", type=int, default=2)
+    parser.add_argument("--iterations", type=int, default=ITERATIONS, help="each trial's")
+    parser.add_argument(
+        "--num-samples", type=int, default=4, help="trials (a: 10, 20, 40, 30, ...)"
+    )
     args = parser.parse_args()
     inject(args.kill_at)
-    values = iter([10, 20, 40, 30])
+    values = itertools.cycle([10, 20, 40, 30])
     run(
         ParityTrainable,
         {"a": sample_from(lambda _: next(values)), "c": 1, "pad": args.pad_bytes},
-        scheduler=scheduler(args.scheduler),
+        scheduler=scheduler(args.scheduler, args.iterations),
         metric="mean_accuracy",
         mode="max",
-        num_samples=1 if args.scheduler == "replay" else 4,
-        stop={"training_iteration": ITERATIONS},
+        num_samples=1 if args.scheduler == "replay" else args.num_samples,
+        stop={"training_iteration": args.iterations},
         checkpoint_config=CheckpointConfig(
             checkpoint_frequency=1,
             num_to_keep=args.num_to_keep,
