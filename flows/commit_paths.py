@@ -18,12 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from popflow.flows.trial_logs import GLOBAL_POLICY, RESULTS
+from popflow.flows.trial_logs import GLOBAL_POLICY, LOGS
 from popflow.infra.safe_paths import UnsafePath, is_name
 from popflow.tasks.specs import is_checkpoint_name
-
-#: A trial's CSV log, beside ``result.json`` (:mod:`popflow.flows.trial_logs` writes it).
-PROGRESS = "progress.csv"
 
 __all__ = ["UnsafePath", "check_commit_paths"]
 
@@ -76,7 +73,7 @@ def check_commit_paths(commit: Mapping[str, Any], url: str) -> None:
         restore = t.get("restore")
         if restore is not None and not is_checkpoint_path(restore):
             raise refuse(f"has trial {t['trial_id']} restore from {restore!r}")
-    logs = {GLOBAL_POLICY} | {f"{d}/{f}" for d in folders for f in (RESULTS, PROGRESS)}
+    logs = {GLOBAL_POLICY} | {f"{d}/{f}" for d in folders for f in LOGS}
     derived = commit.get("derived", {})
     if not isinstance(derived, Mapping):
         raise refuse(f"lists the derived logs {derived!r}")

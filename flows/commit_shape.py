@@ -99,6 +99,7 @@ OPTIONAL_TRIAL_FIELDS: dict[str, Rule] = {
     "trainable_name": TEXT,
     "name": TEXT_OR_NULL,
     "restore_results": _COUNT_OR_NULL,
+    "replay_through": COUNT,
 }
 CHECKPOINT_FIELDS: dict[str, Rule] = {"name": TEXT, "iteration": COUNT, "result": OBJECT}
 OPTIONAL_CHECKPOINT_FIELDS: dict[str, Rule] = {"results": _COUNT_OR_NULL}

@@ -89,7 +89,7 @@ class Controller(EndingTrials):
             log_policy=self.scheduler.logs_policy,
             derived=resumed.get("derived"),
             policy_total=resumed.get("policy_total", 0),
-            may_write=self._check_lease,
+            may_write=self.lease.guard() if self.lease is not None else None,
         )
         self.janitor = Janitor(self.storage)
         self.calls = RunnerCalls(pool, spec.segment_timeout_s, self.lease)
@@ -224,7 +224,7 @@ class Controller(EndingTrials):
                     if not outcomes and self._await_retry():
                         continue
                     break
-                outcomes.extend(self.calls.returned())
+                outcomes.extend(o for o in self.calls.returned() if not self._falls_back(o))
                 if self.calls and self.early_end.over_budget():
                     return self._out_of_time()  # the round, cut short, runs again on resume
             if not outcomes:
@@ -294,6 +294,7 @@ class Controller(EndingTrials):
         )
         raise_storage_failure(outcome)  # the storage's fault, not the trial's: the run stops
         if outcome.restored and rec.restore_results is not None:
+            rec.replay_after_rewind()
             self.logs.rewind(rec, rec.restore_results)  # results are logged once, in order
         if outcome.reason != EndReason.ERROR:
             keys = [k for k in (self.scheduler.metric, self.scheduler.time_attr) if k]
@@ -316,6 +317,8 @@ class Controller(EndingTrials):
         action = Action.CONTINUE
         for i, result in enumerate(outcome.results):
             self._record(rec, result)
+            if rec.replays(result):  # decided on before the trial was sent back
+                continue
             if self.early_end.stops(rec.trial_id, result):
                 dropped = len(outcome.results) - i - 1
                 if dropped:
@@ -409,6 +412,7 @@ class Controller(EndingTrials):
                 "derived": derived,
                 "events": self._events,
                 "deleted": [checkpoint_path(d, name) for d, name in retired],
+                "cuts": self.logs.take_cuts(),
                 "results": results,
                 "policy": policy,
                 "policy_total": self.logs.policy_total,
@@ -417,7 +421,7 @@ class Controller(EndingTrials):
             },
             logs_through=logs_through,
         )
-        self.logs.committed()
+        self.logs.committed(final)
         self.janitor.committed(retired, wait=final)
         self.last_commit = {
             "results": sum(map(len, results.values())),
@@ -427,8 +431,9 @@ class Controller(EndingTrials):
         self._events, self._decisions = [], []
 
     def seal(self) -> None:
-        """After the final commit: one more, so the checkpoints it retired can go."""
-        if self.janitor.pending:
+        """After the final commit: one more, so the checkpoints it retired can go and the
+        logs a cut holds can be written (:class:`~popflow.flows.trial_logs.TrialLogs`)."""
+        if self.janitor.pending or self.logs.holding:
             self.commit(final=True)
 
     def _check_lease(self) -> None:

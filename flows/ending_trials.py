@@ -27,6 +27,7 @@ class EndingTrials:
         spec: Any
         storage: Any
         records: list[TrialRecord]
+        by_id: dict[str, TrialRecord]
         retries: Any
         hooks: Any
         table: Any
@@ -42,16 +43,24 @@ class EndingTrials:
         def _flush_discards(self) -> None: ...
         def commit(self, final: bool = False) -> None: ...
 
+    def _falls_back(self, outcome: SegmentOutcome) -> bool:
+        """The segment could not restore: its checkpoint failed its check. True if an
+        earlier one is used instead (storage's fault, not the trial's: it runs again, in a
+        synchronous round within the round, so results reach the scheduler in order)."""
+        if not outcome.bad_checkpoint:
+            return False
+        if not self._drop_bad_checkpoint(outcome.bad_checkpoint, outcome.error):
+            return False
+        self.by_id[outcome.trial_id].trial.status = TrialStatus.PENDING
+        return True
+
     def _on_error(self, rec: TrialRecord, outcome: SegmentOutcome) -> None:
         for ckpt in outcome.checkpoints:  # never committed: nobody can refer to them
             self.storage.remove(rec.checkpoint_path(ckpt.name))
         # a trainable parked after a segment whose results were refused has trained past
         # them: a retry must start from the checkpoint, not go on from there
         self._discard_live(rec)
-        if outcome.bad_checkpoint and self._drop_bad_checkpoint(
-            outcome.bad_checkpoint, outcome.error
-        ):
-            rec.trial.status = TrialStatus.PENDING  # storage's fault, not the trial's: retry
+        if self._falls_back(outcome):
             return
         rec.num_failures += 1
         max_failures = self.spec.max_failures

@@ -19,7 +19,7 @@ import logging
 import random
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -27,15 +27,16 @@ from typing import Any
 import numpy as np
 
 from popflow.flows.commit_shape import check_commit
+from popflow.flows.log_repair import rebuild_tails, rewrite_policy_files
 from popflow.flows.run_args import save_code_origin, save_run_args
 from popflow.flows.run_spec import RunSpec, trainable_name
 from popflow.flows.trial_logs import (
     ERROR_FILE,
+    GLOBAL_POLICY,
+    LOGS,
     PARAMS,
     last_result,
     params_text,
-    rebuild_tails,
-    rewrite_policy_files,
 )
 from popflow.flows.trial_table import TrialRecord
 from popflow.infra.experiment_log import EXPERIMENT_FILE, CommitConflict, ExperimentLog
@@ -163,6 +164,7 @@ def _take_over(log: ExperimentLog) -> tuple[dict[str, Any], bool]:
             results={},
             policy=[],
             deleted=[],
+            cuts={},
             events=[f"[takeover] driver epoch {log.epoch} continues from commit {previous['seq']}"],
         )
         try:
@@ -182,7 +184,9 @@ def _resume(spec: RunSpec, storage: Storage, log: ExperimentLog, lease: Lease) -
     scheduler = spec.scheduler
     scheduler.set_rng(experiment_generators(seed).scheduler)
     scheduler.set_state(latest["scheduler"])
-    records = restore_records(storage, latest, log, scheduler, remove_orphans=not fell_back)
+    records = restore_records(
+        storage, latest, log, scheduler, remove_orphans=not fell_back, guard=lease.guard()
+    )
     if spec.errored != "skip":
         records = _requeue_errored(spec, storage, records)
     logger.debug("%s: resuming after round %d from %s", spec.name, latest["round"], storage.url)
@@ -307,44 +311,64 @@ def restore_records(
     log: ExperimentLog,
     scheduler: TrialScheduler | None = None,
     remove_orphans: bool = True,
+    guard: Callable[[], None] = lambda: None,
 ) -> list[TrialRecord]:
     """Trial records as of ``commit``, with storage cleaned of anything uncommitted.
 
-    Derived logs are cut back to their committed sizes, then any committed
-    lines they lack are appended from the commits; ``commit["derived"]`` is
-    updated to match. Lineage files are rewritten unless ``scheduler`` does
-    not log them. ``remove_orphans``: delete checkpoints ``commit`` does not
-    know (False when a damaged newer commit may have referenced them).
+    Derived logs are cut back to their committed sizes (a log the commit does not
+    size was written after it: cut to nothing), then any committed lines they lack
+    are appended from the commits; ``commit["derived"]`` is updated to match.
+    Lineage files are rewritten unless ``scheduler`` does not log them.
+    ``remove_orphans``: delete checkpoints ``commit`` does not know (False when a
+    damaged newer commit may have referenced them). ``guard``: called before each
+    write or deletion (the lease's, :meth:`~popflow.infra.lease.Lease.guard`: a driver
+    taken over while it cleans up stops before it cuts a newer driver's logs).
     """
-    for path, size in commit["derived"].items():
-        storage.truncate(size, path)
-    rebuild_tails(storage, commit, log)
+    derived = commit["derived"]
+    names = {t["dirname"]: storage.listdir(t["dirname"]) for t in commit["trials"]}
+    unsized = [f"{d}/{f}" for d, there in names.items() for f in LOGS if f in there]
+    for path in dict.fromkeys([*derived, GLOBAL_POLICY, *unsized]):
+        guard()
+        storage.truncate(derived.get(path, 0), path)
+    rebuild_tails(storage, commit, log, guard)
     records = [
         TrialRecord.from_state(t, last_result(storage, t["dirname"], t["num_results"], strict=True))
         for t in commit["trials"]
     ]
-    remove_uncommitted(storage, records, orphans=remove_orphans)
+    remove_uncommitted(storage, records, orphans=remove_orphans, guard=guard, names=names)
     if scheduler is None or scheduler.logs_policy:
-        rewrite_policy_files(storage, records)
+        rewrite_policy_files(storage, records, guard)
     return records
 
 
-def remove_uncommitted(storage: Storage, records: list[TrialRecord], orphans: bool = True) -> None:
+def remove_uncommitted(
+    storage: Storage,
+    records: list[TrialRecord],
+    orphans: bool = True,
+    guard: Callable[[], None] = lambda: None,
+    names: dict[str, list[str]] | None = None,
+) -> None:
     """Delete half-published folders, error files of trials that did not error and,
     with ``orphans``, checkpoints no record knows (nor restores from); write the
-    ``params.json`` a started trial lacks (the driver stopped before writing it)."""
+    ``params.json`` a started trial lacks (the driver stopped before writing it).
+    ``guard``: called before each write or deletion; ``names``: each trial folder's
+    listing, if the caller has it."""
     referenced = {r.restore for r in records if r.restore}
     for rec in records:
         kept = {c.name for c in rec.checkpoints}
-        names = storage.listdir(rec.dirname)
-        for name in names:
+        listed = (names or {}).get(rec.dirname)
+        names_here = storage.listdir(rec.dirname) if listed is None else listed
+        for name in names_here:
             orphan = orphans and name.startswith("checkpoint_") and name not in kept
             if (orphan and rec.checkpoint_path(name) not in referenced) or any(
                 s in name for s in _SCRATCH
             ):
                 logger.info("removing uncommitted %s/%s", rec.dirname, name)
+                guard()
                 storage.remove(rec.dirname, name)
-        if rec.trial.status != TrialStatus.ERROR and ERROR_FILE in names:
+        if rec.trial.status != TrialStatus.ERROR and ERROR_FILE in names_here:
+            guard()
             storage.remove(rec.dirname, ERROR_FILE)
-        if (rec.num_results or rec.restore) and PARAMS not in names:
+        if (rec.num_results or rec.restore) and PARAMS not in names_here:
+            guard()
             storage.write_text(params_text(rec.trial.config), rec.dirname, PARAMS)

@@ -6,7 +6,7 @@ and the trial table holds each trial's lineage. Local files are appended at
 once. Object stores have no append (every appended line rewrites the
 object), so there the lines are written every ``flush_interval`` seconds,
 and a resume appends whatever committed lines a log lacks
-(:func:`rebuild_tails`).
+(:func:`popflow.flows.log_repair.rebuild_tails`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from popflow.flows.trial_table import TrialRecord
-from popflow.infra.experiment_log import DamagedCommit, ExperimentLog
 from popflow.infra.json_delta import Changed
 from popflow.infra.jsonutil import dumps
 from popflow.infra.storage import Storage
@@ -32,13 +32,12 @@ logger = logging.getLogger(__name__)
 GLOBAL_POLICY = "pbt_global.txt"
 #: A trial's results, a JSON line each, in its folder (Ray's name)
 RESULTS = "result.json"
+#: A trial's results as CSV, in its folder (Ray's name)
+PROGRESS = "progress.csv"
+#: A trial's derived logs, in its folder
+LOGS = (RESULTS, PROGRESS)
 #: A trial's config, in its folder (Ray's name)
 PARAMS = "params.json"
-#: On local disk the writer looks at the lease again before a file once this long has
-#: passed since it last did. A look is a stat, and one per file cost ~0.1 s of each
-#: round of 256 trials (about 600 files); a driver taken over had stalled past its
-#: lease, far longer than this, so it still looks before its next file.
-LEASE_LOOK_EVERY_S = 0.05
 #: A trial's error (its trace), in its folder
 ERROR_FILE = "error.txt"
 
@@ -59,8 +58,21 @@ def policy_file(trial_id: str) -> str:
     return f"pbt_policy_{trial_id}.txt"
 
 
-def _lines(entries: list[Any]) -> str:
+def lines_of(entries: list[Any]) -> str:
     return "".join(dumps(e) + "\n" for e in entries)
+
+
+@dataclass
+class _Cut:
+    """A trial's logs to cut back to ``keep`` results (``sizes`` bytes) once the commit
+    after ``seq`` (the commit that records the cut; None: the next one) is durable; the
+    trial's results since then wait in ``rows``."""
+
+    rec: TrialRecord
+    keep: int
+    sizes: dict[tuple[str, ...], int]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    seq: int | None = None
 
 
 class TrialLogs:
@@ -74,8 +86,16 @@ class TrialLogs:
     next round trains: with thousands of trials a round's appends took longer than
     its training. Each commit records the sizes the logs had reached by then
     (:meth:`settle`), so a resume cuts them back there and appends the committed
-    lines they lack (:func:`rebuild_tails`). A write that fails stops the run before
-    the next commit, and no later line is written.
+    lines they lack (:func:`~popflow.flows.log_repair.rebuild_tails`). A write that
+    fails stops the run before the next commit, and no later line is written.
+
+    A trial sent back to an earlier state has the results it logged after that state
+    superseded (:meth:`rewind`). Cutting them out of its files is held back until the
+    commit after the one that records the cut is durable: a resume may fall back to the
+    commit before the newest, whose sizes count them, and a log must keep every byte
+    such a commit counts. Meanwhile the trial's later results wait here, in order, and
+    no commit holding one is pruned (the logs are said to hold only the lines of the
+    commits before the cut).
     """
 
     def __init__(
@@ -88,7 +108,8 @@ class TrialLogs:
         may_write: Callable[[], None] | None = None,
     ) -> None:
         """``may_write``: raises if this driver may no longer write (its lease was lost;
-        it is called from the writer's thread)."""
+        the writer's thread calls it before each file on local disk, before each batch
+        on object stores: :meth:`~popflow.infra.lease.Lease.guard`)."""
         self.storage = storage
         self.flush_interval = 0.0 if storage.is_local else flush_interval
         self.log_policy = log_policy
@@ -110,6 +131,15 @@ class TrialLogs:
         self._derived_changed: set[str] | None = None  # None: all (nothing committed yet)
         self._written_through = 0  # the newest commit whose lines are all written
         self._failure: BaseException | None = None
+        self._cuts: dict[str, _Cut] = {}  # trial -> its logs' cut, not yet made
+        self._cut_writes: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+        #: this round's cuts, for its commit: trial -> [results kept, results before]
+        self._round_cuts: dict[str, list[int]] = {}
+
+    @property
+    def holding(self) -> bool:
+        """A cut waits for one more commit (the run's end must make one)."""
+        return bool(self._cuts)
 
     def add_result(self, rec: TrialRecord, result: dict[str, Any]) -> None:
         self.new_results.setdefault(rec.trial_id, []).append(result)
@@ -130,20 +160,13 @@ class TrialLogs:
         """Supersede ``rec``'s results after its first ``keep``: the trial goes on from a
         state that accounts for those only (a retry, a lost worker or a damaged checkpoint
         sent it back to an earlier checkpoint), so the results it logged after that state
-        are cut from its logs (``rec.num_results`` too) rather than logged twice.
-
-        Rare, so it is done at once: the lines handed to the writer are written first,
-        then both logs are cut back, and the commit records their new sizes.
+        are dropped (``rec.num_results`` too) rather than logged twice: uncommitted ones
+        at once, committed ones by a cut of its logs (see the class's doc).
         """
         if keep >= rec.num_results:
             return
         pending = self.new_results.get(rec.trial_id, [])
         committed = rec.num_results - len(pending)
-        if keep >= committed:  # only uncommitted results go: they were never written
-            del pending[keep - committed :]
-        else:
-            self.new_results.pop(rec.trial_id, None)
-            self._cut_back(rec, keep)
         logger.info(
             "trial %s goes on from a state after %d of its %d results; the %d after it are "
             "superseded",
@@ -152,62 +175,92 @@ class TrialLogs:
             rec.num_results,
             rec.num_results - keep,
         )
+        if keep >= committed:  # only uncommitted results go: they were never written
+            del pending[keep - committed :]
+            rec.num_results = keep
+            return
+        self.new_results.pop(rec.trial_id, None)
+        first = self._round_cuts.setdefault(rec.trial_id, [keep, committed])
+        first[0] = min(first[0], keep)
+        cut = self._cuts.get(rec.trial_id)
+        if cut is not None and keep >= cut.keep:  # within the results waiting for it
+            del cut.rows[keep - cut.keep :]
+            cut.seq = None
+        else:
+            self._cuts[rec.trial_id] = self._plan_cut(rec, keep)
         rec.num_results = keep
 
-    def _cut_back(self, rec: TrialRecord, keep: int) -> None:
-        """Cut ``rec``'s ``result.json`` and ``progress.csv`` back to ``keep`` results."""
-        self._hand_over()
-        for batch in self._batches:
-            batch.result()
-        self._batches = []
-        self._raise_failure()
-        if self._may_write is not None:
-            self._may_write()
-        results, csv_path = (rec.dirname, RESULTS), (rec.dirname, "progress.csv")
+    def _plan_cut(self, rec: TrialRecord, keep: int) -> _Cut:
+        """The sizes of ``rec``'s logs at ``keep`` results (their lines handed to the
+        writer are written first; a cut not yet made left them as they were)."""
+        self._flush()
+        results, csv_path = (rec.dirname, RESULTS), (rec.dirname, PROGRESS)
         try:
             text = self.storage.read_text(*results)
         except FileNotFoundError:
             text = ""
         lines = text.splitlines(keepends=True)[:keep]
-        sizes = {results: len("".join(lines).encode("utf-8"))}
         try:
             table = self.storage.read_text(*csv_path)
         except FileNotFoundError:
             table = ""
-        # the header, then one CSV record per result (a record may span lines)
-        sizes[csv_path] = csv_prefix_size(table, keep + (rec.csv_header is not None))
-        for parts, size in sizes.items():
-            self.storage.truncate(size, *parts)
-            path = "/".join(parts)
-            with self._lock:
-                self._derived[path] = size
+        sizes = {
+            results: len("".join(lines).encode("utf-8")),
+            # the header, then one CSV record per result (a record may span lines)
+            csv_path: csv_prefix_size(table, keep + (rec.csv_header is not None)),
+        }
+        with self._lock:  # the next commit says so: a resume cuts them there
+            for parts, size in sizes.items():
+                self._derived["/".join(parts)] = size
                 if self._derived_changed is not None:
-                    self._derived_changed.add(path)
+                    self._derived_changed.add("/".join(parts))
         rec.trial.last_result = json.loads(lines[-1]) if lines else {}
+        return _Cut(rec, keep, sizes)
+
+    def _flush(self) -> None:
+        """Write every line handed over or waiting (not those a cut holds)."""
+        self._hand_over()
+        for batch in self._batches:
+            batch.result()
+        self._batches = []
+        self._raise_failure()
 
     def end_round(self, seq: int) -> tuple[dict[str, list[dict[str, Any]]], list[list[Any]]]:
         """Queue the round's lines, those of commit ``seq``; its results and policy lines,
-        for that commit."""
+        for that commit (its cuts: :meth:`take_cuts`)."""
+        for cut in self._cuts.values():
+            cut.seq = seq if cut.seq is None else cut.seq
         for trial_id, results in self.new_results.items():
             rec = self._touched[trial_id]
+            if trial_id in self._cuts:  # they wait for its cut
+                self._cuts[trial_id].rows.extend(results)
+                if rec.csv_header is None:
+                    rec.csv_header = list(results[0])
+                continue
             header = ""
             if rec.csv_header is None:
                 rec.csv_header = list(results[0])
                 header = csv_row(rec.csv_header)
             rows = "".join(csv_row([r.get(k, "") for k in rec.csv_header]) for r in results)
-            self._defer((rec.dirname, RESULTS), _lines(results))
-            self._defer((rec.dirname, "progress.csv"), header + rows)
+            self._defer((rec.dirname, RESULTS), lines_of(results))
+            self._defer((rec.dirname, PROGRESS), header + rows)
         if self.policy_lines:
-            self._defer((GLOBAL_POLICY,), _lines(self.policy_lines))
+            self._defer((GLOBAL_POLICY,), lines_of(self.policy_lines))
         for trial_id in sorted(self._lineage_changed):
             lineage = self._lineage_changed[trial_id].lineage
-            self._deferred_policies[policy_file(trial_id)] = _lines(lineage)
+            self._deferred_policies[policy_file(trial_id)] = lines_of(lineage)
         self._deferred_through = seq
         self.policy_total += len(self.policy_lines)
         out = (self.new_results, self.policy_lines)
         self.new_results, self.policy_lines = {}, []
         self._touched, self._lineage_changed = {}, {}
         return out
+
+    def take_cuts(self) -> dict[str, list[int]]:
+        """The round's cuts, for its commit: trial -> [results kept, results the commit
+        before counted] (:func:`~popflow.flows.log_repair.rebuild_tails` reads them)."""
+        cuts, self._round_cuts = self._round_cuts, {}
+        return cuts
 
     def settle(self, final: bool) -> tuple[dict[str, int] | Changed, int]:
         """Before a commit: wait for the lines handed over (they had a round to be
@@ -232,10 +285,24 @@ class TrialLogs:
             self._derived_changed = set()
             return sizes, self._written_through
 
-    def committed(self) -> None:
+    def committed(self, final: bool = False) -> None:
         """After a commit: hand its lines to the writer, when due (object stores: every
-        ``flush_interval``), to be written while the next round trains."""
-        if time.monotonic() - self._last_flush >= self.flush_interval:
+        ``flush_interval``; ``final``: now), to be written while the next round trains;
+        make the cuts that a commit after theirs made safe."""
+        ready = [
+            t for t, c in self._cuts.items() if c.seq is not None and c.seq < self._deferred_through
+        ]
+        for trial_id in ready:
+            cut = self._cuts.pop(trial_id)
+            for parts, size in cut.sizes.items():
+                self._cut_writes.append((self._truncate, (size, *parts)))
+            if cut.rows:
+                rec = cut.rec
+                assert rec.csv_header is not None
+                rows = "".join(csv_row([r.get(k, "") for k in rec.csv_header]) for r in cut.rows)
+                self._cut_writes.append((self._append, (lines_of(cut.rows), rec.dirname, RESULTS)))
+                self._cut_writes.append((self._append, (rows, rec.dirname, PROGRESS)))
+        if final or ready or time.monotonic() - self._last_flush >= self.flush_interval:
             self._hand_over()
 
     def _defer(self, parts: tuple[str, ...], text: str) -> None:
@@ -246,6 +313,8 @@ class TrialLogs:
             (self.storage.write_text, (text, dirname, PARAMS))
             for dirname, text in self._deferred_params.items()
         ]
+        writes += self._cut_writes  # a cut, then the results that waited for it
+        self._cut_writes = []
         writes += [(self._append, (text, *parts)) for parts, text in self._deferred.items()]
         writes += [
             (self.storage.write_text, (text, name))
@@ -253,8 +322,11 @@ class TrialLogs:
         ]
         self._deferred, self._deferred_policies, self._deferred_params = {}, {}, {}
         self._last_flush = time.monotonic()
+        # a cut's trial has lines of its commit and later ones waiting: not yet written
+        through = min([c.seq - 1 for c in self._cuts.values() if c.seq is not None], default=None)
+        seq = self._deferred_through if through is None else min(through, self._deferred_through)
         if writes:
-            self._batches.append(self._writer.submit(self._write, writes, self._deferred_through))
+            self._batches.append(self._writer.submit(self._write, writes, seq))
 
     def close(self) -> None:
         """Let the writer finish what it was handed, then stop it (the lines not handed
@@ -263,20 +335,18 @@ class TrialLogs:
 
     def _write(self, writes: list[tuple[Callable[..., Any], tuple[Any, ...]]], seq: int) -> None:
         """One batch, in the writer's thread, the lease checked first. On local disk it is
-        checked again (a stat) before each file once ``LEASE_LOOK_EVERY_S`` has passed
-        since the last check, so a driver taken over stops between two files; on object
-        stores, where each is a network round trip, the batch's writes go out in
-        parallel after one check."""
+        checked before each file (``may_write`` looks in storage every so often), so a
+        driver taken over stops between two files; on object stores, where each is a
+        network round trip, the batch's writes go out in parallel after one check (a
+        cut first: its appends follow it)."""
         if self._failure is not None:
             return  # a line missing in the middle of a log would be worse than none after it
         may_write = self._may_write or (lambda: None)
         try:
-            if self.storage.is_local or len(writes) < 2:
-                looked: float | None = None
+            cuts = [w for w in writes if w[0] == self._truncate]
+            if self.storage.is_local or len(writes) < 2 or cuts:
                 for fn, args in writes:
-                    if looked is None or time.monotonic() - looked >= LEASE_LOOK_EVERY_S:
-                        may_write()
-                        looked = time.monotonic()
+                    may_write()
                     fn(*args)
             else:
                 may_write()
@@ -295,6 +365,14 @@ class TrialLogs:
             failure = self._failure
         if failure is not None:
             raise failure
+
+    def _truncate(self, size: int, *parts: str) -> None:
+        path = "/".join(parts)
+        self.storage.truncate(size, *parts)
+        with self._lock:
+            self._derived[path] = size
+            if self._derived_changed is not None:
+                self._derived_changed.add(path)
 
     def _append(self, text: str, *parts: str) -> None:
         path = "/".join(parts)
@@ -348,61 +426,3 @@ def last_result(storage: Storage, dirname: str, count: int, strict: bool = False
     :func:`result_lines` reads them."""
     lines = result_lines(storage, dirname, count, strict=strict)
     return json.loads(lines[-1]) if lines else {}
-
-
-def _count_lines(storage: Storage, *parts: str) -> int:
-    try:
-        return storage.read_text(*parts).count("\n")
-    except FileNotFoundError:
-        return 0
-
-
-def rebuild_tails(storage: Storage, commit: dict[str, Any], log: ExperimentLog) -> None:
-    """Append committed results and policy lines that the derived logs do not hold yet
-    (object stores flush them only every so often); ``commit["derived"]`` is updated."""
-    trials = {t["trial_id"]: t for t in commit["trials"]}
-    need = {}
-    for tid, t in trials.items():
-        missing = t["num_results"] - _count_lines(storage, t["dirname"], RESULTS)
-        if missing > 0:
-            need[tid] = missing
-    policy_missing = commit.get("policy_total", 0) - _count_lines(storage, GLOBAL_POLICY)
-    if not need and policy_missing <= 0:
-        return
-    tails: dict[str, list[dict[str, Any]]] = {tid: [] for tid in need}
-    policy: list[Any] = []
-    for seq in reversed([n for n in log.commit_numbers() if n <= commit["seq"]]):
-        try:
-            older = log.read_record(seq)
-        except DamagedCommit:  # never continued from: its lines did not happen
-            continue
-        for tid, n in need.items():
-            if len(tails[tid]) < n:
-                tails[tid] = older["results"].get(tid, []) + tails[tid]
-        if len(policy) < policy_missing:
-            policy = older.get("policy", []) + policy
-        if all(len(tails[t]) >= n for t, n in need.items()) and len(policy) >= policy_missing:
-            break
-    derived = commit["derived"]
-    for tid, n in need.items():
-        t, rows = trials[tid], tails[tid][-n:]
-        result_path = (t["dirname"], RESULTS)
-        derived["/".join(result_path)] = storage.append_text(_lines(rows), *result_path)
-        csv_path = (t["dirname"], "progress.csv")
-        header = t["csv_header"]
-        text = "".join(csv_row([r.get(k, "") for k in header]) for r in rows)
-        if _count_lines(storage, *csv_path) == 0:
-            text = csv_row(header) + text
-        derived["/".join(csv_path)] = storage.append_text(text, *csv_path)
-    if policy_missing > 0:
-        lines = _lines(policy[-policy_missing:])
-        derived[GLOBAL_POLICY] = storage.append_text(lines, GLOBAL_POLICY)
-
-
-def rewrite_policy_files(storage: Storage, records: list[TrialRecord]) -> None:
-    """Each trial's ``pbt_policy_<trial_id>.txt`` as its committed lineage says."""
-    for rec in records:
-        if rec.lineage:
-            storage.write_text(_lines(rec.lineage), policy_file(rec.trial_id))
-        else:
-            storage.remove(policy_file(rec.trial_id))

@@ -36,6 +36,10 @@ class TrialRecord:
     #: (None: all of them, as in commits written before it was kept); a segment built
     #: from that state supersedes the results logged after them
     restore_results: int | None = 0
+    #: the trial was sent back to an earlier state: its results up to this iteration
+    #: are run again, and logged, but not decided on again (the scheduler and the
+    #: stoppers saw them the first time); 0: none
+    replay_through: int = 0
     checkpoints: list[CheckpointRecord] = field(default_factory=list)
     #: results committed so far; the results themselves are in storage (``result.json``)
     #: and the latest in ``trial.last_result``: a long run's history stays out of memory
@@ -69,6 +73,23 @@ class TrialRecord:
     def checkpoint_path(self, name: str) -> str:
         return checkpoint_path(self.dirname, name)
 
+    def replay_after_rewind(self) -> None:
+        """Its next results follow ``restore``'s state: those up to the iteration it had
+        reached are a replay (see ``replay_through``)."""
+        if self.restore_results is not None and self.num_results > self.restore_results:
+            reached = self.trial.last_result.get("training_iteration")
+            if isinstance(reached, int):
+                self.replay_through = max(self.replay_through, reached)
+
+    def replays(self, result: dict[str, Any]) -> bool:
+        """``result`` runs again an iteration the scheduler decided on (once past the
+        replay, none does)."""
+        iteration = result.get("training_iteration")
+        if isinstance(iteration, int) and iteration <= self.replay_through:
+            return True
+        self.replay_through = 0
+        return False
+
     def restore_from(
         self, checkpoints: list[CheckpointRecord], results: list[dict[str, Any]]
     ) -> None:
@@ -97,6 +118,7 @@ class TrialRecord:
             "restore": self.restore,
             "restore_iteration": self.restore_iteration,
             "restore_results": self.restore_results,
+            "replay_through": self.replay_through,
             "checkpoints": [
                 {"name": c.name, "iteration": c.iteration, "result": c.result, "results": c.results}
                 for c in self.checkpoints
@@ -136,6 +158,7 @@ class TrialRecord:
             restore=t["restore"],
             restore_iteration=t["restore_iteration"],
             restore_results=t.get("restore_results"),
+            replay_through=t.get("replay_through", 0),
             checkpoints=[CheckpointRecord(**c) for c in t["checkpoints"]],
             num_results=t["num_results"],
             num_failures=t["num_failures"],
@@ -162,6 +185,7 @@ def clone_into(target: TrialRecord, source: TrialRecord, exploit: Exploit) -> li
     if source is not target:
         target.restore, target.restore_iteration = source.restore, source.restore_iteration
         target.restore_results = target.num_results  # its own results stay, as in Ray
+        target.replay_through = 0  # a new lineage: all its results are new to the scheduler
         target.generation += 1
     target.trial.config = exploit.new_config
     target.trial.experiment_tag = exploit.new_tag
@@ -196,6 +220,12 @@ def fall_back_from(records: list[TrialRecord], path: str) -> str | None:
             rec.restore_iteration = fallback.iteration
             if rec is owner:  # its results after the fallback's state are superseded
                 rec.restore_results = _results_at(owner, fallback, bad)
+            elif bad is not None and rec.lineage and rec.lineage[-1][2] == bad.iteration:
+                # a clone that went on from the iteration it had reached: so it does again,
+                # a few iterations back, and its results after that point are superseded
+                back = bad.iteration - fallback.iteration
+                if rec.restore_results is not None:
+                    rec.restore_results = max(0, rec.restore_results - back)
     return fallback.name
 
 

@@ -6,9 +6,9 @@
 embedded Dask workers) inside the 3rd append to a derived log,
 ``commit-before:N`` / ``commit-after:N`` around the N-th commit's publication,
 ``remove:N`` inside the N-th deletion, ``took-lease:0`` right after taking the
-experiment's lease, ``cut-back:0`` right after a rewind cut a trial's result.json
-and progress.csv back (a damaged checkpoint's fallback, a retry), before the commit
-that records it. The faults are injected here, by wrapping storage calls, not by
+experiment's lease, ``cut-back:0`` right after a rewind planned to cut a trial's
+result.json and progress.csv back (a damaged checkpoint's fallback, a retry), before
+the commit that records it, ``cut-made:0`` right after the writer cut one back. The faults are injected here, by wrapping storage calls, not by
 hooks in the library. With
 ``POPFLOW_TEST_KILL_RECORDED=<name>`` a kill waits until Prefect's record of the
 run has caught up (a Running ``tune`` run of experiment <name> with a Running
@@ -148,16 +148,20 @@ def inject(kill_at: str | None) -> None:
             return original_append(path, data)
 
         local_files.append_file = full_disk
-    elif kind == "cut-back":  # dies right after a rewind cut a trial's logs back
+    elif kind in ("cut-back", "cut-made"):
+        # dies right after a rewind planned a cut of a trial's logs (before the commit
+        # that records it), or right after the writer made one (before its appends)
         from popflow.flows.trial_logs import TrialLogs
 
-        original_cut_back = TrialLogs._cut_back
+        name = "_plan_cut" if kind == "cut-back" else "_truncate"
+        original_cut = getattr(TrialLogs, name)
 
-        def cut_back(self, *args, **kwargs):
-            original_cut_back(self, *args, **kwargs)
+        def cut(self, *args, **kwargs):
+            out = original_cut(self, *args, **kwargs)
             die()
+            return out
 
-        TrialLogs._cut_back = cut_back
+        setattr(TrialLogs, name, cut)
     elif kind == "append":
         Storage.append_text = after_target(Storage.append_text)
     elif kind == "remove":
@@ -168,6 +172,7 @@ def inject(kill_at: str | None) -> None:
         "stop-after",
         "enospc",
         "took-lease",
+        "cut-made",
         "cut-back",
     ):
         raise SystemExit(f"unknown kill point {kill_at}")

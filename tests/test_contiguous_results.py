@@ -94,8 +94,8 @@ def test_a_damaged_checkpoint_falls_back_and_supersedes_the_results_after_it(tun
     assert first.status == "PENDING"
     done = iterations(first)
     assert done == list(range(1, len(done) + 1)) and len(done) >= 4
-    newest = ExperimentLog(Storage(first.path).child("..")).latest()["trials"][0]["restore"]
     experiment = os.path.dirname(first.path)
+    newest = ExperimentLog(Storage(experiment)).latest()["trials"][0]["restore"]
     pickled = os.path.join(experiment, newest, DICT_CHECKPOINT_FILE)
     data = bytearray(Path(pickled).read_bytes())
     data[-1] ^= 0xFF
@@ -114,32 +114,57 @@ def test_csv_records_are_counted_by_parsing_not_by_lines() -> None:
     assert csv_prefix_size(text, 9) == len(text.encode())
 
 
-def test_rewinding_cuts_both_logs_and_the_uncommitted_results(tmp_path: Path) -> None:
+def test_rewinding_cuts_both_logs_once_the_commit_after_it_is_durable(tmp_path: Path) -> None:
+    """Uncommitted results go at once; committed ones by a cut of the trial's logs that
+    waits until the commit after the one recording it is durable (a resume may fall back
+    to the commit before, whose sizes count them); the results since then wait too."""
+    import pandas as pd
+
     storage = Storage(str(tmp_path))
     logs = TrialLogs(storage, flush_interval=0.0)
     rec = TrialRecord(trial=Trial(trial_id="t", config={}), index=0, dirname="t")
-    for i in range(1, 5):
-        result = {"training_iteration": i, "note": f"line\n{i}"}
-        logs.add_result(rec, result)
-        rec.num_results += 1
-    logs.end_round(1)
-    logs.settle(final=True)
-    logs.committed()
-    logs.settle(final=True)
-    for i in (5, 6):  # not committed yet
-        logs.add_result(rec, {"training_iteration": i, "note": "x"})
-        rec.num_results += 1
+    folder = tmp_path / "t"
+    sizes: dict[str, int] = {}
+
+    def logged() -> list[tuple[int, int]]:
+        rows = [json.loads(line) for line in (folder / "result.json").read_text().splitlines()]
+        table = pd.read_csv(folder / "progress.csv")
+        assert list(table["training_iteration"]) == [r["training_iteration"] for r in rows]
+        return [(r["training_iteration"], r["attempt"]) for r in rows]
+
+    def add(attempt: int, *iterations: int) -> None:
+        for i in iterations:
+            logs.add_result(rec, {"training_iteration": i, "attempt": attempt, "s": "a\nb"})
+            rec.num_results += 1
+
+    def settle() -> None:
+        settled = logs.settle(final=False)[0]
+        sizes.update(settled if isinstance(settled, dict) else settled.items)
+
+    def commit(seq: int) -> dict:
+        logs.end_round(seq)
+        cuts = logs.take_cuts()
+        settle()
+        logs.committed()
+        settle()  # what it handed over, written
+        return cuts
+
+    add(1, 1, 2, 3, 4)
+    commit(1)
+    add(1, 5, 6)  # not committed yet
     logs.rewind(rec, 5)  # only an uncommitted one goes
     assert rec.num_results == 5 and len(logs.new_results["t"]) == 1
-    logs.rewind(rec, 2)  # committed ones too: the files are cut
+    logs.rewind(rec, 2)  # committed ones too: a cut
     assert rec.num_results == 2 and "t" not in logs.new_results
-    lines = (tmp_path / "t" / "result.json").read_text().splitlines()
-    assert [json.loads(line)["training_iteration"] for line in lines] == [1, 2]
-    import pandas as pd
-
-    assert list(pd.read_csv(tmp_path / "t" / "progress.csv")["training_iteration"]) == [1, 2]
-    sizes = logs.settle(final=True)[0].items
-    assert sizes["t/result.json"] == os.path.getsize(tmp_path / "t" / "result.json")
-    assert sizes["t/progress.csv"] == os.path.getsize(tmp_path / "t" / "progress.csv")
     assert rec.trial.last_result["training_iteration"] == 2
+    add(2, 3)
+    assert commit(2) == {"t": [2, 4]}  # kept 2 of the 4 commit 1 counted
+    assert logged() == [(1, 1), (2, 1), (3, 1), (4, 1)]  # commit 1 may still be resumed
+    assert logs.holding
+    add(2, 4)
+    assert commit(3) == {}
+    assert logged() == [(1, 1), (2, 1), (3, 2), (4, 2)]  # cut, then what waited for it
+    assert not logs.holding
+    assert sizes["t/result.json"] == os.path.getsize(folder / "result.json")
+    assert sizes["t/progress.csv"] == os.path.getsize(folder / "progress.csv")
     logs.close()

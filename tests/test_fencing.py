@@ -423,3 +423,23 @@ def test_breaking_a_lease_frees_the_experiment_and_fences_its_holder(tmp_path):
     nxt.acquire(renew=False)
     assert nxt.epoch == 3
     assert break_lease(Storage(str(tmp_path / "nobody"))) is None
+
+
+def test_the_guard_looks_in_storage_once_a_while_and_again_after_a_stall(tmp_path):
+    """A look is a listing: the guard a driver calls before each write looks at most every
+    ``every_s``, so a driver stopped for longer (SIGSTOP past its lease) looks before its
+    next write and stops there."""
+    storage = Storage(str(tmp_path))
+    clock = Clock()
+    holder = Lease(storage, ttl_s=60, clock=clock)
+    holder.acquire(renew=False)
+    now = [0.0]
+    guard = holder.guard(every_s=0.05, monotonic=lambda: now[0])
+    guard()  # looks: still the holder
+    clock.now += 61
+    Lease(storage, ttl_s=60, clock=clock).acquire(renew=False)  # taken over meanwhile
+    now[0] += 0.01
+    guard()  # within 50 ms of its look: it does not look again
+    now[0] += 10.0  # the stall
+    with pytest.raises(LeaseLost, match="driver epoch 2 took"):
+        guard()
