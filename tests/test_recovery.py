@@ -161,8 +161,10 @@ def test_a_sigkilled_deployed_run_is_rerun_and_finishes_with_nothing_lost(
     params = experiment_params(str(tmp_path / "results"), gate)
     run_id = flow_run_id(
         prefect(
-            "deployment", "run", "popflow-experiment/experiment", "--params", json.dumps(params)
-        )
+            "deployment", "run", "popflow-experiment/experiment", "--params", json.dumps(params),
+            # the deployment runs only the trainables its owner allows: these tests' own
+            "--job-variable", 'env={"POPFLOW_TRAINABLE_ALLOWLIST": "trainables"}',
+        )  # fmt: skip
     )
     # mid-round 3: a trial waits at iteration 5; rounds 1 and 2 are committed
     wait_for("a trial at the gate", lambda: os.path.exists(gate + ".reached"))

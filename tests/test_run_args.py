@@ -164,7 +164,9 @@ def forged_experiment(tmp_path) -> Storage:
     storage = Storage(str(tmp_path / "exp"))
     record = TrialRecord(Trial("t_00000", {"a": 1}), index=0, dirname="T_t_00000")
     trial = jsonable(record.state())
-    ExperimentLog(storage).commit({"trials": [trial], "scheduler": {}, "derived": {}}, True)
+    ExperimentLog(storage).commit(
+        {"round": 1, "trials": [trial], "scheduler": {}, "derived": {}}, True
+    )
     return storage
 
 
