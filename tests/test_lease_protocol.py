@@ -216,7 +216,14 @@ class LeaseProtocol(RuleBasedStateMachine):
 
     def _payload(self, d: Driver) -> dict:
         self.round += 1
-        return {"trials": [], "round": self.round, "results": {}, "writer": d.name}
+        return {
+            "trials": [],
+            "round": self.round,
+            "scheduler": {},
+            "derived": {},
+            "results": {},
+            "writer": d.name,
+        }
 
     # -- what must hold -------------------------------------------------------
     @invariant()

@@ -22,6 +22,7 @@ from test_deployment import ROOT, prefect, uninterrupted_rounds
 from test_resume import read_experiment
 
 from popflow.flows.experiment import is_finished
+from popflow.flows.trainable_paths import ALLOWLIST_ENV
 from popflow.infra.experiment_log import ExperimentLog
 from popflow.infra.storage import Storage
 
@@ -154,17 +155,23 @@ def experiment_params(storage: str, gate: str) -> dict[str, Any]:
 
 
 def test_a_sigkilled_deployed_run_is_rerun_and_finishes_with_nothing_lost(
-    services_server, tmp_path
+    services_server, tmp_path, monkeypatch
 ):
     prefect("--no-prompt", "deploy", "--name", "experiment")
     gate = str(tmp_path / "gate")
     params = experiment_params(str(tmp_path / "results"), gate)
+    # the deployment runs only the trainables its owner allows: these tests' own
+    allowed = json.dumps({ALLOWLIST_ENV: "trainables"})
     run_id = flow_run_id(
         prefect(
-            "deployment", "run", "popflow-experiment/experiment", "--params", json.dumps(params),
-            # the deployment runs only the trainables its owner allows: these tests' own
-            "--job-variable", 'env={"POPFLOW_TRAINABLE_ALLOWLIST": "trainables"}',
-        )  # fmt: skip
+            "deployment",
+            "run",
+            "popflow-experiment/experiment",
+            "--params",
+            json.dumps(params),
+            "--job-variable",
+            f"env={allowed}",
+        )
     )
     # mid-round 3: a trial waits at iteration 5; rounds 1 and 2 are committed
     wait_for("a trial at the gate", lambda: os.path.exists(gate + ".reached"))
@@ -221,6 +228,7 @@ def test_a_sigkilled_deployed_run_is_rerun_and_finishes_with_nothing_lost(
     from popflow.flows.deployable import experiment
 
     sys.path.insert(0, HERE)
+    monkeypatch.setenv(ALLOWLIST_ENV, "trainables")
     reference = experiment(**{**params, "storage": str(tmp_path / "ref")})
     assert read_experiment(exp.url) == read_experiment(reference["experiment"])
 
