@@ -127,18 +127,6 @@ class Controller(EndingTrials):
         with ``max_concurrent_trials``, Ray's cap on trials started and not ended)."""
         return self.index.runnable(self.retries.ready, self.spec.max_concurrent_trials)
 
-    def _pending(self, trial_id: str) -> bool:
-        return self.by_id[trial_id].trial.status == TrialStatus.PENDING
-
-    def _await_retry(self) -> bool:
-        """Nothing runs, but a failed trial waits out its backoff: sleep until it may
-        run again (True), or False if none waits."""
-        waits = self.retries.waiting(self._pending)
-        if not waits:
-            return False
-        time.sleep(max(0.0, min(waits) - time.monotonic()))
-        return True
-
     def _plan(self, limit: int | None) -> list[TrialRecord]:
         """Mark the trials the scheduler picks as running, up to ``limit`` in flight."""
         planned: list[TrialRecord] = []

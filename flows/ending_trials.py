@@ -6,6 +6,7 @@ uses; split from it to keep one idea per module."""
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from popflow.flows.run_log import last_line, run_logger
@@ -42,6 +43,18 @@ class EndingTrials:
         def _discard_live(self, rec: TrialRecord) -> None: ...
         def _flush_discards(self) -> None: ...
         def commit(self, final: bool = False) -> None: ...
+
+    def _pending(self, trial_id: str) -> bool:
+        return self.by_id[trial_id].trial.status == TrialStatus.PENDING
+
+    def _await_retry(self) -> bool:
+        """Nothing runs, but a failed trial waits out its backoff: sleep until it may
+        run again (True), or False if none waits."""
+        waits = self.retries.waiting(self._pending)
+        if not waits:
+            return False
+        time.sleep(max(0.0, min(waits) - time.monotonic()))
+        return True
 
     def _falls_back(self, outcome: SegmentOutcome) -> bool:
         """The segment could not restore: its checkpoint failed its check. True if an
