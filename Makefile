@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install -q --disable-pip-version-check
 QUIET := 2>&1 | { grep -v '^WARNING: Location' || true; }
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint docs bench clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "popflow needs Python 3.11+"'
@@ -31,6 +31,10 @@ test: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q
 
+## The docs site into ./site (MkDocs Material; warnings are errors). `make test` builds it too.
+docs: $(VENV)/.installed-dev
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -41,4 +45,4 @@ bench: $(VENV)/.installed-dev
 	$(PY) benchmarks/pbt_overhead.py
 
 clean:
-	rm -rf $(VENV) results .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) results site .pytest_cache .ruff_cache .hypothesis
