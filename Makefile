@@ -33,7 +33,7 @@ test: $(VENV)/.installed-dev
 
 ## The docs site into ./site (MkDocs Material; warnings are errors). `make test` builds it too.
 docs: $(VENV)/.installed-dev
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .

@@ -10,8 +10,8 @@ first line of its docstring. A module without a docstring is a build warning, so
 from __future__ import annotations
 
 import ast
-import re
 import logging
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -98,7 +98,9 @@ def module_table(root: Path) -> str:
             pkg_init = folders[package] / "__init__.py"
             if package != layer and pkg_init.exists():
                 pkg_where = pkg_init.relative_to(root).as_posix()
-                out.append(f"| `{package}` | `{pkg_where}` | {_cell(summary(pkg_init), pkg_where)} |")
+                out.append(
+                    f"| `{package}` | `{pkg_where}` | {_cell(summary(pkg_init), pkg_where)} |"
+                )
             out.extend(_layer_rows(package, folders[package], root))
         out.append("")
     for name, what in SCRIPT_FOLDERS.items():
