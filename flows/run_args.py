@@ -13,8 +13,8 @@ everything in ``.popflow/tune_args.pkl``, still read when there is no JSON.
 
 Storage is trusted as code is: whoever can write these files can make a resume
 import modules and call functions they name, and unpickle ``run_args.pkl`` (or
-the old ``tune_args.pkl``), which runs any code. See README.md ("Who can run code
-through storage"). What cannot be read back as arguments (garbled, or of a shape
+the old ``tune_args.pkl``), which runs any code. See docs/how-to/s3-credentials.md ("Who can run
+code through storage"). What cannot be read back as arguments (garbled, or of a shape
 popflow never writes) is :class:`BadRunArgs`, one line from ``popflow resume``.
 """
 
@@ -92,7 +92,8 @@ def _say_pickled(storage: Storage, where: list[str]) -> None:
         level,
         "%s: %s kept as a pickle (%s): no JSON can say a lambda, a closure or an object of "
         "your own; `popflow resume` unpickles it, so whoever can write this storage can "
-        "run code where it is resumed (README: who can run code through storage)",
+        "run code where it is resumed (docs/how-to/s3-credentials.md: who can run code "
+        "through storage)",
         storage.url,
         ", ".join(where),
         PICKLED_ARGS_FILE,
