@@ -27,9 +27,10 @@ from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from popflow.flows.artifacts import RunArtifacts
-from popflow.flows.console import DETAIL, console_verbosity
+from popflow.flows.console import console_verbosity
 from popflow.flows.flow_heartbeat import engine_heartbeats_off, heartbeats
 from popflow.flows.flow_parameters import Shown
+from popflow.flows.round_runs import RoundRuns, late_start_line, log_at
 from popflow.flows.run_feed import Line, Resumed, RoundBegins, RoundDone, RunEnd, RunFeed
 from popflow.flows.run_log import run_logger
 from popflow.flows.run_spec import RunSpec
@@ -151,9 +152,10 @@ def tune_flow(name: str, spec: Shown[RunSpec] | RunSpec, cluster: Shown[Any] | A
     The flow run's parameters are what the UI shows of the run (``name``, the
     spec and the cluster, :mod:`popflow.flows.flow_parameters`: never the
     storage's credentials). Its body replays the training's feed as it comes:
-    lines to the flow run's log, each round as a ``round`` task run, the
-    artifacts, and the end as the final state (Completed with how it ended, or
-    Failed with the training's error). Its heartbeats are popflow's
+    lines to the flow run's log, each round as a ``round-N`` task run at the
+    round's real times (:mod:`popflow.flows.round_runs`), the artifacts, and the
+    end as the final state (Completed with how it ended, or Failed with the
+    training's error). Its heartbeats are popflow's
     (:mod:`popflow.flows.flow_heartbeat`): the run's end does not wait for them.
     """
     feed = _RECORDING.get()
@@ -162,25 +164,21 @@ def tune_flow(name: str, spec: Shown[RunSpec] | RunSpec, cluster: Shown[Any] | A
     if isinstance(spec, Shown):
         spec = spec.value
     artifacts = RunArtifacts(name, spec.metric, spec.mode)
-    round_task = prefect_objects().round_task
+    late = late_start_line(feed.started_at)
+    if late is not None:
+        _log(late)
     with heartbeats(_HEARTBEAT_S.get()):
-        return _replay(feed, artifacts, round_task)
+        return _replay(feed, artifacts, RoundRuns(prefect_objects().round_task))
 
 
-def _replay(feed: RunFeed, artifacts: RunArtifacts, round_task: Any) -> Any:
+def _replay(feed: RunFeed, artifacts: RunArtifacts, rounds: RoundRuns) -> Any:
     """The ``tune`` flow's body: the feed's events as they come, until the run's end."""
     try:
         while (event := feed.next()) is not None:
             if isinstance(event, Line):
                 _log(event)
             elif isinstance(event, RoundBegins):
-                named = round_task.with_options(task_run_name=f"round-{event.round_no}")
-                try:
-                    end = named(feed, artifacts)
-                except BaseException:
-                    end = feed.last_end
-                    if end is None:
-                        raise
+                end = _round(feed, artifacts, rounds, event)
                 if end is not None:
                     return _ended(end, artifacts)
             elif isinstance(event, Resumed):
@@ -192,31 +190,32 @@ def _replay(feed: RunFeed, artifacts: RunArtifacts, round_task: Any) -> Any:
     raise RuntimeError("the training's feed ended without its end")  # pragma: no cover
 
 
-def _round(feed: RunFeed, artifacts: RunArtifacts) -> RunEnd | None:
-    """One round as a Prefect task run, Running while the round is: the lines logged
-    meanwhile, then its summary and decisions, in its logs; the leaderboard and progress
-    on the Artifacts page. A round that raised ends its task run Failed (and the
-    training with it: :attr:`RunFeed.last_end`)."""
+def _round(
+    feed: RunFeed, artifacts: RunArtifacts, rounds: RoundRuns, begins: RoundBegins
+) -> RunEnd | None:
+    """One round as its task run, Running from the round's start to its commit: the lines
+    logged meanwhile, then its summary and decisions, in its logs; the leaderboard and
+    progress on the Artifacts page. The run's end inside a round (the training raised)
+    ends the round's task run Failed (Crashed for an interrupt) and is returned."""
+    run = rounds.begin(begins.round_no, begins.at)
     while (event := feed.next()) is not None:
         if isinstance(event, Line):
-            _log(event)
+            _log(event, run.logger)
         elif isinstance(event, RoundDone):
             for line in event.lines:
-                _log(line)
+                _log(line, run.logger)
+            rounds.end(run, event.at)
             artifacts.round_rows(event.rows, event.done_percent, event.round_no)
             return None
         elif isinstance(event, RunEnd):
-            feed.last_end = event
-            if event.error is None:
-                return event
-            if not isinstance(event.error, Exception):
-                raise KeyboardInterrupt()
-            raise RunFailed(f"{type(event.error).__name__}: {event.error}")
+            rounds.end(run, event.at, event.error)
+            return event
     return None
 
 
-def _log(line: Line) -> None:
-    run_logger().log(line.level, line.message, extra=DETAIL if line.detail else None)
+def _log(line: Line, to: Any = None) -> None:
+    """``line`` to the flow run's log (or ``to``, a round's), at the time it was said."""
+    log_at(to if to is not None else run_logger(), line)
 
 
 def _ended(end: RunEnd, artifacts: RunArtifacts) -> Any:
@@ -289,10 +288,14 @@ class PrefectRecord:
         self.feed.training.wait()
         try:
             tune = prefect_objects().tune_flow  # Prefect's import sets up its logging
+            from prefect import tags
+
+            tune = tune.with_options(flow_run_name=self.feed.title or self.spec.name)
             with (
                 console_verbosity(self.spec.verbose),
                 prefect_api(),
                 engine_heartbeats_off() as every,
+                tags(*run_tags(self.spec)),
             ):
                 _HEARTBEAT_S.set(every)
                 try:
@@ -347,5 +350,15 @@ def prefect_objects() -> PrefectObjects:
 
     return PrefectObjects(
         tune_flow=flow(name="tune", validate_parameters=False)(tune_flow),
-        round_task=task(name="round", cache_policy=NO_CACHE)(_round),
+        round_task=task(name="round", cache_policy=NO_CACHE)(_a_round),
     )
+
+
+def _a_round() -> None:
+    """Never run: the ``round`` task's name and key, of the task runs :class:`RoundRuns`
+    writes at the rounds' real times."""
+
+
+def run_tags(spec: RunSpec) -> list[str]:
+    """The ``tune`` flow run's tags: what the UI's runs list filters by."""
+    return ["popflow", f"experiment:{spec.name}", f"scheduler:{type(spec.scheduler).__name__}"]

@@ -10,6 +10,11 @@ artifacts, the run's end. A line logged while a round runs belongs to that
 round's task run, which is Running in the UI while the round is (once the
 record has caught up).
 
+Every event carries the time it happened (``at``, seconds since the epoch): the
+record can start seconds after the training (Prefect's import, its server's first
+start), and what the UI shows of a round or a line is when it happened, not when
+the record got to it.
+
 In the training thread :func:`popflow.flows.run_log.run_logger` is the feed's
 :class:`FeedLogger`, so the code that logs for the UI does not change.
 """
@@ -20,6 +25,7 @@ import contextvars
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +42,7 @@ class Line:
     level: int
     message: str
     detail: bool = False
+    at: float = field(default_factory=time.time)
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,7 @@ class RoundBegins:
     """Round ``round_no`` starts: the lines after it belong to its task run."""
 
     round_no: int
+    at: float = field(default_factory=time.time)
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,7 @@ class RoundDone:
     lines: list[Line]
     rows: list[dict[str, Any]]
     done_percent: float
+    at: float = field(default_factory=time.time)
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,7 @@ class RunEnd:
     grid: Any = None
     summary: str | None = None
     error: BaseException | None = None
+    at: float = field(default_factory=time.time)
 
 
 @dataclass
@@ -83,7 +93,11 @@ class RunFeed:
 
     _queue: queue.SimpleQueue[Any] = field(default_factory=queue.SimpleQueue)
     finished: bool = False  # the RunEnd was taken
-    last_end: RunEnd | None = None  # the RunEnd taken inside a round's task run
+    #: when the run began (its ``popflow.run`` call): how late the record starts
+    started_at: float = field(default_factory=time.time)
+    #: the ``tune`` flow run's name: the experiment's, and the round a resume continues
+    #: after (set before :attr:`training`)
+    title: str = ""
     #: set once the cluster is up (or the training ended): the record's work (Prefect's
     #: import, its server) waits for it, so as not to slow the workers' start
     training: threading.Event = field(default_factory=threading.Event)

@@ -67,6 +67,9 @@ def _train(
 ) -> Trained:
     with open_experiment(spec, resume) as experiment:
         _announce(experiment)
+        feed.title = experiment.name
+        if experiment.resumed_from is not None:
+            feed.title += f" · resumed after round {experiment.resumed_from['round']}"
         if experiment.resumed_from is not None and experiment.lease is not None:
             feed.resumed(experiment.name, experiment.lease.epoch)
         if experiment.finished:

@@ -67,6 +67,14 @@ class LocalServer:
         except OSError:
             return False
 
+    def ui_api_url(self, timeout: float = 2.0) -> str | None:
+        """The API address the server's UI calls (its ``/ui-settings``), if it says one."""
+        try:
+            with urllib.request.urlopen(f"{self.ui_url}/ui-settings", timeout=timeout) as r:
+                return json.loads(r.read()).get("api_url")
+        except (OSError, ValueError, AttributeError):
+            return None
+
 
 def prefect_home() -> Path:
     """Prefect's home folder, as Prefect reads it (``PREFECT_HOME``, else ``~/.prefect``)."""
@@ -87,6 +95,12 @@ def running(home: Path | None = None) -> LocalServer | None:
     return server if server is not None and server.answers() else None
 
 
+def _serves_its_ui(server: LocalServer) -> bool:
+    """Its UI calls its own API. A server started by popflow before 0.x (no UI settings)
+    sent the UI to port 4200: someone else's server, or none."""
+    return server.ui_api_url() == server.api_url
+
+
 def local_server(home: Path | None = None) -> LocalServer:
     """The local server of ``home``: the running one, else one started now (waited for).
 
@@ -96,10 +110,16 @@ def local_server(home: Path | None = None) -> LocalServer:
     home = home or prefect_home()
     home.mkdir(parents=True, exist_ok=True)
     server = running(home)
-    if server is not None:
+    if server is not None and _serves_its_ui(server):
         return server
     with _locked(home):
         server = running(home)  # another script may have started it meanwhile
+        if server is not None and not _serves_its_ui(server):
+            logger.info(
+                "restarting the local Prefect server: its UI called %s", server.ui_api_url()
+            )
+            _stop_locked(home)
+            server = None
         if server is None:
             server = _start(home)
     return server
@@ -109,25 +129,40 @@ def stop(home: Path | None = None, timeout: float = 30.0) -> LocalServer | None:
     """Stop the local server of ``home`` by its PID (its process group); the one stopped."""
     home = home or prefect_home()
     with _locked(home):
-        server = _read(home)
-        if server is None:
-            return None
+        return _stop_locked(home, timeout)
+
+
+def _stop_locked(home: Path, timeout: float = 30.0) -> LocalServer | None:
+    server = _read(home)
+    if server is None:
+        return None
+    if _alive(server.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _alive(server.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
         if _alive(server.pid):
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(server.pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while _alive(server.pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if _alive(server.pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(server.pid, signal.SIGKILL)
-        (home / RECORD).unlink(missing_ok=True)
+                os.killpg(server.pid, signal.SIGKILL)
+    (home / RECORD).unlink(missing_ok=True)
     return server
 
 
 def _start(home: Path) -> LocalServer:
     port = _free_port()
-    env = {**os.environ, "PREFECT_HOME": str(home)}
+    server = LocalServer(0, port, str(home))
+    # The server's UI asks /ui-settings where its API is; Prefect answers from these
+    # settings, not from --port (else the UI calls port 4200: someone else's server, or none).
+    # They override a profile's or the user's own values, which name another server.
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(home),
+        "PREFECT_SERVER_API_HOST": "127.0.0.1",
+        "PREFECT_SERVER_API_PORT": str(port),
+        "PREFECT_UI_API_URL": server.api_url,
+        "PREFECT_UI_URL": server.ui_url,
+    }
     env.pop("PREFECT_API_URL", None)
     env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # offline: no telemetry lines
     log_path = home / "popflow-server.log"

@@ -9,23 +9,28 @@ first run of a ``PREFECT_HOME`` and reused by the runs after it
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from browser import rendered_text
 from test_prefect_ui import run_logs, tune_runs
 from test_resume import ListHandler
-from trainables import Misbehaving
+from test_tune_pbt import parity_scheduler, parity_space
+from trainables import Misbehaving, SleepyTrainable
 
 from popflow import FIFOScheduler, run
+from popflow.flows import prefect_flow, round_runs, run_feed
 from popflow.flows.run_feed import Line, RoundBegins, RoundDone, RunEnd, RunFeed
 from popflow.infra import local_server
 
@@ -118,12 +123,15 @@ def _script(tmp_path: Path, name: str, home: Path) -> subprocess.CompletedProces
 
 
 def test_the_first_run_starts_a_local_server_that_the_next_reuses_until_stopped(tmp_path):
+    """Its UI, rendered in Chromium as a person opens the address the run printed, calls
+    its own API and lists the runs by their experiments' names (before, it called port
+    4200 and said "Can't connect to Server API")."""
     home = tmp_path / "prefect-home"
-    first = _script(tmp_path, "first", home)
+    first = _script(tmp_path, "first-of-two", home)
     assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
     server = local_server.running(home)
     assert server is not None  # it outlived the script
-    second = _script(tmp_path, "second", home)
+    second = _script(tmp_path, "second-of-two", home)
     assert second.returncode == 0, (second.stdout + second.stderr)[-3000:]
     assert "best 4" in first.stdout and "best 4" in second.stdout
     assert local_server.running(home) == server  # the same process: reused, not restarted
@@ -131,17 +139,26 @@ def test_the_first_run_starts_a_local_server_that_the_next_reuses_until_stopped(
         assert f"Prefect UI: {server.ui_url}" in out
         assert "Starting temporary server" not in out
 
-    # both runs are in its API, finished
+    # both runs are in its API, finished, named and tagged by their experiments
     body = json.dumps({"flows": {"name": {"any_": ["tune"]}}}).encode()
     request = urllib.request.Request(
         f"{server.api_url}/flow_runs/filter", body, {"Content-Type": "application/json"}
     )
     with urllib.request.urlopen(request, timeout=10) as r:
         runs = json.load(r)
-    assert sorted((f["parameters"]["name"], f["state_name"]) for f in runs) == [
-        ("first", "Completed"),
-        ("second", "Completed"),
+    assert sorted((f["name"], f["parameters"]["name"], f["state_name"]) for f in runs) == [
+        ("first-of-two", "first-of-two", "Completed"),
+        ("second-of-two", "second-of-two", "Completed"),
     ]
+    assert all({"popflow", f"experiment:{f['name']}", "scheduler:FIFOScheduler"}
+               <= set(f["tags"]) for f in runs)  # fmt: skip
+
+    # what a person sees: the printed address, then the runs list (Prefect 3.9's default UI)
+    assert server.ui_api_url() == server.api_url
+    dashboard = rendered_text(server.ui_url)
+    assert "Dashboard" in dashboard and "Can't connect" not in dashboard, dashboard
+    listed = rendered_text(f"{server.ui_url}/v2/runs")
+    assert "tune / first-of-two" in listed and "tune / second-of-two" in listed, listed
 
     stopped = subprocess.run(
         [sys.executable, "-m", "popflow.flows.cli", "server", "stop"],
@@ -224,3 +241,105 @@ def test_the_flow_run_heartbeats_once_per_interval_and_its_end_does_not_wait(tun
     assert beat.resource["prefect.resource.name"] == flow_run.name
     roles = {r.role: r.id for r in beat.related}
     assert roles["flow"] == f"prefect.flow.{flow_run.flow_id}"
+
+
+def _round_task_runs(name: str, count: int) -> list[Any]:
+    """The ``count`` finished round task runs of experiment ``name``, by start time: the
+    server records task runs from their events, a moment after the run's end."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.events.worker import EventsWorker
+
+    async def read(client: Any, ids: list[Any]) -> list[Any]:
+        return await client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids))
+        )
+
+    EventsWorker.drain_all(timeout=10)
+    deadline = time.monotonic() + 60  # the server writes events down every few seconds
+    while True:
+        found = [t for t in tune_runs(name, read) if t.end_time is not None]
+        if len(found) >= count or time.monotonic() > deadline:
+            return sorted(found, key=lambda t: t.start_time)
+        time.sleep(0.5)
+
+
+def test_a_late_record_gives_each_round_its_real_times_and_says_it_was_late(tune_env, monkeypatch):
+    """The record held back until the training ended (as while a first run's Prefect
+    server starts): each round's task run still spans the round's own time (a step of
+    0.3 s per trial), in order, before the flow run began; each says it was recorded
+    late, and the run's log says when its record started. Before, every round's task
+    run was the few milliseconds the record took to replay it, after the training."""
+    ended = threading.Event()
+    real_end, real_objects = run_feed.RunFeed.end, prefect_flow.prefect_objects
+
+    def end(feed: RunFeed, event: RunEnd) -> None:
+        real_end(feed, event)
+        ended.set()
+
+    def late_objects() -> Any:
+        assert ended.wait(timeout=300)
+        return real_objects()
+
+    monkeypatch.setattr(run_feed.RunFeed, "end", end)
+    monkeypatch.setattr(prefect_flow, "prefect_objects", late_objects)
+    monkeypatch.setattr(round_runs, "LATE_S", 0.05)  # held back: later than this, surely
+
+    run(
+        SleepyTrainable,
+        {**parity_space([10, 20]), "sleep": 0.3},
+        scheduler=parity_scheduler(synch=True),
+        metric="mean_accuracy",
+        mode="max",
+        num_samples=2,
+        stop={"training_iteration": 3},
+        name="late-record",
+        **tune_env,
+    )
+    (flow_run,) = tune_runs("late-record")
+    rounds = _round_task_runs("late-record", 3)
+    assert [t.name for t in rounds] == ["round-1", "round-2", "round-3"]
+    for before, after in itertools.pairwise(rounds):
+        assert after.start_time >= before.end_time  # one after the other, as they ran
+    for t in rounds:
+        assert (t.end_time - t.start_time).total_seconds() >= 0.3, t
+        assert t.end_time <= flow_run.start_time  # they happened before the record began
+        assert (
+            t.state.message.startswith("recorded ") and "after the round ended" in t.state.message
+        )
+    said = run_logs("late-record")
+    assert any(m.startswith("this record started ") for m in said), said
+
+
+def test_a_kept_server_whose_ui_calls_another_api_is_replaced(tmp_path, monkeypatch):
+    """A server kept from an older popflow (its UI sent to port 4200) answers health but
+    its UI shows no runs: the next run stops it by its PID and starts one that serves its
+    UI, instead of printing its address."""
+    home = tmp_path / "prefect-home"
+    home.mkdir()
+    port = local_server._free_port()
+    code = textwrap.dedent(f"""
+        import http.server, json
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = json.dumps({{"api_url": "http://127.0.0.1:4200/api"}}).encode()
+                self.send_response(200); self.end_headers(); self.wfile.write(body)
+            def log_message(self, *a): pass
+        http.server.HTTPServer(("127.0.0.1", {port}), H).serve_forever()
+    """)
+    old = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        (home / local_server.RECORD).write_text(
+            json.dumps({"pid": old.pid, "port": port, "home": str(home)})
+        )
+        kept = local_server.LocalServer(old.pid, port, str(home))
+        deadline = time.monotonic() + 30
+        while not kept.answers() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert local_server.running(home) == kept  # it answers: before, it was reused
+        started = local_server.LocalServer(os.getpid(), port + 1, str(home))
+        monkeypatch.setattr(local_server, "_start", lambda h: started)
+        assert local_server.local_server(home) == started
+        assert old.wait(timeout=30) is not None  # stopped by its PID
+    finally:
+        if old.poll() is None:
+            old.kill()
