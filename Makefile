@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install -q --disable-pip-version-check
 QUIET := 2>&1 | { grep -v '^WARNING: Location' || true; }
 
-.PHONY: demo test lint docs bench clean
+.PHONY: demo test lint docs bench clean chromium
 
 $(VENV)/bin/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "popflow needs Python 3.11+"'
@@ -26,8 +26,14 @@ $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
 demo: $(VENV)/.installed
 	PREFECT_SERVER_ANALYTICS_ENABLED=false $(PY) examples/pbt_benchmark.py --storage ./results --name pbt_benchmark_$$(date +%Y%m%d-%H%M%S)
 
+# The UI tests render the Prefect UI in headless Chromium (Debian's package; as root, installed)
+chromium:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; } || \
+	  { echo "the tests need Chromium: apt-get install chromium" >&2; exit 1; }
+
 ## Lint, then the whole test suite (the tests start their own Prefect server, Dask cluster, S3 server)
-test: $(VENV)/.installed-dev
+test: $(VENV)/.installed-dev chromium
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q
 
