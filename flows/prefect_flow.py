@@ -161,7 +161,10 @@ def tune_flow(name: str, spec: Shown[RunSpec] | RunSpec, cluster: Shown[Any] | A
         raise RuntimeError("the tune flow records a run of popflow.run: call popflow.run")
     if isinstance(spec, Shown):
         spec = spec.value
-    artifacts = RunArtifacts(name, spec.metric, spec.mode)
+    experiment = spec.storage.child(spec.name)
+    artifacts = RunArtifacts(
+        name, spec.metric, spec.mode, experiment.url, experiment.storage_options
+    )
     round_task = prefect_objects().round_task
     with heartbeats(_HEARTBEAT_S.get()):
         return _replay(feed, artifacts, round_task)
@@ -203,7 +206,7 @@ def _round(feed: RunFeed, artifacts: RunArtifacts) -> RunEnd | None:
         elif isinstance(event, RoundDone):
             for line in event.lines:
                 _log(line)
-            artifacts.round_rows(event.rows, event.done_percent, event.round_no)
+            artifacts.round_rows(event.rows, event.done_percent, event.round_no, event.progress)
             return None
         elif isinstance(event, RunEnd):
             feed.last_end = event
