@@ -27,7 +27,6 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from popflow.flows.live_table import _number as shown_number  # the console's rounding
-from popflow.flows.plot_artifacts import PlotRefresh
 from popflow.flows.results import flatten
 from popflow.flows.trial_table import TrialRecord
 from popflow.schedulers import TrialStatus
@@ -155,17 +154,15 @@ def finished_percent(trials: int, live: int) -> float:
 
 class RunArtifacts:
     """One run's artifacts: :meth:`round_rows` after each committed round, :meth:`final_text`
-    once. ``path``: the experiment's URL (its plots are redrawn while it runs, by
-    :class:`PlotRefresh`; None: no plots)."""
+    once. ``plots``: the plots' :class:`~popflow.flows.plot_artifacts.PlotRefresh`,
+    told after each round (None: no plots while the run goes)."""
 
     def __init__(
         self,
         experiment: str,
         metric: str | None,
         mode: str | None,
-        path: str | None = None,
-        storage_options: dict[str, Any] | None = None,
-        plots: PlotRefresh | None = None,
+        plots: Any = None,
     ) -> None:
         self.experiment = experiment
         self.metric = metric
@@ -173,8 +170,6 @@ class RunArtifacts:
         self._progress: Any = None  # the progress artifact's id, once made
         self._sender = ThreadPoolExecutor(1, thread_name_prefix="popflow-artifacts")
         self._sent: list[Future[None]] = []
-        if plots is None and path is not None:
-            plots = PlotRefresh(experiment, path, storage_options)
         self.plots = plots
 
     def _send(self, call: Callable[[], None]) -> None:

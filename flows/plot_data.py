@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from popflow.flows.artifacts import stopped_early
 from popflow.flows.plot_lineage import Entry, best_trial, lineage
 from popflow.flows.plot_read import ExperimentSnapshot
 from popflow.flows.results import Result, flatten
@@ -239,8 +240,7 @@ def _stops(results: Sequence[Result], time_attr: str, metric: str) -> tuple[Stop
     return tuple(
         StopMark(tid, t, v, status)
         for tid, (t, v, status) in last.items()
-        if v is not None
-        and (status == TrialStatus.ERROR or (status == TrialStatus.TERMINATED and t < horizon))
+        if v is not None and (status == TrialStatus.ERROR or stopped_early(status, t, horizon))
     )
 
 

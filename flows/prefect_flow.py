@@ -30,6 +30,7 @@ from popflow.flows.artifacts import RunArtifacts
 from popflow.flows.console import DETAIL, console_verbosity
 from popflow.flows.flow_heartbeat import engine_heartbeats_off, heartbeats
 from popflow.flows.flow_parameters import Shown
+from popflow.flows.plot_artifacts import PlotRefresh
 from popflow.flows.run_feed import Line, Resumed, RoundBegins, RoundDone, RunEnd, RunFeed
 from popflow.flows.run_log import run_logger
 from popflow.flows.run_spec import RunSpec
@@ -162,9 +163,8 @@ def tune_flow(name: str, spec: Shown[RunSpec] | RunSpec, cluster: Shown[Any] | A
     if isinstance(spec, Shown):
         spec = spec.value
     experiment = spec.storage.child(spec.name)
-    artifacts = RunArtifacts(
-        name, spec.metric, spec.mode, experiment.url, experiment.storage_options
-    )
+    plots = PlotRefresh(name, experiment.url, experiment.storage_options)
+    artifacts = RunArtifacts(name, spec.metric, spec.mode, plots)
     round_task = prefect_objects().round_task
     with heartbeats(_HEARTBEAT_S.get()):
         return _replay(feed, artifacts, round_task)
