@@ -1,13 +1,17 @@
 """The run on the Prefect UI's Artifacts page: a leaderboard and a progress bar, updated
-each round, and a summary when the run ends.
+each round, the plots, redrawn while the run goes, and a summary when the run ends.
 
 Artifacts are keyed by experiment (``<name>-leaderboard``, ``<name>-progress``,
-``<name>-summary``), so they version across rounds and across the runs that
-resume one experiment. They are sent from a thread of their own, in order and
-in the round task's context (so the UI links them to it), off the round's path:
-a synchronous round does not wait for Prefect's API. Prefect is told, never
-relied on: storage is the truth, so trouble with its API is logged and the
-training goes on.
+``<name>-plots``, ``<name>-summary``), so they version across rounds and across
+the runs that resume one experiment, and the key's page in the UI shows the
+latest version. The leaderboard has the console's columns and rounding: trial,
+status (``stopped early`` apart from ``finished``), the metric, iteration, time,
+a column per hyperparameter. They are sent from a thread of their own, in order
+and in the round task's context (so the UI links them to it), off the round's
+path: a synchronous round does not wait for Prefect's API. The plots are drawn
+on another thread, at most every ``PLOTS_INTERVAL_S``, so a round never waits
+for a drawing either. Prefect is told, never relied on: storage is the truth, so
+trouble with its API is logged and the training goes on.
 """
 
 from __future__ import annotations
@@ -23,12 +27,17 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
+from popflow.flows.live_table import _number as shown_number  # the console's rounding
+from popflow.flows.results import flatten
 from popflow.flows.trial_table import TrialRecord
+from popflow.schedulers import TrialStatus
 
 logger = logging.getLogger(__name__)
 
 #: Leaderboard rows kept, best first: the UI pages a long table, and each round sends it.
 MAX_ROWS = 50
+#: The leaderboard's status of a trial that ended before the others got as far.
+STOPPED_EARLY = "stopped early"
 
 
 def artifact_key(experiment: str, what: str) -> str:
@@ -48,11 +57,49 @@ def _score(value: Any, mode: str | None) -> float:
     return -value if mode == "max" else value
 
 
+def stopped_early(status: str, reached: float, horizon: float) -> bool:
+    """A trial ``status`` TERMINATED at ``reached`` (its ``time_attr``) ended before the
+    furthest any trial got (``horizon``): a scheduler (ASHA, HyperBand, median stopping)
+    or a stopper ended it; at the horizon it finished. Commits do not record why a trial
+    ended, so this is the rule the leaderboard, the summary and the plots share."""
+    return status == TrialStatus.TERMINATED and reached < horizon
+
+
+def _iteration(rec: TrialRecord) -> float:
+    value = (rec.trial.last_result or {}).get("training_iteration", 0)
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def status_label(rec: TrialRecord, horizon: float) -> str:
+    """What the leaderboard says of ``rec``: ``finished``, ``stopped early``, ``error``,
+    ``running``..."""
+    status = rec.trial.status
+    if status != TrialStatus.TERMINATED:
+        return status.value.lower()
+    done = (rec.trial.last_result or {}).get("done") is True
+    return (
+        STOPPED_EARLY
+        if not done and stopped_early(status, _iteration(rec), horizon)
+        else ("finished")
+    )
+
+
+def _varying(configs: Sequence[dict[str, Any]]) -> list[str]:
+    """The (flattened) config keys whose values differ between the rows (all, for one)."""
+    values: dict[str, set[str]] = {}
+    for config in configs:
+        for key, value in config.items():
+            values.setdefault(key, set()).add(repr(value))
+    varying = [k for k, seen in values.items() if len(seen) > 1]
+    return varying if varying or len(configs) > 1 else list(values)
+
+
 def leaderboard(
     records: Sequence[TrialRecord], metric: str | None, mode: str | None
 ) -> list[dict[str, Any]]:
-    """A row per trial, best first (at most ``MAX_ROWS``): trial, status, iteration, the
-    metric and the config (only the rows kept are built: this runs every round)."""
+    """A row per trial, best first (at most ``MAX_ROWS``): trial, status, the metric,
+    iteration, total time and a column per hyperparameter that varies, numbers rounded as
+    the console rounds them (only the rows kept are built: this runs every round)."""
     if metric:  # the best MAX_ROWS, in a pass (a full sort of 10,000 trials each round cost)
         ranked = heapq.nsmallest(
             MAX_ROWS,
@@ -61,19 +108,42 @@ def leaderboard(
         )
     else:
         ranked = list(records[:MAX_ROWS])
+    horizon = max((_iteration(rec) for rec in records), default=0.0)
+    configs = [flatten(rec.trial.config) for rec in ranked]
+    params = _varying(configs)
     rows = []
-    for rec in ranked:
+    for rec, config in zip(ranked, configs, strict=True):
         last = rec.trial.last_result or {}
-        row: dict[str, Any] = {
-            "trial": rec.trial_id,
-            "status": rec.trial.status.value,
-            "iteration": last.get("training_iteration", 0),
-        }
+        row: dict[str, Any] = {"trial": rec.trial_id, "status": status_label(rec, horizon)}
         if metric:
-            row[metric] = last.get(metric)
-        row["config"] = json.dumps(rec.trial.config, default=str, sort_keys=True)
+            row[metric] = shown_number(last.get(metric))
+        row["iter"] = shown_number(last.get("training_iteration"))
+        seconds = last.get("time_total_s")
+        row["total time (s)"] = (
+            shown_number(round(seconds, 2)) if isinstance(seconds, int | float) else ""
+        )
+        row.update({key: shown_number(config.get(key)) for key in params})
         rows.append(row)
     return rows
+
+
+def progress_text(records: Sequence[TrialRecord], metric: str | None, mode: str | None) -> str:
+    """The progress artifact's line: trials ended and the best result so far."""
+    ended = sum(1 for rec in records if not rec.trial.is_live)
+    text = f"{ended} of {len(records)} trials ended"
+    if metric:
+        best = min(
+            records,
+            key=lambda rec: _score((rec.trial.last_result or {}).get(metric), mode),
+            default=None,
+        )
+        last = best.trial.last_result or {} if best is not None else {}
+        if best is not None and _score(last.get(metric), mode) != math.inf:
+            text += (
+                f"; best {metric} {shown_number(last.get(metric))} "
+                f"(trial {best.trial_id}, iter {last.get('training_iteration')})"
+            )
+    return text
 
 
 def finished_percent(trials: int, live: int) -> float:
@@ -85,18 +155,26 @@ def finished_percent(trials: int, live: int) -> float:
 
 class RunArtifacts:
     """One run's artifacts: :meth:`round_rows` after each committed round, :meth:`final_text`
-    once."""
+    once. ``plots``: the plots' :class:`~popflow.flows.plot_artifacts.PlotRefresh`,
+    told after each round (None: no plots while the run goes)."""
 
-    def __init__(self, experiment: str, metric: str | None, mode: str | None) -> None:
+    def __init__(
+        self,
+        experiment: str,
+        metric: str | None,
+        mode: str | None,
+        plots: Any = None,
+    ) -> None:
         self.experiment = experiment
         self.metric = metric
         self.mode = mode
         self._progress: Any = None  # the progress artifact's id, once made
         self._sender = ThreadPoolExecutor(1, thread_name_prefix="popflow-artifacts")
         self._sent: list[Future[None]] = []
+        self.plots = plots
         #: the newest round's rows not yet sent: a record behind the training sends the
         #: latest leaderboard, not one per round it missed (57 of them took 14 s under load)
-        self._latest: tuple[list[dict[str, Any]], float, int] | None = None
+        self._latest: tuple[list[dict[str, Any]], float, int, str] | None = None
         self._latest_lock = threading.Lock()
 
     def _send(self, call: Callable[[], None]) -> None:
@@ -111,14 +189,19 @@ class RunArtifacts:
 
         self._sent.append(self._sender.submit(guarded))
 
-    def round_rows(self, rows: list[dict[str, Any]], done: float, round_no: int) -> None:
-        """The leaderboard's next version (``rows``, :func:`leaderboard`'s) and the progress
-        (``done``, :func:`finished_percent`'s), after round ``round_no``; when rounds come
-        faster than the API takes them, only the newest is sent."""
+    def round_rows(
+        self, rows: list[dict[str, Any]], done: float, round_no: int, progress: str = ""
+    ) -> None:
+        """The leaderboard's next version (``rows``, :func:`leaderboard`'s), the progress
+        (``done``, :func:`finished_percent`'s; ``progress``, :func:`progress_text`'s) after
+        round ``round_no``, and the plots if a drawing is due; when rounds come faster than
+        the API takes them, only the newest is sent."""
         with self._latest_lock:
-            waiting, self._latest = self._latest is not None, (rows, done, round_no)
+            waiting, self._latest = self._latest is not None, (rows, done, round_no, progress)
         if not waiting:
             self._send(self._send_latest)
+        if self.plots is not None:
+            self.plots.due()
 
     def _send_latest(self) -> None:
         with self._latest_lock:
@@ -126,7 +209,9 @@ class RunArtifacts:
         if latest is not None:
             self._send_round(*latest)
 
-    def _send_round(self, rows: list[dict[str, Any]], done: float, round_no: int) -> None:
+    def _send_round(
+        self, rows: list[dict[str, Any]], done: float, round_no: int, progress: str
+    ) -> None:
         from prefect.artifacts import (
             create_progress_artifact,
             create_table_artifact,
@@ -138,7 +223,7 @@ class RunArtifacts:
             key=artifact_key(self.experiment, "leaderboard"),
             description=f"{self.experiment} after round {round_no}, best first",
         )
-        what = f"{self.experiment}: trials ended, round {round_no}"
+        what = f"{self.experiment}, round {round_no}: {progress or 'trials ended'}"
         if self._progress is None:
             self._progress = create_progress_artifact(
                 done, key=artifact_key(self.experiment, "progress"), description=what
@@ -148,13 +233,15 @@ class RunArtifacts:
 
     def final_text(self, text: str, how: str) -> None:
         """The summary (:func:`summary_markdown`'s ``text``; ``how`` the run ended), after
-        everything sent before it; returns once all is sent."""
+        everything sent before it, and the last plots; returns once all is sent."""
         from prefect.artifacts import create_markdown_artifact
 
         key = artifact_key(self.experiment, "summary")
         self._send(lambda: create_markdown_artifact(text, key=key, description=how))
         self.flush()
         self._sender.shutdown()
+        if self.plots is not None:
+            self.plots.close(final=True)
 
     def flush(self) -> None:
         """Wait until everything sent so far has reached Prefect (or failed to)."""
@@ -163,23 +250,31 @@ class RunArtifacts:
 
 
 def summary_markdown(
-    grid: Any, how: str, records: Sequence[TrialRecord], metric: str | None, mode: str | None
+    grid: Any,
+    how: str,
+    records: Sequence[TrialRecord],
+    metric: str | None,
+    mode: str | None,
+    population: bool = False,
 ) -> str:
-    """The summary artifact's text."""
+    """The summary artifact's text: trials by status (stopped early apart from finished),
+    exploits for a PBT-family run (``population``), the best result and config."""
+    horizon = max((_iteration(rec) for rec in records), default=0.0)
     statuses: dict[str, int] = {}
     for rec in records:
-        statuses[rec.trial.status.value] = statuses.get(rec.trial.status.value, 0) + 1
-    exploits = sum(rec.generation for rec in records)
+        label = status_label(rec, horizon)
+        statuses[label] = statuses.get(label, 0) + 1
+    columns = [(s, str(statuses[s])) for s in sorted(statuses)]
+    if population:
+        columns.append(("exploits", str(sum(rec.generation for rec in records))))
     lines = [
         f"# {how}",
         "",
         f"Experiment: `{grid.experiment_path}`",
         "",
-        "| trials | " + " | ".join(s.lower() for s in sorted(statuses)) + " | exploits |",
-        "|---|" + "---|" * len(statuses) + "---|",
-        f"| {len(records)} | "
-        + " | ".join(str(statuses[s]) for s in sorted(statuses))
-        + f" | {exploits} |",
+        "| trials | " + " | ".join(name for name, _ in columns) + " |",
+        "|---|" + "---|" * len(columns),
+        f"| {len(records)} | " + " | ".join(n for _, n in columns) + " |",
         "",
     ]
     if metric and mode:
@@ -189,8 +284,8 @@ def summary_markdown(
             best = None
         if best is not None:
             lines += [
-                f"**Best {metric}**: {best.metrics.get(metric)} "
-                f"(iteration {best.metrics.get('training_iteration')})",
+                f"**Best {metric}**: {shown_number(best.metrics.get(metric))} "
+                f"(trial {best.trial_id}, iteration {best.metrics.get('training_iteration')})",
                 "",
                 f"**Best config**: `{json.dumps(best.config, default=str, sort_keys=True)}`",
                 "",
@@ -199,45 +294,3 @@ def summary_markdown(
             ]
     lines.append(f"Plots: `popflow plot {grid.experiment_path}`")
     return "\n".join(lines)
-
-
-def plots_artifact(
-    experiment: str, path: str, storage_options: dict[str, Any] | None = None
-) -> list[str]:
-    """Draw the experiment's plots (:func:`popflow.flows.plots.plot_experiment`) and show
-    them on the Artifacts page: a markdown artifact ``<name>-plots`` with each PNG
-    embedded (a data URI: the browser showing the UI need not reach the storage) and its
-    path. Needs the ``plots`` extra; without it, or if drawing fails, a warning and
-    nothing else (the run's result stands). The PNGs' paths."""
-    import base64
-
-    from prefect.artifacts import create_markdown_artifact
-
-    from popflow.flows.plots import PlotsUnavailable, plot_experiment
-    from popflow.infra.storage import Storage
-
-    try:
-        paths = plot_experiment(path, storage_options)
-    except PlotsUnavailable as e:
-        logger.warning("no plots for %s: %s", experiment, e)
-        return []
-    except Exception as e:  # a plot is a view: its failure never fails the run
-        logger.warning("could not draw the plots of %s: %s: %s", experiment, type(e).__name__, e)
-        return []
-    lines = [f"# {experiment}: plots", ""]
-    for url in paths:
-        folder, name = url.rsplit("/", 1)
-        png = Storage(folder, storage_options).read_bytes(name)
-        lines += [
-            f"![{name}](data:image/png;base64,{base64.b64encode(png).decode()})",
-            "",
-            f"`{url}`",
-            "",
-        ]
-    try:
-        create_markdown_artifact(
-            "\n".join(lines), key=artifact_key(experiment, "plots"), description=experiment
-        )
-    except Exception as e:  # Prefect is told, never relied on
-        logger.warning("could not send the plots of %s to Prefect: %s", experiment, e)
-    return paths

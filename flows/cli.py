@@ -285,6 +285,7 @@ def _plot(args: argparse.Namespace) -> int:
                 out=args.out,
                 time_attr=args.time_attr,
                 metric=args.metric,
+                log_y=args.log_y,
             )
     except (NoMetric, PlotsUnavailable) as e:
         raise UserError(str(e)) from e
@@ -350,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--time-attr", default="training_iteration", help="the x axis (default: %(default)s)"
     )
+    p.add_argument("--log-y", action="store_true", help="the metric on a log scale")
     p = sub.add_parser("server", help="the local Prefect server that runs start and reuse")
     p.add_argument("action", nargs="?", choices=("status", "stop"), default="status")
     args = parser.parse_args(argv)

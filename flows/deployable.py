@@ -47,8 +47,8 @@ from prefect.states import Completed
 
 from popflow import CheckpointConfig, run
 from popflow.flows import trainable_paths
-from popflow.flows.artifacts import plots_artifact
 from popflow.flows.flow_retries import mistakes_not_retried
+from popflow.flows.plot_artifacts import plots_artifact
 from popflow.infra.storage_cli import resolve_storage_options
 from popflow.schedulers import (
     PB2,

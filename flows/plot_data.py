@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from popflow.flows.artifacts import stopped_early
+from popflow.flows.plot_lineage import Entry, best_trial, lineage
 from popflow.flows.plot_read import ExperimentSnapshot
 from popflow.flows.results import Result, flatten
 from popflow.schedulers import TrialStatus
@@ -71,7 +73,11 @@ class StopMark:
 class PlotData:
     """Everything a figure shows. ``panels``: key -> its traces, the metric first;
     ``categories``: the labels of a non-numeric key's values (coded 0, 1, ...);
-    ``rungs_inferred``: the rungs come from where trials stopped, not the scheduler."""
+    ``rungs_inferred``: the rungs come from where trials stopped, not the scheduler;
+    ``best``: the trial with the best last result (None: no mode); ``lineage``: key ->
+    the path that led to ``best``'s last result through its exploits (PBT: one trace
+    across the trials it went through, ``lineage_trials``); ``errored``: how many
+    trials errored, ``first_error`` the last line of the first one's error."""
 
     name: str
     scheduler: str
@@ -88,6 +94,11 @@ class PlotData:
     stops: tuple[StopMark, ...] = ()
     round: int = 0
     finished: bool = True
+    best: str | None = None
+    lineage: Mapping[str, Trace] = field(default_factory=dict)
+    lineage_trials: tuple[str, ...] = ()
+    errored: int = 0
+    first_error: str | None = None
 
 
 def plot_kind(scheduler: str, state: Mapping[str, Any]) -> PlotKind:
@@ -133,16 +144,24 @@ def mutated_keys(results: Sequence[Result], policy: Sequence[Sequence[Any]]) -> 
 
 
 def _encoder(
-    results: Sequence[Result], policy: Sequence[Sequence[Any]], key: str
+    results: Sequence[Result],
+    policy: Sequence[Sequence[Any]],
+    key: str,
+    choices: Sequence[Any] | None = None,
 ) -> tuple[Encoder, tuple[str, ...]]:
     """How ``key``'s values become y values: numbers as they are; otherwise (strings,
-    booleans, lists) codes 0, 1, ... of their sorted labels. Returns (encode, labels)."""
+    booleans, lists), or numbers PBT picks from a list (``choices``), codes 0, 1, ...
+    of their labels (the list's order, else sorted). Returns (encode, labels)."""
     values = [_config(h).get(key) for r in results for h in r.history]
     values += [flatten(e[i] or {}).get(key) for e in policy for i in (4, 5)]
     present = [v for v in values if v is not None]
-    if all(_number(v) is not None for v in present):
+    listed = [str(v) for v in choices or ()]
+    if choices and {str(v) for v in present} <= set(listed):
+        labels = tuple(dict.fromkeys(listed))
+    elif all(_number(v) is not None for v in present):
         return _number, ()
-    labels = tuple(sorted({str(v) for v in present}))
+    else:
+        labels = tuple(sorted({str(v) for v in present}))
     codes = {label: float(i) for i, label in enumerate(labels)}
     return (lambda v: None if v is None else codes[str(v)]), labels
 
@@ -221,8 +240,7 @@ def _stops(results: Sequence[Result], time_attr: str, metric: str) -> tuple[Stop
     return tuple(
         StopMark(tid, t, v, status)
         for tid, (t, v, status) in last.items()
-        if v is not None
-        and (status == TrialStatus.ERROR or (status == TrialStatus.TERMINATED and t < horizon))
+        if v is not None and (status == TrialStatus.ERROR or stopped_early(status, t, horizon))
     )
 
 
@@ -268,10 +286,21 @@ def plot_data(
         "trials": tuple(r.trial_id for r in snapshot.grid),
         "round": snapshot.round,
         "finished": snapshot.finished,
+        **_errors(snapshot),
     }
     if kind == PlotKind.EARLY_STOPPING:
         return PlotData(**common, **_early_stopping(snapshot, time_attr, metric))
     return PlotData(**common, **_population(snapshot, time_attr, metric))
+
+
+def _errors(snapshot: ExperimentSnapshot) -> dict[str, Any]:
+    """How many trials errored, and the last line of the first one's error."""
+    errors = [r for r in snapshot.grid if r.status == TrialStatus.ERROR]
+    text = next((r.error for r in errors if r.error and r.error.strip()), None)
+    return {
+        "errored": len(errors),
+        "first_error": text.strip().splitlines()[-1] if text else None,
+    }
 
 
 def _early_stopping(snapshot: ExperimentSnapshot, time_attr: str, metric: str) -> dict[str, Any]:
@@ -296,6 +325,7 @@ def _early_stopping(snapshot: ExperimentSnapshot, time_attr: str, metric: str) -
         "rungs": rungs,
         "rungs_inferred": inferred and bool(rungs),
         "stops": stops,
+        "best": best_trial({r.trial_id: r.history for r in results}, metric, snapshot.mode),
     }
 
 
@@ -303,7 +333,10 @@ def _population(snapshot: ExperimentSnapshot, time_attr: str, metric: str) -> di
     """The traces of the metric and of each mutated key, broken at exploits, and the
     exploits' marks."""
     results, policy = list(snapshot.grid), snapshot.policy
-    coding = {k: _encoder(results, policy, k) for k in mutated_keys(results, policy)}
+    choices = snapshot.choices or {}
+    coding = {
+        k: _encoder(results, policy, k, choices.get(k)) for k in mutated_keys(results, policy)
+    }
     encoders = {k: enc for k, (enc, _) in coding.items()}
     values: dict[str, Callable[[Mapping[str, Any]], float | None]] = {
         metric: lambda h: _number(h.get(metric))
@@ -319,18 +352,23 @@ def _population(snapshot: ExperimentSnapshot, time_attr: str, metric: str) -> di
             events.append((target, source, entry))
     panels: dict[str, list[Trace]] = {k: [] for k in values}
     starts: dict[int, Mapping[str, Any] | None] = {}  # event -> the target's next result
+    split: dict[str, list[list[Mapping[str, Any]]]] = {}
+    into: dict[str, list[tuple[int | None, int]]] = {}  # trial -> (segment after, event)
     for r in results:
         mine = [i for i, (target, _, _) in enumerate(events) if target == r.trial_id]
         segments, after = _split(r.history, time_attr, [int(events[i][2][2]) for i in mine])
+        split[r.trial_id] = segments
         for i, seg in zip(mine, after, strict=True):
             starts[i] = segments[seg][0] if seg is not None and segments[seg] else None
+            into.setdefault(r.trial_id, []).append((seg, i))
         for segment in (s for s in segments if s):
             for k, value in values.items():
                 panels[k].append(_trace(r.trial_id, segment, time_attr, value))
     marks = []
+    sources: dict[int, Mapping[str, Any] | None] = {}
     for i, (target, source, entry) in enumerate(events):
         nxt = starts.get(i)
-        src = _source_result(by_id[source].history, int(entry[3]), nxt)
+        src = sources[i] = _source_result(by_id[source].history, int(entry[3]), nxt)
         if src is None or _number(src.get(time_attr)) is None:
             continue
         source_at = _point(src, time_attr, metric, encoders)
@@ -346,8 +384,22 @@ def _population(snapshot: ExperimentSnapshot, time_attr: str, metric: str) -> di
                 target, source, int(entry[2]), int(entry[3]), source_at, target_at, nxt is None
             )
         )
+    entries = {  # each exploit into a trial, with the source's result it took
+        trial: [Entry(seg, events[i][1], sources.get(i)) for seg, i in found]
+        for trial, found in into.items()
+    }
+    best = best_trial({r.trial_id: r.history for r in results}, metric, snapshot.mode)
+    pieces = lineage(best, split, entries) if best is not None else []
+    path = {}
+    for k, value in values.items():
+        parts = [_trace(best or "", piece, time_attr, value) for _, piece in pieces]
+        times = tuple(x for p in parts for x in p.times)
+        path[k] = Trace(best or "", times, tuple(y for p in parts for y in p.values))
     return {
         "panels": {k: tuple(t for t in v if t.times) for k, v in panels.items()},
         "categories": {k: labels for k, (_, labels) in coding.items() if labels},
         "exploits": tuple(marks),
+        "best": best,
+        "lineage": {k: t for k, t in path.items() if t.times},
+        "lineage_trials": tuple(t for t, _ in pieces),
     }

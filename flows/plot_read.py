@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from popflow.flows.experiment_read import NoExperiment, read_committed
-from popflow.flows.results import ResultGrid, committed_results
+from popflow.flows.results import ResultGrid, committed_results, flatten
+from popflow.flows.run_args import RUN_ARGS_FILE
 from popflow.flows.trial_logs import GLOBAL_POLICY
 from popflow.infra.storage import Storage
 
@@ -29,7 +30,8 @@ class ExperimentSnapshot:
     """An experiment as its latest commit has it (what :func:`plot_data` needs).
 
     ``policy``: the exploits' ``pbt_global.txt`` lines; ``tags``: trial id of
-    each trial's original experiment tag (the tags those lines name).
+    each trial's original experiment tag (the tags those lines name); ``choices``:
+    the config keys PBT mutates within a list (``hyperparam_mutations``), and the list.
     """
 
     name: str
@@ -42,6 +44,7 @@ class ExperimentSnapshot:
     tags: Mapping[str, str] | None = None
     round: int = 0
     finished: bool = True
+    choices: Mapping[str, tuple[Any, ...]] | None = None
 
 
 def _policy_lines(storage: Storage, commit: Mapping[str, Any]) -> tuple[tuple[Any, ...], ...]:
@@ -58,6 +61,19 @@ def _policy_lines(storage: Storage, commit: Mapping[str, Any]) -> tuple[tuple[An
     lines = [tuple(json.loads(line)) for line in text.splitlines() if line.strip()]
     total = commit.get("policy_total")
     return tuple(lines if total is None else lines[:total])
+
+
+def _choices(storage: Storage) -> dict[str, tuple[Any, ...]]:
+    """The keys the run's ``hyperparam_mutations`` give as a list, read from the JSON of
+    its arguments (never unpickled: a plot runs no code); none if it has no such file."""
+    try:
+        record = json.loads(storage.read_text(RUN_ARGS_FILE))
+        mutations = record["args"]["scheduler"]["kwargs"]["hyperparam_mutations"]
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return {}
+    if not isinstance(mutations, dict):
+        return {}
+    return {k: tuple(v) for k, v in flatten(mutations).items() if isinstance(v, list)}
 
 
 def read_experiment(
@@ -87,4 +103,5 @@ def read_experiment(
         tags=tags,
         round=experiment.round,
         finished=experiment.finished,
+        choices=_choices(experiment.storage),
     )

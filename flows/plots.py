@@ -8,13 +8,19 @@ source ``training_iteration``, the source's config, the new config). Nothing
 is written but the PNGs, so a running experiment can be plotted as it goes.
 
 - PBT, PB2 (and PBT replay): one panel per mutated hyperparameter (a config
-  key that changes over time) and one of the metric, against ``time_attr``;
-  one line per trial, broken at each exploit; an arrow leads from the source's
-  point to the clone's first point, which a triangle marks.
+  key that changes over time; a categorical axis for values picked from a list)
+  and one of the metric, against ``time_attr``; one faint line per trial, broken
+  at each exploit, a dashed link from the source's point to the clone's first
+  point (a triangle), and in bold the best trial's lineage: the path through the
+  exploits that led to its last result, so its config schedule reads as one line.
 - ASHA, HyperBand, median stopping, FIFO: the metric per trial against
-  ``time_attr``, rungs as vertical lines (ASHA's milestones ``r·η^k`` from
-  the scheduler's committed state; otherwise inferred from where trials
-  stopped), a cross at the last point of each trial stopped early.
+  ``time_attr``, the best trial bold, rungs as vertical lines (ASHA's milestones
+  ``r·η^k`` from the scheduler's committed state; otherwise inferred from where
+  trials stopped), a cross at the last point of each trial stopped early;
+  ``log_y`` puts the metric on a log scale.
+
+Lines are drawn as one collection per panel, so a run with thousands of
+segments draws in about a second.
 
 :func:`~popflow.flows.plot_data.plot_data` is the pure part (experiment in,
 series out, in :mod:`popflow.flows.plot_data`; read by :mod:`popflow.flows.plot_read`);
@@ -35,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import fsspec
 
-from popflow.flows.plot_data import PlotData, PlotKind, Trace, plot_data
+from popflow.flows.plot_data import PlotData, PlotKind, plot_data
 from popflow.flows.plot_read import read_experiment
 from popflow.infra.storage import Storage
 from popflow.schedulers import TrialStatus
@@ -44,7 +50,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["DPI", "PlotsUnavailable", "figure_size_px", "plot_experiment", "render"]
+__all__ = ["DPI", "PlotsUnavailable", "figure", "figure_size_px", "plot_experiment", "render"]
 
 PLOTS_DIR = "plots"
 #: The figures' resolution and size: WIDTH_PX wide, TITLE_PX plus PANEL_PX per panel
@@ -100,7 +106,20 @@ def _title(data: PlotData) -> str:
     else:
         stopped = sum(1 for s in data.stops if s.status == TrialStatus.TERMINATED)
         what += f", {stopped} stopped early"
+    if data.errored:
+        what += f", {data.errored} errored"
     return f"{data.name}: {data.scheduler or 'unknown scheduler'} ({what}; {state})"
+
+
+def _empty_text(data: PlotData) -> str:
+    """What a panel with no results says: why, when the trials errored."""
+    if not data.errored:
+        return "no results yet"
+    text = f"{data.errored} of {len(data.trials)} trials errored"
+    if data.first_error:
+        reason = data.first_error
+        text += f"; the first: {reason[:97] + '...' if len(reason) > 100 else reason}"
+    return text
 
 
 def _offsets(data: PlotData, key: str) -> dict[str, float]:
@@ -113,42 +132,63 @@ def _offsets(data: PlotData, key: str) -> dict[str, float]:
 
 
 def _draw_traces(
-    ax: Axes, traces: Sequence[Trace], colors: Mapping[str, Any], offsets: Mapping[str, float]
-) -> None:
-    for t in traces:
-        values = [v + offsets[t.trial_id] for v in t.values]
-        dots = {"marker": "o", "ms": 3} if len(values) <= 40 else {}  # each result, if few
-        ax.plot(t.times, values, color=colors[t.trial_id], lw=1.6, alpha=0.9, **dots)
-
-
-def _draw_exploits(
     ax: Axes,
     data: PlotData,
     key: str,
     colors: Mapping[str, Any],
     offsets: Mapping[str, float],
 ) -> None:
+    """Every trial's lines as one collection (thousands of lines draw in one call): faint
+    where a best trial stands out, then the best one (PBT: its lineage) bold on top."""
+    from matplotlib.collections import LineCollection
+
+    traces = data.panels[key]
+    faint = data.best is not None
+    lines = [
+        list(zip(t.times, [v + offsets[t.trial_id] for v in t.values], strict=True)) for t in traces
+    ]
+    ax.add_collection(
+        LineCollection(
+            lines,
+            colors=[colors[t.trial_id] for t in traces],
+            linewidths=1.0 if faint else 1.6,
+            alpha=(0.35 if data.kind == PlotKind.POPULATION else 0.5) if faint else 0.9,
+        )
+    )
+    ax.autoscale_view()
+    if data.best is None:
+        return
+    path = data.lineage.get(key)
+    if data.kind == PlotKind.EARLY_STOPPING:
+        best = [t for t in traces if t.trial_id == data.best]
+        for t in best:
+            ax.plot(t.times, t.values, color="black", lw=2.6, zorder=4)
+    elif path is not None:
+        ax.plot(path.times, path.values, color="black", lw=2.6, zorder=4)
+
+
+def _draw_exploits(ax: Axes, data: PlotData, key: str, offsets: Mapping[str, float]) -> None:
+    """Each exploit as a faint dashed line from the source's point to the clone's first,
+    and a triangle there (hollow while the clone has not trained yet), in two artists."""
+    from matplotlib.collections import LineCollection
+
+    links, done, pending = [], [], []
     for e in data.exploits:
         (xs, ys), (xt, yt) = e.source_at, e.target_at
         if key not in ys or key not in yt:
             continue
-        ys_key, yt_key = ys[key] + offsets[e.source], yt[key] + offsets[e.target]
-        ax.annotate(
-            "",
-            xy=(xt, yt_key),
-            xytext=(xs, ys_key),
-            arrowprops={"arrowstyle": "->", "color": "0.35", "lw": 0.9, "ls": "--"},
-        )
-        ax.scatter(
-            [xt],
-            [yt_key],
-            marker="^",
-            s=70,
-            color="white" if e.pending else colors[e.target],
-            edgecolors=colors[e.target] if e.pending else "black",
-            linewidths=0.8,
-            zorder=5,
-        )
+        to = (xt, yt[key] + offsets[e.target])
+        links.append([(xs, ys[key] + offsets[e.source]), to])
+        (pending if e.pending else done).append(to)
+    if not links:
+        return
+    ax.add_collection(
+        LineCollection(links, colors="0.35", linewidths=0.8, linestyles="--", alpha=0.5)
+    )
+    for points, face in ((done, "0.6"), (pending, "white")):
+        if points:
+            xs, ys = zip(*points, strict=True)
+            ax.scatter(xs, ys, marker="^", s=28, color=face, edgecolors="0.3", lw=0.5, zorder=3)
 
 
 def _draw_rungs(ax: Axes, data: PlotData) -> None:
@@ -173,13 +213,21 @@ def _draw_rungs(ax: Axes, data: PlotData) -> None:
 
 
 def _draw_stops(ax: Axes, data: PlotData, colors: Mapping[str, Any]) -> None:
-    """A cross at each stopped trial's last point; a red-edged one where a trial errored."""
-    for s in data.stops:
-        if s.status == TrialStatus.TERMINATED:
-            style = {"marker": "x", "s": 80, "linewidths": 2.0}
-        else:
-            style = {"marker": "X", "s": 110, "edgecolors": "red", "linewidths": 1.0}
-        ax.scatter([s.time], [s.value], color=colors[s.trial_id], zorder=5, **style)
+    """A cross at each stopped trial's last point; a red-edged one where a trial errored
+    (one artist per kind)."""
+    for status, style in (
+        (TrialStatus.TERMINATED, {"marker": "x", "s": 60, "linewidths": 1.6}),
+        (TrialStatus.ERROR, {"marker": "X", "s": 100, "edgecolors": "red", "linewidths": 1.0}),
+    ):
+        stops = [s for s in data.stops if s.status == status]
+        if stops:
+            ax.scatter(
+                [s.time for s in stops],
+                [s.value for s in stops],
+                color=[colors[s.trial_id] for s in stops],
+                zorder=5,
+                **style,
+            )
 
 
 def _legend(fig: Figure, data: PlotData, colors: Mapping[str, Any]) -> None:
@@ -189,6 +237,9 @@ def _legend(fig: Figure, data: PlotData, colors: Mapping[str, Any]) -> None:
         return Line2D([], [], ls="none", label=label, **style)
 
     handles: list[Any] = []
+    if data.best is not None:
+        what = "lineage" if data.kind == PlotKind.POPULATION and data.lineage else "trial"
+        handles.append(Line2D([], [], color="black", lw=2.6, label=f"best {what}: {data.best}"))
     if len(data.trials) <= MAX_LEGEND_TRIALS:
         handles += [Line2D([], [], color=colors[t], lw=2, label=t) for t in data.trials]
     else:
@@ -196,11 +247,11 @@ def _legend(fig: Figure, data: PlotData, colors: Mapping[str, Any]) -> None:
     if data.exploits:
         handles += [
             Line2D([], [], color="0.35", lw=0.9, ls="--", label="cloned from (source → clone)"),
-            marker("clone's first result", color="0.6", marker="^", ms=8, mec="black"),
+            marker("clone's first result", color="0.6", marker="^", ms=7, mec="0.2"),
         ]
     if any(e.pending for e in data.exploits):
         handles.append(
-            marker("clone not trained yet (new config)", color="white", marker="^", ms=8, mec="0.3")
+            marker("clone not trained yet (new config)", color="white", marker="^", ms=7, mec="0.2")
         )
     if data.rungs:
         label = "rung (inferred from stops)" if data.rungs_inferred else "rung (milestone)"
@@ -212,55 +263,63 @@ def _legend(fig: Figure, data: PlotData, colors: Mapping[str, Any]) -> None:
     fig.legend(handles=handles, loc="outside right upper", fontsize=10, frameon=False)
 
 
-def _format_axis(ax: Axes, data: PlotData, key: str) -> None:
+def _format_axis(ax: Axes, data: PlotData, key: str, log_y: bool) -> None:
+    values = [v for t in data.panels[key] for v in t.values]
     if key == data.metric:
         ax.set_ylabel(f"{key} ({data.mode})" if data.mode else key)
         ax.set_title(f"{key} per trial", loc="left", fontsize=11)
+        if log_y and values:  # symlog where a value is 0 or below: log cannot show it
+            ax.set_yscale("log" if min(values) > 0 else "symlog")
     else:
         ax.set_ylabel(key)
         ax.set_title(f"hyperparameter {key}", loc="left", fontsize=11)
     labels = data.categories.get(key)
-    if labels:
+    if labels:  # a categorical axis: a tick per value, no values between them
         ax.set_yticks(range(len(labels)), labels)
         ax.set_ylim(-0.5, len(labels) - 0.5)
-    elif key != data.metric:  # a hyperparameter over decades (a learning rate): log scale
-        values = [v for t in data.panels[key] for v in t.values]
-        if values and min(values) > 0 and max(values) / min(values) >= 100:
-            ax.set_yscale("log")
+    elif key != data.metric and values and min(values) > 0 and max(values) / min(values) >= 100:
+        ax.set_yscale("log")  # a hyperparameter over decades (a learning rate)
     ax.grid(True, alpha=0.3)
 
 
-def render(data: PlotData) -> dict[str, bytes]:
-    """The PNGs of ``data`` by file name (``population.png`` or ``metric.png``)."""
+def figure(data: PlotData, *, log_y: bool = False) -> Figure:
+    """The figure of ``data`` on an Agg canvas (``log_y``: the metric on a log scale)."""
     matplotlib, Figure, FigureCanvasAgg = _matplotlib()
     width, height = figure_size_px(data)
+    fig = Figure(figsize=(width / DPI, height / DPI), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    keys = [data.metric] + [k for k in data.panels if k != data.metric]
+    if data.kind == PlotKind.POPULATION:  # the schedule on top, the outcome below
+        keys = keys[1:] + keys[:1]
+    axes = fig.subplots(len(keys), 1, sharex=True, squeeze=False)[:, 0]
+    colors = _colors(matplotlib, data.trials)
+    for ax, key in zip(axes, keys, strict=True):
+        offsets = _offsets(data, key)
+        _draw_traces(ax, data, key, colors, offsets)
+        if data.kind == PlotKind.POPULATION:
+            _draw_exploits(ax, data, key, offsets)
+        else:
+            _draw_rungs(ax, data)
+            _draw_stops(ax, data, colors)
+        _format_axis(ax, data, key, log_y)
+        if not data.panels[key]:
+            ax.text(0.5, 0.5, _empty_text(data), transform=ax.transAxes, ha="center")
+    axes[-1].set_xlabel(data.time_attr)
+    times = [x for traces in data.panels.values() for t in traces for x in t.times]
+    if times and all(x == int(x) for x in times):  # iterations: no ticks between them
+        axes[-1].xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    fig.suptitle(_title(data), fontsize=13)
+    _legend(fig, data, colors)
+    return fig
+
+
+def render(data: PlotData, *, log_y: bool = False) -> dict[str, bytes]:
+    """The PNGs of ``data`` by file name (``population.png`` or ``metric.png``);
+    ``log_y``: the metric on a log scale."""
+    matplotlib = _matplotlib()[0]
     with matplotlib.rc_context({"font.size": 11, "axes.titlesize": 11, "axes.labelsize": 11}):
-        fig = Figure(figsize=(width / DPI, height / DPI), dpi=DPI, layout="constrained")
-        FigureCanvasAgg(fig)
-        keys = [data.metric] + [k for k in data.panels if k != data.metric]
-        if data.kind == PlotKind.POPULATION:  # the schedule on top, the outcome below
-            keys = keys[1:] + keys[:1]
-        axes = fig.subplots(len(keys), 1, sharex=True, squeeze=False)[:, 0]
-        colors = _colors(matplotlib, data.trials)
-        for ax, key in zip(axes, keys, strict=True):
-            offsets = _offsets(data, key)
-            _draw_traces(ax, data.panels[key], colors, offsets)
-            if data.kind == PlotKind.POPULATION:
-                _draw_exploits(ax, data, key, colors, offsets)
-            else:
-                _draw_rungs(ax, data)
-                _draw_stops(ax, data, colors)
-            _format_axis(ax, data, key)
-            if not data.panels[key]:
-                ax.text(0.5, 0.5, "no results yet", transform=ax.transAxes, ha="center")
-        axes[-1].set_xlabel(data.time_attr)
-        times = [x for traces in data.panels.values() for t in traces for x in t.times]
-        if times and all(x == int(x) for x in times):  # iterations: no ticks between them
-            axes[-1].xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-        fig.suptitle(_title(data), fontsize=13)
-        _legend(fig, data, colors)
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=DPI)
+        figure(data, log_y=log_y).savefig(buf, format="png", dpi=DPI)
     name = "population.png" if data.kind == PlotKind.POPULATION else "metric.png"
     return {name: buf.getvalue()}
 
@@ -282,12 +341,14 @@ def plot_experiment(
     *,
     time_attr: str = "training_iteration",
     metric: str | None = None,
+    log_y: bool = False,
 ) -> list[str]:
     """Draw the experiment at ``path`` (finished or running: its latest commit) as PNGs.
 
     ``out``: the folder to write them to (default ``<path>/plots/``; the
     experiment's ``storage_options`` apply to it if it uses the same protocol).
-    Returns the PNGs' paths (URLs on object stores). Raises
+    ``log_y``: the metric on a log scale (a loss over decades). Returns the PNGs'
+    paths (URLs on object stores). Raises
     :class:`NoExperiment` if nothing is committed at ``path``,
     :class:`PlotsUnavailable` without matplotlib.
     """
@@ -296,7 +357,7 @@ def plot_experiment(
     data = plot_data(read_experiment(path, storage_options), time_attr=time_attr, metric=metric)
     target = _out_storage(path, out, storage_options)
     written = []
-    for name, png in render(data).items():
+    for name, png in render(data, log_y=log_y).items():
         target.write_bytes(png, name)
         written.append(target.full_url(name))
     return written

@@ -30,6 +30,7 @@ from popflow.flows.artifacts import RunArtifacts
 from popflow.flows.console import console_verbosity
 from popflow.flows.flow_heartbeat import engine_heartbeats_off, heartbeats
 from popflow.flows.flow_parameters import Shown
+from popflow.flows.plot_artifacts import PlotRefresh
 from popflow.flows.round_runs import RoundRuns, late_start_line, log_at
 from popflow.flows.run_feed import Line, Resumed, RoundBegins, RoundDone, RunEnd, RunFeed
 from popflow.flows.run_log import run_logger
@@ -163,7 +164,9 @@ def tune_flow(name: str, spec: Shown[RunSpec] | RunSpec, cluster: Shown[Any] | A
         raise RuntimeError("the tune flow records a run of popflow.run: call popflow.run")
     if isinstance(spec, Shown):
         spec = spec.value
-    artifacts = RunArtifacts(name, spec.metric, spec.mode)
+    experiment = spec.storage.child(spec.name)
+    plots = PlotRefresh(name, experiment.url, experiment.storage_options)
+    artifacts = RunArtifacts(name, spec.metric, spec.mode, plots)
     late = late_start_line(feed.started_at)
     if late is not None:
         _log(late)
@@ -205,7 +208,7 @@ def _round(
             for line in event.lines:
                 _log(line, run.logger)
             rounds.end(run, event.at)
-            artifacts.round_rows(event.rows, event.done_percent, event.round_no)
+            artifacts.round_rows(event.rows, event.done_percent, event.round_no, event.progress)
             return None
         elif isinstance(event, RunEnd):
             rounds.end(run, event.at, event.error)

@@ -62,6 +62,7 @@ class RoundDone:
     lines: list[Line]
     rows: list[dict[str, Any]]
     done_percent: float
+    progress: str = ""  # trials ended and the best result so far, in words
     at: float = field(default_factory=time.time)
 
 
@@ -109,9 +110,14 @@ class RunFeed:
         self._queue.put(RoundBegins(round_no))
 
     def round_done(
-        self, round_no: int, lines: list[Line], rows: list[dict[str, Any]], done: float
+        self,
+        round_no: int,
+        lines: list[Line],
+        rows: list[dict[str, Any]],
+        done: float,
+        progress: str = "",
     ) -> None:
-        self._queue.put(RoundDone(round_no, lines, rows, done))
+        self._queue.put(RoundDone(round_no, lines, rows, done, progress))
 
     def resumed(self, experiment: str, epoch: int) -> None:
         self._queue.put(Resumed(experiment, epoch))

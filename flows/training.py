@@ -13,7 +13,12 @@ from typing import NamedTuple
 
 from distributed import Client
 
-from popflow.flows.artifacts import finished_percent, leaderboard, summary_markdown
+from popflow.flows.artifacts import (
+    finished_percent,
+    leaderboard,
+    progress_text,
+    summary_markdown,
+)
 from popflow.flows.console import check_verbose
 from popflow.flows.controller import Controller
 from popflow.flows.experiment import Experiment, open_experiment
@@ -24,6 +29,7 @@ from popflow.flows.run_log import run_logger
 from popflow.flows.run_spec import RunSpec
 from popflow.flows.runner_pool import RunnerPool
 from popflow.infra.cluster import ClusterStart, dask_client
+from popflow.schedulers import PopulationBasedTraining, PopulationBasedTrainingReplay
 
 
 class TrialError(RuntimeError):
@@ -117,7 +123,9 @@ def _train(
             grid.num_errors,
             spec.scheduler.debug_string(),
         )
-    return Trained(grid, message, summary_markdown(grid, message, records, spec.metric, spec.mode))
+    population = isinstance(spec.scheduler, PopulationBasedTraining | PopulationBasedTrainingReplay)
+    summary = summary_markdown(grid, message, records, spec.metric, spec.mode, population)
+    return Trained(grid, message, summary)
 
 
 def _round(controller: Controller, feed: RunFeed) -> bool:
@@ -135,8 +143,11 @@ def _round(controller: Controller, feed: RunFeed) -> bool:
     ]
     records = controller.records
     rows = leaderboard(records, controller.spec.metric, controller.spec.mode)
+    spec = controller.spec
     done = finished_percent(len(records), controller.index.live)
-    feed.round_done(controller.rounds, lines, rows, done)
+    feed.round_done(
+        controller.rounds, lines, rows, done, progress_text(records, spec.metric, spec.mode)
+    )
     if controller.display is not None:
         controller.display.tick(records, controller.rounds)
     return more

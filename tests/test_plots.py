@@ -16,9 +16,15 @@ import pytest
 
 from popflow import ResultGrid, choice, run, uniform
 from popflow.flows.cli import main
-from popflow.flows.plot_data import NoMetric, PlotData, PlotKind, plot_data, plot_kind
+from popflow.flows.plot_data import NoMetric, PlotData, PlotKind, Trace, plot_data, plot_kind
 from popflow.flows.plot_read import ExperimentSnapshot, NoExperiment, read_experiment
-from popflow.flows.plots import PlotsUnavailable, figure_size_px, plot_experiment, render
+from popflow.flows.plots import (
+    PlotsUnavailable,
+    figure,
+    figure_size_px,
+    plot_experiment,
+    render,
+)
 from popflow.flows.results import Result
 from popflow.infra.storage import Storage
 from popflow.schedulers import ASHAScheduler, PopulationBasedTraining
@@ -170,7 +176,8 @@ def test_pbt_panels_are_the_mutated_keys_and_the_metric(experiments):
     }
     data = plot_data(read_experiment(path))
     assert set(data.panels) == {"score"} | changed
-    assert data.categories.get("opt", ("adam", "sgd")) == ("adam", "sgd")
+    # a categorical axis in the order of the mutation's list
+    assert data.categories.get("opt", ("sgd", "adam")) == ("sgd", "adam")
     # one line per trial, and one more per exploit after which its target reported
     lines_expected = len(results) + sum(
         1
@@ -200,6 +207,45 @@ def test_running_experiment_is_plotted_as_of_its_latest_commit(experiments):
 
 
 # -- ASHA --------------------------------------------------------------------------
+
+
+def test_pbt_best_lineage_follows_the_committed_lineage(experiments):
+    """The bold path is the best trial's lineage: the trials its commit's lineage names,
+    oldest first, its results at every iteration up to its last."""
+    from popflow.flows.experiment_read import read_committed
+
+    path = experiments["pbt"]
+    data = plot_data(read_experiment(path))
+    results = logged_results(path)
+    best = max(results, key=lambda t: results[t][-1]["score"])
+    assert data.best == best
+    (committed,) = [t for t in read_committed(path).commit["trials"] if t["trial_id"] == best]
+    chain = committed["lineage"]
+    expected = [trial_of_tag(results, chain[0][1])] if chain else []
+    expected += [trial_of_tag(results, e[0]) for e in chain] or [best]
+    assert data.lineage_trials == tuple(expected)
+    score = data.lineage["score"]
+    assert score.times == tuple(float(i) for i in range(1, STOP_AT + 1))
+    assert score.values[-1] == results[best][-1]["score"]
+    # the run's mutations as its arguments recorded them: lists are categorical axes
+    assert read_experiment(path).choices == {
+        "lr": (0.1, 0.3, 0.5, 0.7, 0.9),
+        "opt": ("sgd", "adam"),
+    }
+
+
+def test_asha_plot_highlights_the_best_trial_and_takes_a_log_y_axis(experiments, tmp_path):
+    data = plot_data(read_experiment(experiments["asha"]))
+    results = logged_results(experiments["asha"])
+    assert data.best == max(results, key=lambda t: results[t][-1]["score"])
+    (ax,) = figure(data, log_y=True).axes
+    assert ax.get_yscale() == "log"
+    bold = [line for line in ax.get_lines() if line.get_linewidth() > 2]
+    assert [tuple(line.get_xdata()) for line in bold] == [
+        t.times for t in data.panels["score"] if t.trial_id == data.best
+    ]
+    assert main(["plot", experiments["asha"], "--log-y", "--out", str(tmp_path)]) == 0
+    assert_drawn(data, str(tmp_path / "metric.png"))
 
 
 def test_asha_data_has_its_milestones_and_stopped_trials(experiments):
@@ -380,3 +426,51 @@ def test_no_metric_says_what_to_pass():
 def test_missing_experiment_raises(tmp_path):
     with pytest.raises(NoExperiment, match="no committed experiment at"):
         read_experiment(tmp_path / "nothing")
+
+
+def test_pbt_lineage_goes_back_through_each_exploit_and_is_drawn_bold():
+    """c cloned a at a's iteration 2, a had cloned b at b's iteration 1: c's lineage is
+    b up to 1, a from 2 up to 2, then c from 3; the figure draws that path bold, the
+    categorical key on a categorical axis in its list's order."""
+    b = result("b", [row(1, 1.0, 1, lr=0.1, f=2), row(2, 1.5, 2, lr=0.1, f=2)])
+    a = result("a", [row(1, 0.5, 1, lr=0.2, f=1), row(2, 2.0, 3, lr=0.3, f=1)])
+    c = result(
+        "c",
+        [row(1, 0.1, 1, lr=0.4, f=2), row(2, 0.2, 3, lr=0.4, f=2), row(3, 3.0, 5, lr=0.5, f=1)],
+    )
+    policy = (
+        ("0", "1", 1, 1, {"lr": 0.1, "f": 2}, {"lr": 0.3, "f": 1}),  # a <- b after iteration 1
+        ("2", "0", 2, 2, {"lr": 0.3, "f": 1}, {"lr": 0.5, "f": 1}),  # c <- a after iteration 2
+    )
+    tags = {"0": "a", "1": "b", "2": "c"}
+    choices = {"f": (2, 1)}
+    data = plot_data(
+        snapshot("PopulationBasedTraining", [a, b, c], policy=policy, tags=tags, choices=choices)
+    )
+    assert data.best == "c" and data.lineage_trials == ("b", "a", "c")
+    assert data.lineage["score"] == Trace("c", (1.0, 2.0, 3.0), (1.0, 2.0, 3.0))
+    assert data.lineage["lr"].values == (0.1, 0.3, 0.5)
+    assert data.categories == {"f": ("2", "1")}  # numbers from a list: categories
+    assert data.lineage["f"].values == (0.0, 1.0, 1.0)
+    fig = figure(data)
+    by_title = {ax.get_title(loc="left"): ax for ax in fig.axes}
+    f_axis = by_title["hyperparameter f"]
+    assert [t.get_text() for t in f_axis.get_yticklabels()] == ["2", "1"]
+    for key, ax in (("score", by_title["score per trial"]), ("lr", by_title["hyperparameter lr"])):
+        (bold,) = [line for line in ax.get_lines() if line.get_linewidth() > 2]
+        assert tuple(bold.get_ydata()) == data.lineage[key].values
+    assert_drawn(data, render(data)["population.png"])
+
+
+def test_an_all_errored_experiment_says_its_trials_errored():
+    boom = "Traceback (most recent call last):\n  ...\nRuntimeError: the loss is nan at step 3\n"
+    results = [
+        Result({}, {}, None, "", error=boom, trial_id="a", status="ERROR", history=[]),
+        Result({}, {}, None, "", error=None, trial_id="b", status="ERROR", history=[]),
+    ]
+    data = plot_data(snapshot("AsyncHyperBandScheduler", results))
+    assert (data.errored, data.first_error) == (2, "RuntimeError: the loss is nan at step 3")
+    fig = figure(data)
+    said = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert said == ["2 of 2 trials errored; the first: RuntimeError: the loss is nan at step 3"]
+    assert "2 errored" in fig.get_suptitle()

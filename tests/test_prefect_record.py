@@ -24,15 +24,18 @@ from typing import Any
 
 import pytest
 from browser import rendered_text
-from test_prefect_ui import run_logs, tune_runs
+from test_prefect_ui import artifacts, run_logs, tune_runs
 from test_resume import ListHandler
 from test_tune_pbt import parity_scheduler, parity_space
-from trainables import Misbehaving, SleepyTrainable
+from trainables import Misbehaving, ParityTrainable, SleepyTrainable
 
-from popflow import FIFOScheduler, run
-from popflow.flows import prefect_flow, round_runs, run_feed
+from popflow import FIFOScheduler, grid_search, run
+from popflow.flows import plot_artifacts, prefect_flow, round_runs, run_feed
+from popflow.flows.artifacts import RunArtifacts
+from popflow.flows.plot_artifacts import PlotRefresh
 from popflow.flows.run_feed import Line, RoundBegins, RoundDone, RunEnd, RunFeed
 from popflow.infra import local_server
+from popflow.schedulers import ASHAScheduler
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -343,3 +346,77 @@ def test_a_kept_server_whose_ui_calls_another_api_is_replaced(tmp_path, monkeypa
     finally:
         if old.poll() is None:
             old.kill()
+
+
+def test_the_leaderboard_reads_like_the_console_and_tells_stopped_early_from_finished(tune_env):
+    """ASHA: a column per hyperparameter, the console's rounding, a time column, trials
+    stopped at a rung apart from those that finished; the summary counts them (no
+    exploits column); the progress says trials ended and the best so far."""
+    run(
+        ParityTrainable,
+        {"a": grid_search([4, 3, 2, 1]), "lr": grid_search([0.001])},
+        scheduler=ASHAScheduler(grace_period=1, reduction_factor=2, max_t=4),
+        metric="mean_accuracy",
+        mode="max",
+        stop={"training_iteration": 4},
+        max_concurrent_trials=1,  # the best first: the others meet its results at the rungs
+        name="board",
+        **tune_env,
+    )
+    rows = artifacts("board-leaderboard")[-1].data
+    rows = json.loads(rows) if isinstance(rows, str) else rows
+    assert list(rows[0]) == ["trial", "status", "mean_accuracy", "iter", "total time (s)", "a"]
+    assert rows[0]["a"] == "4" and sorted(r["a"] for r in rows) == ["1", "2", "3", "4"]
+    ends: dict[str, set[int]] = {"finished": set(), "stopped early": set()}
+    for r in rows:
+        ends[r["status"]].add(int(r["iter"]))
+    assert ends["finished"] == {4}, rows  # as far as any trial got
+    assert ends["stopped early"] and max(ends["stopped early"]) < 4, rows  # at a rung
+    assert all(float(r["total time (s)"]) >= 0 for r in rows)
+    (summary,) = artifacts("board-summary")
+    assert "stopped early" in summary.data and "exploits" not in summary.data
+    (progress,) = artifacts("board-progress")
+    assert "4 of 4 trials ended; best mean_accuracy 8 (trial " in progress.description
+
+
+def test_a_round_never_waits_for_the_plots(prefect_server):
+    """The plots are drawn on a thread of their own: while a drawing hangs, each round's
+    leaderboard is sent and a round's call returns; no second drawing starts meanwhile."""
+    started, release = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    def draw(experiment: str, path: str, options: Any) -> bool:
+        calls.append(path)
+        started.set()
+        release.wait(60)
+        return True
+
+    refresh = PlotRefresh("hung", "/nowhere", None, interval_s=0.0, draw=draw)
+    board = RunArtifacts("hung", "score", "max", plots=refresh)
+    for round_no in (1, 2, 3):
+        board.round_rows([{"trial": "t", "score": str(round_no)}], 50.0, round_no, "")
+    assert started.wait(30)
+    board.flush()  # the rounds' artifacts reach Prefect with the drawing still hung
+    assert len(artifacts("hung-leaderboard")) == 3 and calls == ["/nowhere"]
+    release.set()
+    board.final_text("# done", "done")  # the last drawing, once one was drawn
+    assert refresh.drawn == 2 and len(calls) == 2
+
+
+def test_a_long_enough_run_redraws_its_plots_while_it_goes(tune_env, monkeypatch):
+    monkeypatch.setattr(plot_artifacts, "PLOTS_INTERVAL_S", 0.0)  # every round may draw
+    run(
+        ParityTrainable,
+        parity_space([10, 20, 40]),
+        scheduler=parity_scheduler(synch=True),
+        metric="mean_accuracy",
+        mode="max",
+        num_samples=3,
+        stop={"training_iteration": 4},
+        name="live-plots",
+        **tune_env,
+    )
+    versions = artifacts("live-plots-plots")
+    assert len(versions) >= 2, versions  # while it ran, and its end
+    assert all("data:image/png;base64," in v.data for v in versions)
+    assert "as of round 4" in versions[-1].description
