@@ -397,7 +397,9 @@ def test_a_round_never_waits_for_the_plots(prefect_server):
         board.round_rows([{"trial": "t", "score": str(round_no)}], 50.0, round_no, "")
     assert started.wait(30)
     board.flush()  # the rounds' artifacts reach Prefect with the drawing still hung
-    assert len(artifacts("hung-leaderboard")) == 3 and calls == ["/nowhere"]
+    boards = artifacts("hung-leaderboard")  # newest first; rounds sent faster coalesce
+    assert 1 <= len(boards) <= 3 and "after round 3" in boards[0].description, boards
+    assert calls == ["/nowhere"]
     release.set()
     board.final_text("# done", "done")  # the last drawing, once one was drawn
     assert refresh.drawn == 2 and len(calls) == 2
