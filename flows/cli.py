@@ -26,23 +26,15 @@ import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from popflow.flows.experiment_read import (
-    CommittedExperiment,
-    MalformedExperiment,
-    NoExperiment,
-    read_committed,
-    state_of,
-)
-from popflow.flows.results import committed_results
-from popflow.flows.run_args import BadRunArgs, CodeNotFound, load_run_args
-from popflow.flows.status_view import status_lines, value_text
-from popflow.infra import local_server
-from popflow.infra.experiment_log import EXPERIMENT_FILE, DamagedLog, ExperimentLog
-from popflow.infra.lease import LeaseHeldError, break_lease, live_holder
-from popflow.infra.storage import Storage, StorageError, UnsafePath
-from popflow.infra.storage_cli import add_storage_arguments, resolve_storage_options
+from popflow.infra.storage_cli import add_storage_arguments
+
+# Each command imports what it needs when it runs: `popflow --help` imports no fsspec,
+# numpy, Dask or Prefect (they took seconds), and `status`/`show` no Dask or Prefect.
+if TYPE_CHECKING:
+    from popflow.flows.experiment_read import CommittedExperiment
+    from popflow.infra.storage import Storage, StorageError
 
 #: what a storage error says when the store wants credentials it was not given
 _CREDENTIAL_SIGNS = (
@@ -93,6 +85,8 @@ def _split(given: str) -> tuple[str, str]:
 
 def _options(args: argparse.Namespace) -> dict[str, Any] | None:
     """The storage options of ``args``' flags (a credentials block is loaded here)."""
+    from popflow.infra.storage_cli import resolve_storage_options
+
     try:
         return resolve_storage_options(args.path, args.storage_options, args.credentials_block)
     except (ValueError, ImportError) as e:  # no such block, an S3 block for a local path
@@ -100,6 +94,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def _open(url: str, options: dict[str, Any] | None) -> Storage:
+    from popflow.infra.storage import Storage
+
     try:
         return Storage(url, options)
     except (ValueError, ImportError) as e:  # "Protocol not known", "Install gcsfs to ..."
@@ -118,6 +114,8 @@ def _storage_error(e: StorageError) -> UserError:
 
 def _experiments_in(storage: Storage, limit: int = 20) -> list[str]:
     """The experiments directly under ``storage`` (a storage root given for an experiment)."""
+    from popflow.infra.experiment_log import EXPERIMENT_FILE
+
     try:
         names = storage.listdir()[:limit]
         return [n for n in names if storage.file_exists(n, EXPERIMENT_FILE)]
@@ -128,6 +126,10 @@ def _experiments_in(storage: Storage, limit: int = 20) -> list[str]:
 @contextmanager
 def _reading(storage: Storage) -> Iterator[None]:
     """Errors reading the experiment at ``storage`` as one :class:`UserError` each."""
+    from popflow.flows.experiment_read import MalformedExperiment, NoExperiment
+    from popflow.infra.experiment_log import DamagedLog
+    from popflow.infra.storage import StorageError, UnsafePath
+
     try:
         yield
     except NoExperiment as e:
@@ -148,6 +150,8 @@ def _storage(args: argparse.Namespace) -> Storage:
 
 def _read(args: argparse.Namespace) -> CommittedExperiment:
     """The experiment at ``args.path`` as of its latest commit (reads only)."""
+    from popflow.flows.experiment_read import read_committed
+
     storage = _storage(args)
     with _reading(storage):
         return read_committed(storage.url, storage.storage_options)
@@ -167,6 +171,10 @@ def _resume_command(args: argparse.Namespace, url: str) -> str:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from popflow.flows.experiment_read import state_of
+    from popflow.flows.status_view import status_lines
+    from popflow.infra.lease import live_holder
+
     experiment = _read(args)
     with _reading(experiment.storage):
         driver = live_holder(experiment.storage)
@@ -180,6 +188,9 @@ def _status(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     """The latest commit as it is: each trial's committed status, results and metric."""
+    from popflow.flows.results import committed_results
+    from popflow.flows.status_view import value_text
+
     experiment = _read(args)
     state = "finished" if experiment.finished else "unfinished"
     print(
@@ -202,6 +213,8 @@ def _show(args: argparse.Namespace) -> int:
 
 def _resume(args: argparse.Namespace) -> int:
     from popflow.flows.launch import run
+    from popflow.flows.run_args import BadRunArgs, CodeNotFound, load_run_args
+    from popflow.infra.lease import LeaseHeldError, break_lease
 
     # as `python -m` would: the trainable's module may live in the folder run from
     if "" not in sys.path and os.getcwd() not in sys.path:
@@ -254,6 +267,8 @@ def _resume(args: argparse.Namespace) -> int:
 def _check_resumable(experiment: CommittedExperiment, run_args: dict[str, Any]) -> None:
     """What a resume reads besides the trial table, tried before anything is written: the
     seed, and the commit's scheduler state, given to a copy of the run's scheduler."""
+    from popflow.infra.experiment_log import EXPERIMENT_FILE, ExperimentLog
+
     if experiment.seed is None:
         raise UserError(
             f"{experiment.storage.full_url(EXPERIMENT_FILE)} has no 'seed' to resume with"
@@ -295,6 +310,8 @@ def _plot(args: argparse.Namespace) -> int:
 
 def _server(args: argparse.Namespace) -> int:
     """The embedded default's Prefect server (:mod:`popflow.infra.local_server`)."""
+    from popflow.infra import local_server
+
     home = local_server.prefect_home()
     if args.action == "stop":
         stopped = local_server.stop(home)
