@@ -334,6 +334,20 @@ def _quiet_console() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the ``popflow`` command; its exit status. A reader that stops early (``popflow
+    status ... | head``) ends it quietly, with status 1, as Python's docs recommend."""
+    try:
+        try:
+            return _command(argv)
+        finally:
+            sys.stdout.flush()  # a reader gone shows here, not in the interpreter's exit
+    except BrokenPipeError:
+        # nothing more reaches that reader: what is left to print goes nowhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _command(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(
         prog="popflow", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
