@@ -338,7 +338,7 @@ def test_a_killed_driver_is_interrupted_its_running_trials_pending_and_resumable
 
     resumed = popflow("resume", path, "--n-workers", "2")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "exp: 4 trials, 0 errors" in resumed.stdout
+    assert "exp: finished, 4 trials, 0 errors" in resumed.stdout
     assert "HTTP Request" not in resumed.stdout + resumed.stderr
     assert "prefect.flow_runs Beginning flow run" in resumed.stderr  # Prefect's INFO still shows
     lines = popflow("status", path).stdout.splitlines()
