@@ -171,23 +171,27 @@ def ended_lines(
 ) -> list[str]:
     """What the run did: finished, or stopped at its budget with trials to go (and how to
     go on)."""
-    where = f"{len(results)} trials, {results.num_errors} errors, in {results.experiment_path}"
+    total = f"{len(results)} trials"
+    errors = f"{results.num_errors} errors, in {results.experiment_path}"
     if after.finished:
-        return [f"{after.name}: finished, {where}"]
+        return [f"{after.name}: finished, {total}, {errors}"]
     rounds = after.round - before.round
     max_rounds, seconds = run_args.get("max_rounds"), run_args.get("time_budget_s")
     to_go = sum(1 for r in after.records if r.trial.is_live)
     if max_rounds is None and seconds is None:  # a scheduler that chose no trial to run
-        return [f"{after.name}: unfinished at round {after.round}, {to_go} of {where}"]
+        return [
+            f"{after.name}: unfinished at round {after.round}; {to_go} of {total} to go, {errors}"
+        ]
     if seconds is None or (max_rounds is not None and rounds >= max_rounds):
-        budget, flag = f"max_rounds={max_rounds}", "--max-rounds"
+        knob, flag, value, unit = "max_rounds", "--max-rounds", f"{max_rounds}", "rounds"
     else:
-        budget, flag = f"time_budget_s={seconds:g}", "--time-budget-s"
+        knob, flag, value, unit = "time_budget_s", "--time-budget-s", f"{seconds:g}", "s"
     return [
-        f"{after.name}: stopped at its budget ({budget}) after {rounds} "
-        f"round{'' if rounds == 1 else 's'}, at round {after.round}; {to_go} of {where}",
-        f"go on with: {resume_command(args, after.storage.url)} (the same budget again), "
-        f"{flag} to change it, or {flag} {NO_LIMIT} to run to the end",
+        f"{after.name}: stopped at its budget ({knob}={value}) after {rounds} "
+        f"round{'' if rounds == 1 else 's'}, at round {after.round}; {to_go} of {total} to go, "
+        f"{errors}",
+        f"go on with: {resume_command(args, after.storage.url)} {flag} {value} ({value} {unit} "
+        f"more; {flag} {NO_LIMIT}: to the end)",
     ]
 
 

@@ -148,10 +148,10 @@ def test_resume_keeps_the_runs_scheduler_and_takes_a_new_budget(
     assert f"popflow: resuming on the run's Dask scheduler {address}" in more.stderr
     assert read_committed(path).round == 3
     assert more.stdout.splitlines()[-2:] == [
-        "exp: stopped at its budget (max_rounds=2) after 2 rounds, at round 3; 2 of 2 trials, "
-        f"0 errors, in {path}",
-        f"go on with: popflow resume {path} (the same budget again), --max-rounds to change "
-        "it, or --max-rounds none to run to the end",
+        "exp: stopped at its budget (max_rounds=2) after 2 rounds, at round 3; 2 of 2 trials "
+        f"to go, 0 errors, in {path}",
+        f"go on with: popflow resume {path} --max-rounds 2 (2 rounds more; --max-rounds none: "
+        "to the end)",
     ]
 
     Tuner.restore(path, ParityTrainable).fit()  # the run's own budget: one round more
