@@ -2,17 +2,21 @@
 
 popflow status ./results/pbt_benchmark      # finished/running/interrupted, best trial, trials
 popflow show ./results/pbt_benchmark        # the latest commit's trials, as committed
-popflow resume ./results/pbt_benchmark
+popflow resume ./results/pbt_benchmark      # on the run's Dask scheduler, with its budget
+popflow resume ./results/pbt_benchmark --max-rounds 5   # 5 rounds more (none: to the end)
 popflow resume s3://bucket/experiments/pbt --storage-options '{"endpoint_url": "..."}'
 popflow resume s3://bucket/experiments/pbt --credentials-block aws-credentials/my-creds
 popflow plot ./results/pbt_benchmark        # PNGs in ./results/pbt_benchmark/plots/
+popflow plot ./results/pbt_benchmark --out ./figs   # or elsewhere
 popflow server                              # the local Prefect server's UI address, if up
 popflow server stop                         # stop it (a later run starts it again)
 
-status, show and plot only read: a running experiment is not disturbed. A
-mistake (no experiment there, a bad URL, a missing bucket, missing credentials,
-a log file that is not what popflow writes) is one line on stderr with a hint
-and exit status 2; ``popflow --verbose ...`` shows the traceback instead.
+status and show never write to the experiment's storage, and plot writes only
+its PNGs (into --out, by default <path>/plots/); none takes the lease, so a
+running experiment is not disturbed. A mistake (no experiment there, a bad URL,
+a missing bucket, missing credentials, a log file that is not what popflow
+writes) is one line on stderr with a hint and exit status 2; ``popflow --verbose
+...`` shows the traceback instead.
 """
 
 from __future__ import annotations
