@@ -19,10 +19,9 @@ from enum import StrEnum
 from typing import Any
 
 from popflow.flows.commit_shape import MalformedExperiment, check_commit, problem_of_info
-from popflow.flows.experiment import is_finished
 from popflow.flows.log_repair import committed_rows
 from popflow.flows.trial_logs import result_lines
-from popflow.flows.trial_table import TrialRecord
+from popflow.flows.trial_table import TrialRecord, is_finished
 from popflow.infra.experiment_log import EXPERIMENT_FILE, ExperimentLog
 from popflow.infra.storage import Storage
 

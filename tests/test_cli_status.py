@@ -291,6 +291,18 @@ def test_status_and_show_never_write_and_plot_writes_only_its_pngs(experiments, 
     assert {p: after[p] for p in before} == before
 
 
+def test_status_and_show_import_no_prefect_dask_or_pandas(experiments):
+    heavy = {"prefect", "distributed", "dask", "pandas", "matplotlib"}
+    for command in ("status", "show"):
+        code = (
+            "import sys; from popflow.flows.cli import main; "
+            f"main([{command!r}, {experiments['cut']!r}]); "
+            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {heavy!r}))"
+        )
+        probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert probe.stdout.splitlines()[-1] == "[]", probe.stdout + probe.stderr
+
+
 def test_status_lines_fit_the_screen(experiments):
     experiment = read_committed(experiments["done"])
     state = state_of(experiment, None)
