@@ -53,12 +53,14 @@ def _limit(kind: Callable[[str], float], rule: str) -> Callable[[str], float | s
 def add_resume_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dask-address",
+        metavar="ADDRESS",
         help="a Dask scheduler to run on (default: the run's own, if it was given one; else "
         "an embedded cluster)",
     )
     parser.add_argument(
         "--n-workers",
         type=int,
+        metavar="N",
         help="run on an embedded cluster of so many workers (not on the run's scheduler)",
     )
     parser.add_argument(
