@@ -176,3 +176,24 @@ def test_resume_budget_flags_are_checked(tmp_path, capsys):
         assert exit_info.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()[-1]
         assert err.endswith(f"argument {flag}: is '{value}', but must be {rule} or 'none'")
+
+
+def test_the_command_line_chooses_the_cluster_and_the_budget():
+    from argparse import Namespace
+
+    from popflow.flows.cli_resume import budget_choice, cluster_choice
+
+    kept = {"dask_address": "tcp://10.0.0.5:8786", "max_rounds": 5}
+
+    def cluster(address=None, n_workers=None):
+        return cluster_choice(Namespace(dask_address=address, n_workers=n_workers), kept)
+
+    assert cluster() == {"dask_address": "tcp://10.0.0.5:8786", "n_workers": None}
+    assert cluster("tcp://h:1") == {"dask_address": "tcp://h:1", "n_workers": None}
+    assert cluster(n_workers=2) == {"dask_address": None, "n_workers": 2}  # an embedded one
+
+    def budget(max_rounds=None, time_budget_s=None):
+        return budget_choice(Namespace(max_rounds=max_rounds, time_budget_s=time_budget_s))
+
+    assert budget() == {}  # the run's own
+    assert budget(3, "none") == {"max_rounds": 3, "time_budget_s": None}
