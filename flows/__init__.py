@@ -1,7 +1,38 @@
-"""The driver: ``popflow.run``, its Prefect flow and round loop, results and the CLI."""
+"""The driver: ``popflow.run``, its Prefect flow and round loop, results and the CLI.
 
-from popflow.flows.config import CheckpointConfig
-from popflow.flows.launch import run
-from popflow.flows.results import Result, ResultGrid
+Its names are imported on first use (PEP 562): ``popflow.run`` imports Dask's
+client, which ``popflow status`` and ``popflow --help`` have no use for.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from popflow.flows.config import CheckpointConfig
+    from popflow.flows.launch import run
+    from popflow.flows.results import Result, ResultGrid
+
+#: Each public name and the module it comes from.
+_HOMES = {
+    "CheckpointConfig": "popflow.flows.config",
+    "Result": "popflow.flows.results",
+    "ResultGrid": "popflow.flows.results",
+    "run": "popflow.flows.launch",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'popflow.flows' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})
+
 
 __all__ = ["CheckpointConfig", "Result", "ResultGrid", "run"]

@@ -38,7 +38,7 @@ from popflow.flows.trial_logs import (
     last_result,
     params_text,
 )
-from popflow.flows.trial_table import TrialRecord
+from popflow.flows.trial_table import TrialRecord, is_finished
 from popflow.infra.experiment_log import EXPERIMENT_FILE, CommitConflict, ExperimentLog
 from popflow.infra.lease import Lease, LeaseLost
 from popflow.infra.storage import Storage
@@ -50,11 +50,6 @@ logger = logging.getLogger(__name__)
 
 #: Suffixes of half-published checkpoint folders (see popflow.infra.checkpoint_store).
 _SCRATCH = (".tmp-", ".old-")
-
-
-def is_finished(commit: dict[str, Any]) -> bool:
-    live = (TrialStatus.PENDING, TrialStatus.RUNNING, TrialStatus.PAUSED)
-    return not any(TrialStatus(t["status"]) in live for t in commit["trials"])
 
 
 @dataclass

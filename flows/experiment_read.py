@@ -19,9 +19,9 @@ from enum import StrEnum
 from typing import Any
 
 from popflow.flows.commit_shape import MalformedExperiment, check_commit, problem_of_info
-from popflow.flows.experiment import is_finished
-from popflow.flows.trial_logs import last_result
-from popflow.flows.trial_table import TrialRecord
+from popflow.flows.log_repair import committed_rows
+from popflow.flows.trial_logs import result_lines
+from popflow.flows.trial_table import TrialRecord, is_finished
 from popflow.infra.experiment_log import EXPERIMENT_FILE, ExperimentLog
 from popflow.infra.storage import Storage
 
@@ -73,6 +73,7 @@ def read_committed(
     check_commit(commit, storage.full_url(log.commit_path(commit["seq"])), storage.url)
     info = read_info(storage)
     state = commit.get("scheduler") or {}
+    last = _last_results(storage, log, commit)
     return CommittedExperiment(
         storage=storage,
         name=info.get("name") or os.path.basename(storage.root.rstrip("/")),
@@ -81,15 +82,28 @@ def read_committed(
         metric=info.get("metric") or state.get("metric"),
         mode=info.get("mode") or state.get("mode"),
         seed=info.get("seed"),
-        records=tuple(
-            # as far as its result.json has it (an object store's log may lag the commit)
-            TrialRecord.from_state(t, last_result(storage, t["dirname"], int(t["num_results"])))
-            for t in commit["trials"]
-        ),
+        records=tuple(TrialRecord.from_state(t, last[t["trial_id"]]) for t in commit["trials"]),
         commit=commit,
         round=int(commit.get("round", 0)),
         finished=is_finished(commit),
     )
+
+
+def _last_results(
+    storage: Storage, log: ExperimentLog, commit: Mapping[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """Each trial's last committed result ({} if none), by trial id: its ``result.json``'s,
+    or where that log lags the commits (an object store's is written only every so often,
+    and an interrupted run's was never caught up), the commits' own."""
+    lines = {
+        t["trial_id"]: result_lines(storage, t["dirname"], int(t["num_results"]))
+        for t in commit["trials"]
+    }
+    missing = committed_rows(log, dict(commit), {tid: len(got) for tid, got in lines.items()})
+    return {
+        tid: missing[tid][-1] if missing.get(tid) else json.loads(got[-1]) if got else {}
+        for tid, got in lines.items()
+    }
 
 
 def read_info(storage: Storage) -> dict[str, Any]:

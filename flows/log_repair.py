@@ -68,6 +68,40 @@ class _Tail:
         return [self.rows[p] for p in sorted(self.rows)]
 
 
+def committed_rows(
+    log: ExperimentLog, commit: dict[str, Any], have: dict[str, int]
+) -> dict[str, list[dict[str, Any]]]:
+    """The committed results (up to ``commit``) that each trial's log lacks, read from the
+    commits; ``have``: how many results each trial's log holds, by trial id (reads only)."""
+    totals = {t["trial_id"]: t["num_results"] for t in commit["trials"]}
+    tails = {tid: _Tail(n, totals[tid]) for tid, n in have.items() if totals[tid] > n}
+    _read_back(log, commit["seq"], tails, 0)
+    return {tid: tail.lines() for tid, tail in tails.items()}
+
+
+def _read_back(
+    log: ExperimentLog, seq: int, tails: dict[str, _Tail], policy_missing: int
+) -> list[Any]:
+    """Fill ``tails`` from the commits up to ``seq``, newest first; the last
+    ``policy_missing`` (or more) policy lines they hold."""
+    policy: list[Any] = []
+    if not tails and policy_missing <= 0:
+        return policy
+    for n in reversed([n for n in log.commit_numbers() if n <= seq]):
+        try:
+            older = log.read_record(n)
+        except DamagedCommit:  # never continued from: its lines did not happen
+            continue
+        for tid, tail in tails.items():
+            if not tail.done:
+                tail.read(older["results"].get(tid, []), older.get("cuts", {}).get(tid))
+        if len(policy) < policy_missing:
+            policy = older.get("policy", []) + policy
+        if all(t.done for t in tails.values()) and len(policy) >= policy_missing:
+            break
+    return policy
+
+
 def rebuild_tails(
     storage: Storage,
     commit: dict[str, Any],
@@ -85,19 +119,7 @@ def rebuild_tails(
     policy_missing = commit.get("policy_total", 0) - _count_lines(storage, GLOBAL_POLICY)
     if not tails and policy_missing <= 0:
         return
-    policy: list[Any] = []
-    for seq in reversed([n for n in log.commit_numbers() if n <= commit["seq"]]):
-        try:
-            older = log.read_record(seq)
-        except DamagedCommit:  # never continued from: its lines did not happen
-            continue
-        for tid, tail in tails.items():
-            if not tail.done:
-                tail.read(older["results"].get(tid, []), older.get("cuts", {}).get(tid))
-        if len(policy) < policy_missing:
-            policy = older.get("policy", []) + policy
-        if all(t.done for t in tails.values()) and len(policy) >= policy_missing:
-            break
+    policy = _read_back(log, commit["seq"], tails, policy_missing)
     derived = commit["derived"]
     for tid, tail in tails.items():
         t, rows = trials[tid], tail.lines()

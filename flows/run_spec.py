@@ -121,6 +121,8 @@ class RunSpec:
             "max_rounds": self.max_rounds,
             "max_concurrent_trials": self.max_concurrent_trials,
             "callbacks": list(self.callbacks) or None,
+            # an address, not a Client: a Client's cluster may live only as long as its process
+            "dask_address": self.dask_address if isinstance(self.dask_address, str) else None,
         }
 
 

@@ -23,6 +23,12 @@ from popflow.tasks.specs import CheckpointRecord, checkpoint_path
 logger = logging.getLogger(__name__)
 
 
+def is_finished(commit: dict[str, Any]) -> bool:
+    """Every trial of ``commit``'s table ended (none pending, running or paused)."""
+    live = (TrialStatus.PENDING, TrialStatus.RUNNING, TrialStatus.PAUSED)
+    return not any(TrialStatus(t["status"]) in live for t in commit["trials"])
+
+
 @dataclass
 class TrialRecord:
     """The driver's book on one trial; ``state()`` is what a commit stores."""

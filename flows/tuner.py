@@ -207,7 +207,10 @@ class Tuner:
         tc, rc = self.tune_config, self.run_config
         failure = rc.failure_config or FailureConfig()
         if self._restore is not None:
-            return run(**self._restore, verbose=rc.verbose, **cluster_arguments())
+            cluster = cluster_arguments()  # popflow.init's, else the run's own scheduler
+            if cluster["dask_address"] is None:
+                cluster["dask_address"] = self._restore.get("dask_address")
+            return run(**{**self._restore, **cluster}, verbose=rc.verbose)
         return run(
             self.trainable,
             self.param_space,

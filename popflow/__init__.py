@@ -11,64 +11,93 @@ The public surface, with Ray Tune's names::
 The layers are importable on their own: ``popflow.schedulers`` (pure decision
 logic), ``popflow.tasks`` (what runs on a worker), ``popflow.infra`` (storage,
 the experiment log, the Dask cluster) and ``popflow.flows`` (the Prefect flow).
-Importing popflow never imports Prefect, and the driver's names (``run``,
-``ResultGrid``, ...) import the flows layer on first use: Dask workers import the
-user's trainable, and with it popflow, but never drive a run.
+
+Every public name is imported on first use (PEP 562): ``import popflow`` imports
+no numpy, fsspec, Dask or Prefect, so the ``popflow`` command answers ``--help``
+at once, and a Dask worker, which imports the user's trainable and with it
+popflow, imports the worker side but never the driver's flows layer and its
+Dask client (a fifth of a second at each worker's start).
 """
 
 from typing import TYPE_CHECKING, Any
 
-from popflow.schedulers import (
-    PB2,
-    ASHAScheduler,
-    AsyncHyperBandScheduler,
-    FIFOScheduler,
-    HyperBandScheduler,
-    MedianStoppingRule,
-    PopulationBasedTraining,
-    PopulationBasedTrainingReplay,
-    TrialScheduler,
-    choice,
-    grid_search,
-    lograndint,
-    loguniform,
-    qloguniform,
-    qrandint,
-    quniform,
-    randint,
-    randn,
-    sample_from,
-    uniform,
-)
-from popflow.tasks import Checkpoint, Trainable, get_checkpoint, report
-
 if TYPE_CHECKING:
     from popflow.flows import CheckpointConfig, Result, ResultGrid, run
     from popflow.flows.tuner import init
+    from popflow.schedulers import (
+        PB2,
+        ASHAScheduler,
+        AsyncHyperBandScheduler,
+        FIFOScheduler,
+        HyperBandScheduler,
+        MedianStoppingRule,
+        PopulationBasedTraining,
+        PopulationBasedTrainingReplay,
+        TrialScheduler,
+        choice,
+        grid_search,
+        lograndint,
+        loguniform,
+        qloguniform,
+        qrandint,
+        quniform,
+        randint,
+        randn,
+        sample_from,
+        uniform,
+    )
+    from popflow.tasks import Checkpoint, Trainable, get_checkpoint, report
 
 __version__ = "0.1.0"
 
-#: The driver's names, imported on first use: a Dask worker imports popflow (the worker
-#: side and the user's trainable) but never the flows layer and its Dask client, which
-#: cost each worker a fifth of a second at start (``popflow.flows`` imports no Prefect).
-_DRIVER = {
-    "CheckpointConfig": "popflow.flows",
-    "Result": "popflow.flows",
-    "ResultGrid": "popflow.flows",
-    "run": "popflow.flows",
+_SCHEDULERS = (
+    "PB2",
+    "ASHAScheduler",
+    "AsyncHyperBandScheduler",
+    "FIFOScheduler",
+    "HyperBandScheduler",
+    "MedianStoppingRule",
+    "PopulationBasedTraining",
+    "PopulationBasedTrainingReplay",
+    "TrialScheduler",
+    "choice",
+    "grid_search",
+    "lograndint",
+    "loguniform",
+    "qloguniform",
+    "qrandint",
+    "quniform",
+    "randint",
+    "randn",
+    "sample_from",
+    "uniform",
+)
+#: Each public name and the module it comes from.
+_HOMES: dict[str, str] = {
+    **dict.fromkeys(_SCHEDULERS, "popflow.schedulers"),
+    **dict.fromkeys(("Checkpoint", "Trainable", "get_checkpoint", "report"), "popflow.tasks"),
+    **dict.fromkeys(("CheckpointConfig", "Result", "ResultGrid", "run"), "popflow.flows"),
     "init": "popflow.flows.tuner",
 }
+#: The subpackages, as attributes too (``import popflow; popflow.schedulers``).
+_SUBPACKAGES = ("air", "flows", "infra", "schedulers", "tasks", "tune")
 
 
 def __getattr__(name: str) -> Any:
-    module = _DRIVER.get(name)
-    if module is None:
-        raise AttributeError(f"module 'popflow' has no attribute {name!r}")
     import importlib
 
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"{__name__}.{name}")  # the import sets the attribute
+    module = _HOMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'popflow' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip this
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES, *_SUBPACKAGES})
 
 
 __all__ = [

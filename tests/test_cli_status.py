@@ -4,6 +4,7 @@ command's one-line user errors."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -18,6 +19,7 @@ from popflow import ResultGrid, choice, grid_search, run, uniform
 from popflow.flows.cli import main
 from popflow.flows.experiment_read import ExperimentState, read_committed, state_of
 from popflow.flows.status_view import compact_config, status_lines
+from popflow.flows.trial_logs import result_lines
 from popflow.infra.experiment_log import ExperimentLog
 from popflow.infra.lease import lease_holder, live_holder
 from popflow.infra.storage import Storage
@@ -207,6 +209,100 @@ def test_status_interrupted_running_and_interrupted_again(experiments, capsys):
     assert status(path, capsys)[0].startswith("cut: interrupted")
 
 
+def test_status_of_an_interrupted_run_shows_what_its_commits_hold(
+    prefect_server, s3_server, s3_url
+):
+    """On S3 the trials' logs are written every 30 s; a driver killed before that leaves
+    its results in the commits only, and status shows them there."""
+    _, options = s3_server
+    env = {**os.environ, "POPFLOW_TEST_STORAGE_OPTIONS": json.dumps(options)}
+    driver = [sys.executable, os.path.join(HERE, "crash_driver.py"), s3_url, "exp", "fifo"]
+    killed = subprocess.run(
+        [*driver, "--kill-at", "commit-after:3"],
+        env=env,
+        start_new_session=True,
+        capture_output=True,
+        timeout=300,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-3000:]
+    path = f"{s3_url}/exp"
+    storage = Storage(path, options)
+    trials = ExperimentLog(storage).latest()["trials"]
+    logged = {
+        t["trial_id"]: len(result_lines(storage, t["dirname"], t["num_results"])) for t in trials
+    }
+    assert any(logged[t["trial_id"]] < t["num_results"] for t in trials)  # the logs lag
+    shown = popflow("status", path, "--storage-options", json.dumps(options), COLUMNS="200")
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    ids = {t["trial_id"] for t in trials}
+    rows = {
+        line[2:].split()[0]: line[2:].split()[1:4]
+        for line in shown.stdout.splitlines()
+        if line[:2] in ("* ", "  ") and line[2:].split()[0] in ids
+    }
+    assert len(rows) == len(trials) == 4
+    for t in trials:  # ParityTrainable: mean_accuracy = a + iteration
+        n = t["num_results"]
+        expected = [str(n), str(t["config"]["a"] + n)] if n else ["-", "-"]
+        assert rows[t["trial_id"]] == ["PENDING", *expected], shown.stdout
+    assert shown.stdout.splitlines()[-2].startswith("best: ")
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(experiments):
+    """``popflow status ... | head``: a pipe whose reader is gone ends the command with
+    status 1 and nothing on stderr (no BrokenPipeError), buffered or not."""
+    for command in ("status", "show"):
+        for unbuffered in ("1", ""):
+            read, write = os.pipe()
+            os.close(read)  # the reader is gone before anything is written
+            try:
+                out = subprocess.run(
+                    [POPFLOW, command, experiments["done"]],
+                    stdout=write,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    timeout=120,
+                    env={**os.environ, "PYTHONUNBUFFERED": unbuffered},
+                )
+            finally:
+                os.close(write)
+            assert (command, out.returncode, out.stderr) == (command, 1, "")
+
+
+def test_status_and_show_never_write_and_plot_writes_only_its_pngs(experiments, tmp_path, capsys):
+    for path in (experiments["done"], experiments["cut"]):
+        before = files(path)
+        status(path, capsys)
+        assert main(["show", path]) == 0
+        assert files(path) == before
+    capsys.readouterr()
+    path = experiments["done"]
+    before = files(path)
+    out = tmp_path / "pngs"
+    assert main(["plot", path, "--out", str(out)]) == 0
+    written = capsys.readouterr().out.split()
+    assert written and all(p.startswith(f"{out}/") and p.endswith(".png") for p in written)
+    assert files(path) == before
+    assert main(["plot", path]) == 0  # by default into <path>/plots
+    written = capsys.readouterr().out.split()
+    after = files(path)
+    assert sorted(set(after) - set(before)) == sorted(written)
+    assert all(p.startswith(f"{path}/plots/") and p.endswith(".png") for p in written)
+    assert {p: after[p] for p in before} == before
+
+
+def test_status_and_show_import_no_prefect_dask_or_pandas(experiments):
+    heavy = {"prefect", "distributed", "dask", "pandas", "matplotlib"}
+    for command in ("status", "show"):
+        code = (
+            "import sys; from popflow.flows.cli import main; "
+            f"main([{command!r}, {experiments['cut']!r}]); "
+            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {heavy!r}))"
+        )
+        probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert probe.stdout.splitlines()[-1] == "[]", probe.stdout + probe.stderr
+
+
 def test_status_lines_fit_the_screen(experiments):
     experiment = read_committed(experiments["done"])
     state = state_of(experiment, None)
@@ -254,7 +350,7 @@ def test_a_killed_driver_is_interrupted_its_running_trials_pending_and_resumable
 
     resumed = popflow("resume", path, "--n-workers", "2")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "exp: 4 trials, 0 errors" in resumed.stdout
+    assert "exp: finished, 4 trials, 0 errors" in resumed.stdout
     assert "HTTP Request" not in resumed.stdout + resumed.stderr
     assert "prefect.flow_runs Beginning flow run" in resumed.stderr  # Prefect's INFO still shows
     lines = popflow("status", path).stdout.splitlines()

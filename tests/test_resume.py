@@ -220,7 +220,7 @@ def test_popflow_command_resumes_and_shows(prefect_server, tmp_path):
         timeout=300,
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "exp: 4 trials, 0 errors" in resumed.stdout
+    assert "exp: finished, 4 trials, 0 errors" in resumed.stdout
     show = subprocess.run(
         [POPFLOW, "show", path],
         capture_output=True,
