@@ -32,6 +32,20 @@ def check_verbose(verbose: int | None) -> int:
     return verbose
 
 
+#: Prefect's HTTP client logs each API request at INFO (``HTTP Request: POST ...``)
+HTTP_LOGGERS = ("httpx", "httpcore")
+
+
+def quiet_http_requests() -> None:
+    """Keep Prefect's per-request lines off the console at any ``verbose``: 20-27 of
+    them per run in a script with ``logging.basicConfig(level=logging.INFO)``. A level
+    the user set on those loggers is kept."""
+    for name in HTTP_LOGGERS:
+        http = logging.getLogger(name)
+        if http.level == logging.NOTSET:
+            http.setLevel(logging.WARNING)
+
+
 def _is_not_detail(record: logging.LogRecord) -> bool:
     if getattr(record, "popflow_detail", False):
         return False
@@ -51,6 +65,7 @@ def console_verbosity(verbose: int | None) -> Iterator[None]:
     from prefect.logging.configuration import setup_logging
     from prefect.logging.handlers import PrefectConsoleHandler
 
+    quiet_http_requests()
     root = logging.getLogger()
     if verbose is not None and not any(isinstance(h, PrefectConsoleHandler) for h in root.handlers):
         setup_logging()  # Prefect sets up its logging once, on its first run

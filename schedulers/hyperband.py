@@ -141,7 +141,8 @@ class _Bracket:
         self.num_stopped += len(actions) - len(keep)
         self.rung += 1
         self.reported = {}
-        logger.info(
+        # a decision: on the console at verbose=3 only (its popflow logger at DEBUG)
+        logger.debug(
             "HyperBand bracket s=%d: %d of %d promoted to rung %d (r=%s)",
             self.s,
             len(keep),
