@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 import math
@@ -191,11 +192,30 @@ def _local_cluster(size: EmbeddedSize) -> LocalCluster:
         raise
 
 
+#: Seconds an idle embedded worker process gets to exit when the cluster closes before
+#: its nanny kills it (0.8 of it; Dask's default is 4 s: on a loaded 2-core machine the
+#: exits overran it and each printed "Worker process still alive after 4.0 seconds,
+#: killing" after a run that went well).
+IDLE_WORKER_CLOSE_S = 30.0
+
+
 def _close_local_cluster(cluster: LocalCluster) -> None:
     try:
+        cluster.sync(_close_idle_workers, cluster)
         cluster.close()
     finally:
         WITHOUT_MAIN.release()
+
+
+async def _close_idle_workers(cluster: LocalCluster) -> None:
+    """Close the workers, each given :data:`IDLE_WORKER_CLOSE_S` to exit, when none runs a
+    task (a run that ended); a worker still running a segment (a run stopped by an error
+    or Ctrl-C) is left to Dask's close, which kills it after 4 s rather than wait for it."""
+    scheduler = cluster.scheduler  # in this process: its state read on its own loop
+    if scheduler is None or any(ws.processing for ws in scheduler.workers.values()):
+        return
+    nannies = list(cluster.workers.values())
+    await asyncio.gather(*(n.close(timeout=IDLE_WORKER_CLOSE_S) for n in nannies))
 
 
 class ClusterStart:
