@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 from distributed import Client, LocalCluster
 
 from popflow.infra.gpus import CUDA_VISIBLE_DEVICES, detect_gpus, visible_devices
+from popflow.infra.worker_close_logs import DEAD_WORKER_BROADCAST
 from popflow.infra.worker_main import WITHOUT_MAIN
 
 logger = logging.getLogger(__name__)
@@ -168,6 +169,8 @@ def _local_cluster(size: EmbeddedSize) -> LocalCluster:
     user's main script. Close it with :func:`_close_local_cluster`."""
     # the embedded scheduler lives in this process; its INFO chatter is not the user's business
     logging.getLogger("distributed").setLevel(logging.WARNING)
+    # a dead worker is said once, by popflow's runner pool (the same filter: added once)
+    logging.getLogger("distributed.scheduler").addFilter(DEAD_WORKER_BROADCAST)
     WITHOUT_MAIN.acquire()
     options: dict[str, Any] = {
         "threads_per_worker": 1,

@@ -85,3 +85,33 @@ def test_the_records_events_are_sent_without_prefects_progress_note(prefect_serv
     lines = [r.getMessage() for r in caplog.records]
     assert not [line for line in lines if "Still processing" in line], lines
     assert not [line for line in lines if "not sent" in line], lines
+
+
+#: A call proxied through the embedded scheduler to a worker that dies during it.
+DYING_WORKER = textwrap.dedent(
+    """
+    import os
+
+    from popflow.infra.cluster import dask_client
+
+    with dask_client(n_workers=1) as client:
+        try:
+            client.run(os._exit, 3)
+        except Exception as e:
+            print("the call failed:", type(e).__name__)
+    """
+)
+
+
+def test_a_dead_workers_failed_call_is_not_an_error_line_from_dask(tmp_path):
+    """popflow says a dead worker once (its runner pool); the embedded scheduler's
+    ``distributed.scheduler - ERROR - broadcast to ... failed`` is not printed."""
+    (tmp_path / "dying.py").write_text(DYING_WORKER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    proc = subprocess.run(
+        [sys.executable, "dying.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert "the call failed" in proc.stdout, out
+    assert "broadcast to" not in out and "ERROR" not in out, out
