@@ -49,11 +49,14 @@ def quiet_http_requests() -> None:
 def _is_not_detail(record: logging.LogRecord) -> bool:
     if getattr(record, "popflow_detail", False):
         return False
-    # Prefect's line for each round task that completed: one per round, nothing to read
-    return not (
-        str(getattr(record, "task_run_name", "")).startswith("round-")
-        and record.getMessage().startswith("Finished in state Completed")
-    )
+    # Prefect's line for each round task that completed: one per round, nothing to read;
+    # and for the flow run that completed: the table's footer says how it ended
+    if not record.getMessage().startswith("Finished in state Completed"):
+        return True
+    task_run = getattr(record, "task_run_name", None)
+    if task_run is None:  # a flow run's: the tune run's (the only one while it runs)
+        return not hasattr(record, "flow_run_name")
+    return not str(task_run).startswith("round-")
 
 
 @contextmanager

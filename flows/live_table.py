@@ -1,8 +1,9 @@
 """The console's view of a run: Ray Tune's "Trial status" table, drawn with rich.
 
 On a terminal the table is redrawn in place (at most every ``TTY_REFRESH_S``),
-with log lines printed above it; through a pipe or into a CI log it is printed
-as plain text every ``PLAIN_INTERVAL_S``, and once at the end. ``verbose``
+with log lines printed above it; through a pipe or into a CI log, which keep
+every print, the status line is printed every ``PLAIN_INTERVAL_S`` and the
+table as plain text once, at the end. ``verbose``
 is Ray's: 1 the status line only, 2 the table, 3 the table and a line per
 result. The header names the experiment, its seed, the scheduler and the
 Dask dashboard; the footer the best result and its checkpoint.
@@ -123,7 +124,10 @@ class LiveTable:
         if now < self._due:
             return
         self._due = now + self.interval
-        self._show(self._view(records))
+        if self.tty:
+            self._show(self._view(records))
+        else:  # a pipe keeps every print: the status line now, the table at the end
+            self._say(self._status_line(records, final=False))
 
     def result(self, rec: TrialRecord, result: dict[str, Any]) -> None:
         """``verbose=3``: every result, one line (Ray's "Trial ... reported ...")."""

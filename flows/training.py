@@ -14,7 +14,7 @@ from typing import NamedTuple
 from distributed import Client
 
 from popflow.flows.artifacts import finished_percent, leaderboard, summary_markdown
-from popflow.flows.console import check_verbose
+from popflow.flows.console import DETAIL, check_verbose
 from popflow.flows.controller import Controller
 from popflow.flows.experiment import Experiment, open_experiment
 from popflow.flows.live_table import LiveTable, shown
@@ -77,7 +77,9 @@ def _train(
             shown(_live_table(spec, experiment), client) as table,
         ):
             feed.training.set()
-            run_logger().info("Dask dashboard: %s", client.dashboard_link)
+            # the console's table has the dashboard, the start and the end (the detail:
+            # shown at verbose=3); the Prefect UI has them always
+            run_logger().info("Dask dashboard: %s", client.dashboard_link, extra=DETAIL)
             pool = RunnerPool(client, spec.resources, spec.name)
             controller = Controller(spec, experiment, pool)
             controller.display = table
@@ -113,6 +115,7 @@ def _train(
             len(grid),
             grid.num_errors,
             spec.scheduler.debug_string(),
+            extra=DETAIL,
         )
     return Trained(grid, message, summary_markdown(grid, message, records, spec.metric, spec.mode))
 
@@ -163,6 +166,8 @@ def _announce(experiment: Experiment) -> None:
         state,
         experiment.storage.url,
         experiment.seed,
+        # the console's table header says it (verbose=3 shows it too); a finished one has none
+        extra=None if experiment.finished else DETAIL,
     )
 
 
