@@ -223,3 +223,61 @@ def test_through_a_pipe_a_long_run_prints_its_status_line_every_interval(monkeyp
     assert len(out.getvalue().splitlines()) == 4 and "Trial name" not in out.getvalue()
     table.close(records, None, "long finished")
     assert out.getvalue().count("Trial name") == 1
+
+
+def _population() -> list[TrialRecord]:
+    """PBT's demo population: long trainable names, three hyperparameters."""
+    records = []
+    for i in range(8):
+        config = {"lr": 0.0030393 * (i + 1) / 3, "some_other_factor": 1 + i % 2, "m": 0.9 - i / 100}
+        trial = Trial(f"e9500_{i:05d}", config, trainable_name="PBTBenchmarkExample")
+        trial.status = TrialStatus.TERMINATED
+        trial.last_result = {
+            "mean_accuracy": 200.123 + i, "training_iteration": 230 + i, "time_total_s": 12.3,
+        }  # fmt: skip
+        records.append(TrialRecord(trial=trial, index=i, dirname=f"PBT_e9500_{i:05d}"))
+    return records
+
+
+def _final_table(width: int) -> str:
+    out = io.StringIO()
+    table = LiveTable(
+        2, name="pbt", path="/x/pbt", seed=0, scheduler="PBT", metric="mean_accuracy",
+        mode="max", file=out, width=width,
+    )  # fmt: skip
+    table.start(None)
+    table.close(_population(), None, "pbt finished")
+    return out.getvalue()
+
+
+def test_at_80_columns_the_table_keeps_ids_iteration_time_and_metric():
+    """Short trial ids (Ray's ``e67f7_00001``), the metric, iteration and time kept;
+    hyperparameter columns left out, last first, and named in the caption."""
+    text = _final_table(80)
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    header = next(line for line in text.splitlines() if "Trial id" in line)
+    assert re.findall(r"[\w()]+(?: \(s\))?", header) == [
+        "Trial", "id", "status", "lr", "iter", "time (s)", "mean_accuracy"
+    ], header  # fmt: skip
+    row = r"^\| ([* ]) (e9500_\d{5}) \| TERMINATED \| +[\d.]+ \| +(\d+) \| +[\d.]+ \| +([\d.]+) \|$"
+    rows = re.findall(row, text, re.M)
+    assert [(star, tid, it) for star, tid, it, _ in rows] == [
+        (" " if i < 7 else "*", f"e9500_{i:05d}", str(230 + i)) for i in range(8)
+    ], text
+    assert [metric for *_, metric in rows] == [f"{200.123 + i:.4g}" for i in range(8)]
+    assert "not shown at 80 columns: some_other_factor, m" in text
+    status = " ".join(text.split())  # the status line wraps at 80 columns
+    assert "best e9500_00007 mean_accuracy=207.1 (iter 237)" in status  # the short id too
+
+
+def test_at_120_columns_every_column_shows_and_names_where_they_fit():
+    text = _final_table(120)
+    assert max(len(line) for line in text.splitlines()) <= 120, text
+    header = next(line for line in text.splitlines() if "Trial id" in line)
+    for column in ("lr", "some_other_factor", "m", "iter", "time (s)", "mean_accuracy"):
+        assert f" {column} |" in header, text
+    assert "| * e9500_00007 | TERMINATED | 0.008105 |" in text, text
+    assert "not shown" not in text
+    wide = _final_table(140)  # the full names fit: Ray's "PBTBenchmarkExample_e9500_00007"
+    assert "| * PBTBenchmarkExample_e9500_00007 | TERMINATED | 0.008105 |" in wide, wide
+    assert " total time (s) |" in wide
