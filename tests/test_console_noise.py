@@ -112,3 +112,19 @@ def test_a_users_own_http_log_level_is_kept():
     finally:
         httpx.setLevel(saved)
     assert "HTTP Request" in out
+
+
+def test_budgets_print_rounded_for_people():
+    """HyperBand with max_t=10, η=3: the first bracket's rungs are at 10/9, 10/3 and 10;
+    the console says r=3.333 (it said r=3.3333333333333335)."""
+
+    def promotes() -> None:
+        s = HyperBandScheduler(metric="score", mode="max", max_t=10)
+        trials = [Trial(f"t{i}", {}) for i in range(9)]
+        for t in trials:
+            s.on_trial_add(t)
+        for i, t in enumerate(trials):
+            s.on_trial_result(t, {"training_iteration": 2, "score": float(i)})
+        assert "r=3.333)" in s.debug_string()
+
+    assert "promoted to rung 1 (r=3.333)" in shown(3, promotes)
