@@ -166,8 +166,9 @@ def _announce(experiment: Experiment) -> None:
         state,
         experiment.storage.url,
         experiment.seed,
-        # the console's table header says it (verbose=3 shows it too); a finished one has none
-        extra=None if experiment.finished else DETAIL,
+        # a fresh start: the console's table header says it (verbose=3 shows it too); a
+        # resume or a finished experiment is news there
+        extra=DETAIL if experiment.resumed_from is None and not experiment.finished else None,
     )
 
 
