@@ -23,8 +23,10 @@ $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
 	touch $@
 
 ## Run the PBT benchmark on the embedded default: local Prefect, a local Dask cluster, ./results
+## (tests/test_console.py runs this target, with DEMO_STORAGE in a temporary folder)
+DEMO_STORAGE ?= ./results
 demo: $(VENV)/.installed
-	PREFECT_SERVER_ANALYTICS_ENABLED=false $(PY) examples/pbt_benchmark.py --storage ./results --name pbt_benchmark_$$(date +%Y%m%d-%H%M%S)
+	@PREFECT_SERVER_ANALYTICS_ENABLED=false $(PY) examples/pbt_benchmark.py --storage $(DEMO_STORAGE) --name pbt_benchmark_$$(date +%Y%m%d-%H%M%S)
 
 # The UI tests render the Prefect UI in headless Chromium (Debian's package; as root, installed)
 chromium:

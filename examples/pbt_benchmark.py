@@ -146,7 +146,6 @@ def main(argv: list[str] | None = None) -> None:
     add_storage_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # each Prefect API request
     results = run_benchmark(
         storage=args.storage,
         name=args.name,

@@ -11,6 +11,10 @@ trainable's module, and have no use for Prefect.
     prefect deploy --name pbt-benchmark-smoke
     prefect deployment run pbt-benchmark/pbt-benchmark-smoke
 
+Run directly, it says so; ``--run`` runs the flow once, here, without a deployment:
+
+    python examples/pbt_benchmark_flow.py --run --smoke-test
+
 On S3, name a prefect-aws block holding the credentials (only the name is a
 flow-run parameter; the flow run loads the keys):
 
@@ -19,6 +23,9 @@ flow-run parameter; the flow run loads the keys):
 """
 
 from __future__ import annotations
+
+import argparse
+import sys
 
 from pbt_benchmark import run_benchmark
 from prefect import flow
@@ -74,3 +81,40 @@ def pbt_benchmark_flow(
         plots_artifact(name, path, resolve_storage_options(storage, None, credentials_block))
     # the run's final state says how it ended (finished, budget spent, nothing to run)
     return Completed(message=results.summary, data=summary)
+
+
+USAGE = """\
+pbt_benchmark_flow.py defines the Prefect flow 'pbt-benchmark' that prefect.yaml deploys
+(the PBT benchmark of pbt_benchmark.py; each run resumes the experiment of its name).
+To deploy it, from the repository's root, with a Prefect server (PREFECT_API_URL):
+
+    prefect work-pool create popflow-local --type process
+    prefect deploy --name pbt-benchmark-smoke
+    prefect worker start --pool popflow-local
+    prefect deployment run pbt-benchmark/pbt-benchmark-smoke
+
+Or run the flow once, here, without a deployment:
+
+    python examples/pbt_benchmark_flow.py --run --smoke-test
+
+To run the benchmark itself without Prefect's deployment: python examples/pbt_benchmark.py"""
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--run", action="store_true", help="run the flow once, here")
+    parser.add_argument("--smoke-test", action="store_true", help="2 workers, 10 iterations")
+    parser.add_argument("--storage", default="./results", help="local folder or fsspec URL")
+    args = parser.parse_args(argv)
+    if not args.run:
+        print(USAGE)
+        return
+    state = pbt_benchmark_flow(storage=args.storage, smoke_test=args.smoke_test, return_state=True)
+    print(state.message)
+    sys.exit(0 if state.is_completed() else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import sys
 import tempfile
 from typing import Any
 
@@ -104,6 +105,21 @@ def train_cnn(config: dict[str, Any]) -> None:
             )
 
 
+def missing_extras() -> list[str]:
+    """popflow's extras this example needs and this Python lacks: ``torch`` (PyTorch)
+    and ``examples`` (scikit-learn, for the digits)."""
+    missing = []
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        missing.append("torch")
+    try:
+        import sklearn  # noqa: F401
+    except ImportError:
+        missing.append("examples")
+    return missing
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--num-samples", type=int, default=4)
@@ -115,6 +131,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--smoke-test", action="store_true", help="2 members, 4 epochs")
     add_storage_arguments(parser)
     args = parser.parse_args(argv)
+    missing = missing_extras()
+    if missing:  # said before anything starts, not as a traceback from every worker
+        sys.exit(
+            f"pytorch_cnn.py needs popflow's {' and '.join(missing)} extra: "
+            f"pip install 'popflow[{','.join(missing)}]' (in a checkout: "
+            f"pip install -e '.[{','.join(missing)}]')"
+        )
     if args.smoke_test:
         args.num_samples, args.epochs, args.interval = 2, 4, 2
     pbt = PopulationBasedTraining(

@@ -133,9 +133,10 @@ def _server(args: argparse.Namespace) -> int:
 
 def _quiet_console() -> None:
     """popflow's and Prefect's INFO on the console; not a line per HTTP request."""
+    from popflow.flows.console import quiet_http_requests
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    for noisy in ("httpx", "httpcore"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet_http_requests()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,14 +32,31 @@ def check_verbose(verbose: int | None) -> int:
     return verbose
 
 
+#: Prefect's HTTP client logs each API request at INFO (``HTTP Request: POST ...``)
+HTTP_LOGGERS = ("httpx", "httpcore")
+
+
+def quiet_http_requests() -> None:
+    """Keep Prefect's per-request lines off the console at any ``verbose``: 20-27 of
+    them per run in a script with ``logging.basicConfig(level=logging.INFO)``. A level
+    the user set on those loggers is kept."""
+    for name in HTTP_LOGGERS:
+        http = logging.getLogger(name)
+        if http.level == logging.NOTSET:
+            http.setLevel(logging.WARNING)
+
+
 def _is_not_detail(record: logging.LogRecord) -> bool:
     if getattr(record, "popflow_detail", False):
         return False
-    # Prefect's line for each round task that completed: one per round, nothing to read
-    return not (
-        str(getattr(record, "task_run_name", "")).startswith("round-")
-        and record.getMessage().startswith("Finished in state Completed")
-    )
+    # Prefect's line for each round task that completed: one per round, nothing to read;
+    # and for the flow run that completed: the table's footer says how it ended
+    if not record.getMessage().startswith("Finished in state Completed"):
+        return True
+    task_run = getattr(record, "task_run_name", None)
+    if task_run is None:  # a flow run's: the tune run's (the only one while it runs)
+        return not hasattr(record, "flow_run_name")
+    return not str(task_run).startswith("round-")
 
 
 @contextmanager
@@ -51,6 +68,7 @@ def console_verbosity(verbose: int | None) -> Iterator[None]:
     from prefect.logging.configuration import setup_logging
     from prefect.logging.handlers import PrefectConsoleHandler
 
+    quiet_http_requests()
     root = logging.getLogger()
     if verbose is not None and not any(isinstance(h, PrefectConsoleHandler) for h in root.handlers):
         setup_logging()  # Prefect sets up its logging once, on its first run

@@ -1,8 +1,9 @@
 """The console's view of a run: Ray Tune's "Trial status" table, drawn with rich.
 
 On a terminal the table is redrawn in place (at most every ``TTY_REFRESH_S``),
-with log lines printed above it; through a pipe or into a CI log it is printed
-as plain text every ``PLAIN_INTERVAL_S``, and once at the end. ``verbose``
+with log lines printed above it; through a pipe or into a CI log, which keep
+every print, the status line is printed every ``PLAIN_INTERVAL_S`` and the
+table as plain text once, at the end. ``verbose``
 is Ray's: 1 the status line only, 2 the table, 3 the table and a line per
 result. The header names the experiment, its seed, the scheduler and the
 Dask dashboard; the footer the best result and its checkpoint.
@@ -26,6 +27,7 @@ from popflow.flows.live_results import LiveResults
 from popflow.flows.results import flatten
 from popflow.flows.trial_table import TrialRecord
 from popflow.schedulers import TrialStatus
+from popflow.schedulers.rounding import human
 
 if TYPE_CHECKING:
     from popflow.flows.results import ResultGrid
@@ -43,13 +45,7 @@ _ORDER = (TrialStatus.RUNNING, TrialStatus.PAUSED, TrialStatus.PENDING)
 
 
 def _number(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return "" if value is None else str(value)
-    if isinstance(value, int):
-        return str(value)
-    if not math.isfinite(value):
-        return str(value)
-    return f"{value:.5g}"
+    return human(value)
 
 
 def _elapsed(seconds: float) -> str:
@@ -73,7 +69,10 @@ class LiveTable:
         mode: str | None,
         file: IO[str] | None = None,
         interval_s: float | None = None,
+        width: int | None = None,
     ) -> None:
+        """``width``: the console's columns (default: the terminal's; a pipe's
+        ``PLAIN_WIDTH``)."""
         from rich.console import Console
 
         self.verbose = verbose
@@ -81,7 +80,9 @@ class LiveTable:
         self.metric, self.mode = metric, mode
         self.console = Console(file=file or sys.stdout, highlight=False, soft_wrap=False)
         self.tty = self.console.is_terminal
-        if not self.tty:  # a pipe or a CI log: no width to fit, so none of rich's 80
+        if width is not None:
+            self.console.width = width
+        elif not self.tty:  # a pipe or a CI log: no width to fit, so none of rich's 80
             self.console.width = PLAIN_WIDTH
         self.interval = interval_s or (TTY_REFRESH_S if self.tty else PLAIN_INTERVAL_S)
         self.dashboard: str | None = None
@@ -123,7 +124,10 @@ class LiveTable:
         if now < self._due:
             return
         self._due = now + self.interval
-        self._show(self._view(records))
+        if self.tty:
+            self._show(self._view(records))
+        else:  # a pipe keeps every print: the status line now, the table at the end
+            self._say(self._status_line(records, final=False))
 
     def result(self, rec: TrialRecord, result: dict[str, Any]) -> None:
         """``verbose=3``: every result, one line (Ray's "Trial ... reported ...")."""
@@ -194,7 +198,11 @@ class LiveTable:
         if best is not None and self.metric:
             value = self._result(best).get(self.metric)
             iteration = self._result(best).get("training_iteration")
-            line += f" · best {best.trial} {self.metric}={_number(value)} (iter {iteration})"
+            said = f" {self.metric}={_number(value)} (iter {iteration})"
+            if len(f"{line} · best {best.trial}{said} · done") > self.console.width:
+                line += f" · best {best.trial_id}{said}"  # the short id, as in a narrow table
+            else:
+                line += f" · best {best.trial}{said}"
         return line + (" · done" if final else "")
 
     def _best(self, records: Sequence[TrialRecord]) -> TrialRecord | None:
@@ -224,26 +232,60 @@ class LiveTable:
         return Group(*parts)
 
     def _table(self, records: Sequence[TrialRecord]) -> Any:
+        """The trial table, fitted to the console's width: trials by their short ids
+        (``e67f7_00001``) when their names do not fit, then hyperparameter columns left
+        out, the last first (the caption names them); the iteration, time and metric
+        always show."""
+        params = _varying_keys([rec.trial.config for rec in records])
+        best = self._best(records)
+        shown, hidden = _rows(records, best)
+        short, dropped = False, []
+        table = self._draw(shown, best, params, short)
+        while _natural_width(self.console, table) > self.console.width:
+            if not short:
+                short = True
+            elif params:
+                dropped.insert(0, params.pop())
+            else:
+                break
+            table = self._draw(shown, best, params, short)
+        notes = []
+        if hidden:
+            counts: dict[str, int] = {}
+            for rec in hidden:
+                counts[rec.trial.status.value] = counts.get(rec.trial.status.value, 0) + 1
+            more = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+            notes.append(f"... {len(hidden)} more trials not shown ({more})")
+        if dropped:
+            notes.append(f"not shown at {self.console.width} columns: {', '.join(dropped)}")
+        if notes:
+            table.caption = "\n".join(notes)
+        return table
+
+    def _draw(
+        self,
+        shown: Sequence[TrialRecord],
+        best: TrialRecord | None,
+        params: Sequence[str],
+        short: bool,
+    ) -> Any:
         from rich import box
         from rich.table import Table
 
-        params = _varying_keys([rec.trial.config for rec in records])
-        best = self._best(records)
         table = Table(box=box.SIMPLE_HEAD if self.tty else box.ASCII)
-        table.add_column("Trial name", no_wrap=True)
+        table.add_column("Trial id" if short else "Trial name", no_wrap=True)
         table.add_column("status", no_wrap=True)
         for key in params:
             table.add_column(key, justify="right", no_wrap=True)
-        table.add_column("iter", justify="right")
-        table.add_column("total time (s)", justify="right")
+        table.add_column("iter", justify="right", no_wrap=True)
+        table.add_column("time (s)" if short else "total time (s)", justify="right")
         if self.metric:
-            table.add_column(self.metric, justify="right")
-        shown, hidden = _rows(records, best)
+            table.add_column(self.metric, justify="right", no_wrap=True)
         for rec in shown:
             flat = flatten(rec.trial.config)
             last = self._result(rec)
             row = [
-                ("* " if rec is best else "  ") + str(rec.trial),
+                ("* " if rec is best else "  ") + (rec.trial_id if short else str(rec.trial)),
                 rec.trial.status.value,
                 *(_number(flat.get(k)) for k in params),
                 _number(last.get("training_iteration")),
@@ -252,12 +294,6 @@ class LiveTable:
             if self.metric:
                 row.append(_number(last.get(self.metric)))
             table.add_row(*row, style="bold green" if rec is best else None)
-        if hidden:
-            counts: dict[str, int] = {}
-            for rec in hidden:
-                counts[rec.trial.status.value] = counts.get(rec.trial.status.value, 0) + 1
-            more = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-            table.caption = f"... {len(hidden)} more trials not shown ({more})"
         return table
 
     def _footer(self, grid: ResultGrid | None, message: str) -> Any:
@@ -273,7 +309,8 @@ class LiveTable:
                 lines.append(
                     f"Best trial {best.trial_id}: {self.metric}="
                     f"{_number(best.metrics.get(self.metric))} at iteration "
-                    f"{best.metrics.get('training_iteration')}, config {best.config}"
+                    f"{best.metrics.get('training_iteration')}, config "
+                    + ", ".join(f"{k}={human(v)}" for k, v in flatten(best.config).items())
                 )
                 if best.checkpoint is not None:
                     lines.append(f"Its checkpoint: {best.checkpoint.path}")
@@ -305,6 +342,15 @@ class LiveTable:
         self._restore.clear()
         self._live.stop()
         self._live = None
+
+
+def _natural_width(console: Any, renderable: Any) -> int:
+    """The columns ``renderable`` takes with no width limit (rich's own measure stops at
+    the console's width and squeezes the columns instead)."""
+    from rich.measure import Measurement
+
+    unlimited = console.options.update(max_width=10_000)
+    return Measurement.get(console, unlimited, renderable).maximum
 
 
 def _console_handlers() -> Iterator[logging.Handler]:

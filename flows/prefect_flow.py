@@ -249,7 +249,22 @@ def _send_events() -> None:
     items")."""
     from prefect.events.worker import EventsWorker
 
-    EventsWorker.drain_all(timeout=EVENTS_WAIT_S, at_exit=False)
+    # Prefect's progress note while a drain waits ("Still processing items: 6 items
+    # remaining..."), printed under load; an unsent event is said below instead
+    progress = logging.getLogger(EventsWorker.__name__)
+    progress.addFilter(_not_still_processing)
+    try:
+        _, unsent = EventsWorker.drain_all(timeout=EVENTS_WAIT_S, at_exit=False)
+    finally:
+        progress.removeFilter(_not_still_processing)
+    if unsent:
+        logger.warning(
+            "the Prefect record's last events were not sent within %.0f s", EVENTS_WAIT_S
+        )
+
+
+def _not_still_processing(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Still processing items")
 
 
 class PrefectRecord:

@@ -19,7 +19,7 @@ from popflow.flows.artifacts import (
     progress_text,
     summary_markdown,
 )
-from popflow.flows.console import check_verbose
+from popflow.flows.console import DETAIL, check_verbose
 from popflow.flows.controller import Controller
 from popflow.flows.experiment import Experiment, open_experiment
 from popflow.flows.live_table import LiveTable, shown
@@ -86,7 +86,9 @@ def _train(
             shown(_live_table(spec, experiment), client) as table,
         ):
             feed.training.set()
-            run_logger().info("Dask dashboard: %s", client.dashboard_link)
+            # the console's table has the dashboard, the start and the end (the detail:
+            # shown at verbose=3); the Prefect UI has them always
+            run_logger().info("Dask dashboard: %s", client.dashboard_link, extra=DETAIL)
             pool = RunnerPool(client, spec.resources, spec.name)
             controller = Controller(spec, experiment, pool)
             controller.display = table
@@ -122,6 +124,7 @@ def _train(
             len(grid),
             grid.num_errors,
             spec.scheduler.debug_string(),
+            extra=DETAIL,
         )
     population = isinstance(spec.scheduler, PopulationBasedTraining | PopulationBasedTrainingReplay)
     summary = summary_markdown(grid, message, records, spec.metric, spec.mode, population)
@@ -177,6 +180,9 @@ def _announce(experiment: Experiment) -> None:
         state,
         experiment.storage.url,
         experiment.seed,
+        # a fresh start: the console's table header says it (verbose=3 shows it too); a
+        # resume or a finished experiment is news there
+        extra=DETAIL if experiment.resumed_from is None and not experiment.finished else None,
     )
 
 

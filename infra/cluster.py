@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 import math
@@ -14,6 +15,7 @@ from typing import Any, NamedTuple
 from distributed import Client, LocalCluster
 
 from popflow.infra.gpus import CUDA_VISIBLE_DEVICES, detect_gpus, visible_devices
+from popflow.infra.worker_close_logs import DEAD_WORKER_BROADCAST
 from popflow.infra.worker_main import WITHOUT_MAIN
 
 logger = logging.getLogger(__name__)
@@ -167,6 +169,8 @@ def _local_cluster(size: EmbeddedSize) -> LocalCluster:
     user's main script. Close it with :func:`_close_local_cluster`."""
     # the embedded scheduler lives in this process; its INFO chatter is not the user's business
     logging.getLogger("distributed").setLevel(logging.WARNING)
+    # a dead worker is said once, by popflow's runner pool (the same filter: added once)
+    logging.getLogger("distributed.scheduler").addFilter(DEAD_WORKER_BROADCAST)
     WITHOUT_MAIN.acquire()
     options: dict[str, Any] = {
         "threads_per_worker": 1,
@@ -191,11 +195,30 @@ def _local_cluster(size: EmbeddedSize) -> LocalCluster:
         raise
 
 
+#: Seconds an idle embedded worker process gets to exit when the cluster closes before
+#: its nanny kills it (0.8 of it; Dask's default is 4 s: on a loaded 2-core machine the
+#: exits overran it and each printed "Worker process still alive after 4.0 seconds,
+#: killing" after a run that went well).
+IDLE_WORKER_CLOSE_S = 30.0
+
+
 def _close_local_cluster(cluster: LocalCluster) -> None:
     try:
+        cluster.sync(_close_idle_workers, cluster)
         cluster.close()
     finally:
         WITHOUT_MAIN.release()
+
+
+async def _close_idle_workers(cluster: LocalCluster) -> None:
+    """Close the workers, each given :data:`IDLE_WORKER_CLOSE_S` to exit, when none runs a
+    task (a run that ended); a worker still running a segment (a run stopped by an error
+    or Ctrl-C) is left to Dask's close, which kills it after 4 s rather than wait for it."""
+    scheduler = cluster.scheduler  # in this process: its state read on its own loop
+    if scheduler is None or any(ws.processing for ws in scheduler.workers.values()):
+        return
+    nannies = list(cluster.workers.values())
+    await asyncio.gather(*(n.close(timeout=IDLE_WORKER_CLOSE_S) for n in nannies))
 
 
 class ClusterStart:

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from popflow.schedulers.rounding import human
 from popflow.schedulers.trial import Trial
 from popflow.schedulers.trial_scheduler import Action, TrialScheduler, score
 from popflow.schedulers.validation import check_bool, check_finite_positive, check_rung_count
@@ -102,7 +103,7 @@ class _Bracket:
 
     def debug_str(self, s: int) -> str:
         rungs = " | ".join(
-            f"Iter {float(m):.3f}: {rung_cutoff(list(rec.values()), self.reduction_factor)}"
+            f"Iter {float(m):.3f}: {_cutoff(rung_cutoff(list(rec.values()), self.reduction_factor))}"
             for m, rec in self.rungs
         )
         return f"Bracket s={s}: num_stopped={self.num_stopped} | {rungs}"
@@ -303,3 +304,8 @@ class AsyncHyperBandScheduler(TrialScheduler):
 
 
 ASHAScheduler = AsyncHyperBandScheduler
+
+
+def _cutoff(value: float | None) -> str:
+    """A rung's cutoff as Ray's debug string says it, rounded for people."""
+    return "None" if value is None else human(value)

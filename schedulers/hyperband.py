@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from popflow.schedulers.rounding import human
 from popflow.schedulers.trial import Trial, TrialStatus
 from popflow.schedulers.trial_scheduler import Action, Decision, TrialScheduler, score
 from popflow.schedulers.validation import check_bool, check_finite_positive, check_rung_count
@@ -141,20 +142,21 @@ class _Bracket:
         self.num_stopped += len(actions) - len(keep)
         self.rung += 1
         self.reported = {}
-        logger.info(
+        # a decision: on the console at verbose=3 only (its popflow logger at DEBUG)
+        logger.debug(
             "HyperBand bracket s=%d: %d of %d promoted to rung %d (r=%s)",
             self.s,
             len(keep),
             len(actions),
             self.rung,
-            self.milestone,
+            human(self.milestone),
         )
         return actions
 
     def describe(self) -> str:
         n, r = self.rungs[self.rung]
         return (
-            f"Bracket(s={self.s}, rung {self.rung}/{len(self.rungs) - 1}: n={n}, r={r:g}): "
+            f"Bracket(s={self.s}, rung {self.rung}/{len(self.rungs) - 1}: n={n}, r={human(r)}): "
             f"members={len(self.members)} live={len(self.live)} "
             f"reported={len(self.reported)} stopped={self.num_stopped}"
         )

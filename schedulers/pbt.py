@@ -331,7 +331,8 @@ class PopulationBasedTraining(TrialScheduler):
             return ()
         source_id = upper[int(self._rng.integers(len(upper)))]
         if not self._states[source_id].clonable:
-            logger.info(
+            # a decision: on the console at verbose=3 only (its popflow logger at DEBUG)
+            logger.debug(
                 "[pbt]: no checkpoint for trial %s. Skip exploit for Trial %s", source_id, trial_id
             )
             return ()

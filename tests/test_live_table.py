@@ -121,7 +121,7 @@ def test_through_a_pipe_the_table_is_plain_text_printed_once_at_the_end(tmp_path
     assert len(rows) == 2 and all("| TERMINATED |" in row for row in rows), out
     best = [row for row in rows if row.startswith("| * ")]
     assert len(best) == 1 and best[0].rstrip("|").split("|")[-1].strip() == "24", rows
-    assert re.search(r"Best trial \S+: score=24 at iteration 12, config \{'x': 2\}", out), out
+    assert re.search(r"Best trial \S+: score=24 at iteration 12, config x=2$", out, re.M), out
 
 
 def test_verbose_1_shows_the_status_line_and_no_table(tmp_path):
@@ -201,8 +201,9 @@ def test_a_segment_sends_its_latest_result_to_the_driver_as_it_trains(dask_clust
     live.close()
 
 
-def test_through_a_pipe_a_long_run_prints_its_table_every_interval(monkeypatch):
-    """Plain output is periodic: a print when the interval has passed, none before."""
+def test_through_a_pipe_a_long_run_prints_its_status_line_every_interval(monkeypatch):
+    """Plain output is periodic: a status line when the interval has passed, none before;
+    the table once, at the end (a pipe keeps every print: ``make demo 2>&1 | wc -l``)."""
     from popflow.flows import live_table
 
     now = [1000.0]
@@ -219,3 +220,64 @@ def test_through_a_pipe_a_long_run_prints_its_table_every_interval(monkeypatch):
         table.tick(records, round_no=step)
     frames = re.findall(r"Trial status: .* · round (\d+) · 0:0(\d:\d\d)", out.getvalue())
     assert frames == [("30", "0:30"), ("60", "1:00"), ("90", "1:30")], out.getvalue()
+    assert len(out.getvalue().splitlines()) == 4 and "Trial name" not in out.getvalue()
+    table.close(records, None, "long finished")
+    assert out.getvalue().count("Trial name") == 1
+
+
+def _population() -> list[TrialRecord]:
+    """PBT's demo population: long trainable names, three hyperparameters."""
+    records = []
+    for i in range(8):
+        config = {"lr": 0.0030393 * (i + 1) / 3, "some_other_factor": 1 + i % 2, "m": 0.9 - i / 100}
+        trial = Trial(f"e9500_{i:05d}", config, trainable_name="PBTBenchmarkExample")
+        trial.status = TrialStatus.TERMINATED
+        trial.last_result = {
+            "mean_accuracy": 200.123 + i, "training_iteration": 230 + i, "time_total_s": 12.3,
+        }  # fmt: skip
+        records.append(TrialRecord(trial=trial, index=i, dirname=f"PBT_e9500_{i:05d}"))
+    return records
+
+
+def _final_table(width: int) -> str:
+    out = io.StringIO()
+    table = LiveTable(
+        2, name="pbt", path="/x/pbt", seed=0, scheduler="PBT", metric="mean_accuracy",
+        mode="max", file=out, width=width,
+    )  # fmt: skip
+    table.start(None)
+    table.close(_population(), None, "pbt finished")
+    return out.getvalue()
+
+
+def test_at_80_columns_the_table_keeps_ids_iteration_time_and_metric():
+    """Short trial ids (Ray's ``e67f7_00001``), the metric, iteration and time kept;
+    hyperparameter columns left out, last first, and named in the caption."""
+    text = _final_table(80)
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    header = next(line for line in text.splitlines() if "Trial id" in line)
+    assert re.findall(r"[\w()]+(?: \(s\))?", header) == [
+        "Trial", "id", "status", "lr", "iter", "time (s)", "mean_accuracy"
+    ], header  # fmt: skip
+    row = r"^\| ([* ]) (e9500_\d{5}) \| TERMINATED \| +[\d.]+ \| +(\d+) \| +[\d.]+ \| +([\d.]+) \|$"
+    rows = re.findall(row, text, re.M)
+    assert [(star, tid, it) for star, tid, it, _ in rows] == [
+        (" " if i < 7 else "*", f"e9500_{i:05d}", str(230 + i)) for i in range(8)
+    ], text
+    assert [metric for *_, metric in rows] == [f"{200.123 + i:.4g}" for i in range(8)]
+    assert "not shown at 80 columns: some_other_factor, m" in text
+    status = " ".join(text.split())  # the status line wraps at 80 columns
+    assert "best e9500_00007 mean_accuracy=207.1 (iter 237)" in status  # the short id too
+
+
+def test_at_120_columns_every_column_shows_and_names_where_they_fit():
+    text = _final_table(120)
+    assert max(len(line) for line in text.splitlines()) <= 120, text
+    header = next(line for line in text.splitlines() if "Trial id" in line)
+    for column in ("lr", "some_other_factor", "m", "iter", "time (s)", "mean_accuracy"):
+        assert f" {column} |" in header, text
+    assert "| * e9500_00007 | TERMINATED | 0.008105 |" in text, text
+    assert "not shown" not in text
+    wide = _final_table(140)  # the full names fit: Ray's "PBTBenchmarkExample_e9500_00007"
+    assert "| * PBTBenchmarkExample_e9500_00007 | TERMINATED | 0.008105 |" in wide, wide
+    assert " total time (s) |" in wide
