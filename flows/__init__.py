@@ -4,7 +4,9 @@ Its names are imported on first use (PEP 562): ``popflow.run`` imports Dask's
 client, which ``popflow status`` and ``popflow --help`` have no use for.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from popflow.infra.lazy_names import lazy_names
 
 if TYPE_CHECKING:
     from popflow.flows.config import CheckpointConfig
@@ -20,19 +22,6 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _HOMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'popflow.flows' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
-
+__getattr__, __dir__ = lazy_names(__name__, _HOMES)
 
 __all__ = ["CheckpointConfig", "Result", "ResultGrid", "run"]

@@ -19,7 +19,9 @@ popflow, imports the worker side but never the driver's flows layer and its
 Dask client (a fifth of a second at each worker's start).
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from popflow.infra.lazy_names import lazy_names
 
 if TYPE_CHECKING:
     from popflow.flows import CheckpointConfig, Result, ResultGrid, run
@@ -83,22 +85,7 @@ _HOMES: dict[str, str] = {
 _SUBPACKAGES = ("air", "flows", "infra", "schedulers", "tasks", "tune")
 
 
-def __getattr__(name: str) -> Any:
-    import importlib
-
-    if name in _SUBPACKAGES:
-        return importlib.import_module(f"{__name__}.{name}")  # the import sets the attribute
-    module = _HOMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'popflow' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES, *_SUBPACKAGES})
-
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, _SUBPACKAGES)
 
 __all__ = [
     "PB2",
