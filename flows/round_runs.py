@@ -162,4 +162,5 @@ def late_start_line(started_at: float) -> Line | None:
         logging.INFO,
         f"this record started {lag:.1f} s after the run (Prefect's import and server); "
         "its rounds and lines carry the times they happened",
+        detail=True,  # for the UI, where the times are read; the console said it all live
     )
