@@ -27,10 +27,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from popflow.flows.live_table import _number as shown_number  # the console's rounding
 from popflow.flows.results import flatten
 from popflow.flows.trial_table import TrialRecord
 from popflow.schedulers import TrialStatus
+from popflow.schedulers.rounding import human  # the console's rounding
 
 logger = logging.getLogger(__name__)
 
@@ -116,13 +116,11 @@ def leaderboard(
         last = rec.trial.last_result or {}
         row: dict[str, Any] = {"trial": rec.trial_id, "status": status_label(rec, horizon)}
         if metric:
-            row[metric] = shown_number(last.get(metric))
-        row["iter"] = shown_number(last.get("training_iteration"))
+            row[metric] = human(last.get(metric))
+        row["iter"] = human(last.get("training_iteration"))
         seconds = last.get("time_total_s")
-        row["total time (s)"] = (
-            shown_number(round(seconds, 2)) if isinstance(seconds, int | float) else ""
-        )
-        row.update({key: shown_number(config.get(key)) for key in params})
+        row["total time (s)"] = human(round(seconds, 2)) if isinstance(seconds, int | float) else ""
+        row.update({key: human(config.get(key)) for key in params})
         rows.append(row)
     return rows
 
@@ -140,7 +138,7 @@ def progress_text(records: Sequence[TrialRecord], metric: str | None, mode: str 
         last = best.trial.last_result or {} if best is not None else {}
         if best is not None and _score(last.get(metric), mode) != math.inf:
             text += (
-                f"; best {metric} {shown_number(last.get(metric))} "
+                f"; best {metric} {human(last.get(metric))} "
                 f"(trial {best.trial_id}, iter {last.get('training_iteration')})"
             )
     return text
@@ -284,7 +282,7 @@ def summary_markdown(
             best = None
         if best is not None:
             lines += [
-                f"**Best {metric}**: {shown_number(best.metrics.get(metric))} "
+                f"**Best {metric}**: {human(best.metrics.get(metric))} "
                 f"(trial {best.trial_id}, iteration {best.metrics.get('training_iteration')})",
                 "",
                 f"**Best config**: `{json.dumps(best.config, default=str, sort_keys=True)}`",

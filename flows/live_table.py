@@ -44,10 +44,6 @@ PLAIN_WIDTH = 200
 _ORDER = (TrialStatus.RUNNING, TrialStatus.PAUSED, TrialStatus.PENDING)
 
 
-def _number(value: Any) -> str:
-    return human(value)
-
-
 def _elapsed(seconds: float) -> str:
     m, s = divmod(int(seconds), 60)
     h, m = divmod(m, 60)
@@ -134,7 +130,7 @@ class LiveTable:
         if self.verbose < 3:
             return
         keys = [k for k in (self.metric, "training_iteration") if k and k in result]
-        shown = ", ".join(f"{k}={_number(result[k])}" for k in keys)
+        shown = ", ".join(f"{k}={human(result[k])}" for k in keys)
         self._say(f"Trial {rec.trial} reported {shown} with parameters={rec.trial.config}.")
 
     def close(self, records: Sequence[TrialRecord], grid: ResultGrid | None, message: str) -> None:
@@ -198,7 +194,7 @@ class LiveTable:
         if best is not None and self.metric:
             value = self._result(best).get(self.metric)
             iteration = self._result(best).get("training_iteration")
-            said = f" {self.metric}={_number(value)} (iter {iteration})"
+            said = f" {self.metric}={human(value)} (iter {iteration})"
             if len(f"{line} · best {best.trial}{said} · done") > self.console.width:
                 line += f" · best {best.trial_id}{said}"  # the short id, as in a narrow table
             else:
@@ -287,12 +283,12 @@ class LiveTable:
             row = [
                 ("* " if rec is best else "  ") + (rec.trial_id if short else str(rec.trial)),
                 rec.trial.status.value,
-                *(_number(flat.get(k)) for k in params),
-                _number(last.get("training_iteration")),
-                _number(round(last["time_total_s"], 2)) if "time_total_s" in last else "",
+                *(human(flat.get(k)) for k in params),
+                human(last.get("training_iteration")),
+                human(round(last["time_total_s"], 2)) if "time_total_s" in last else "",
             ]
             if self.metric:
-                row.append(_number(last.get(self.metric)))
+                row.append(human(last.get(self.metric)))
             table.add_row(*row, style="bold green" if rec is best else None)
         return table
 
@@ -308,7 +304,7 @@ class LiveTable:
             if best is not None:
                 lines.append(
                     f"Best trial {best.trial_id}: {self.metric}="
-                    f"{_number(best.metrics.get(self.metric))} at iteration "
+                    f"{human(best.metrics.get(self.metric))} at iteration "
                     f"{best.metrics.get('training_iteration')}, config "
                     + ", ".join(f"{k}={human(v)}" for k, v in flatten(best.config).items())
                 )
