@@ -31,8 +31,8 @@ from pbt_benchmark import run_benchmark
 from prefect import flow
 from prefect.states import Completed, State
 
-from popflow.flows.artifacts import plots_artifact
 from popflow.flows.flow_retries import mistakes_not_retried
+from popflow.flows.plot_artifacts import plots_artifact
 from popflow.infra.storage_cli import resolve_storage_options
 
 
