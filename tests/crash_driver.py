@@ -181,6 +181,8 @@ def inject(kill_at: str | None) -> None:
 def _wait_until_recorded(name: str, timeout: float = 120.0) -> None:
     """Poll the API until a Running ``tune`` run of experiment ``name`` has a Running task."""
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.client.schemas.objects import StateType
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -189,8 +191,11 @@ def _wait_until_recorded(name: str, timeout: float = 120.0) -> None:
                 r for r in client.read_flow_runs()
                 if (r.parameters or {}).get("name") == name and r.state.is_running()
             ]  # fmt: skip
-            tasks = client.read_task_runs() if runs else []
-            if any(t.flow_run_id == runs[0].id and t.state.is_running() for t in tasks):
+            tasks = client.read_task_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[runs[0].id]))
+            ) if runs else []  # fmt: skip
+            # state_type: the task run's own column (its state row may be a moment behind)
+            if any(t.state_type == StateType.RUNNING for t in tasks):
                 return
         time.sleep(0.1)  # polling the API, not synchronising on time
     raise SystemExit(f"Prefect's record of {name} did not catch up in {timeout} s")
