@@ -65,7 +65,7 @@ def efficiency(iterations: int, wall: float) -> float:
 
 def runner(args: argparse.Namespace) -> None:
     from popflow import run
-    from popflow.infra.cluster import dask_client
+    from popflow.infra.cluster.dask_cluster import dask_client
 
     example = load_example("async_hyperband")
     figures: dict[str, Any] = {"cluster": "prestarted" if args.prestart else "embedded"}
@@ -206,7 +206,7 @@ def main() -> None:
         embedded = run_json(me, env=embedded_env, log_path=logs / "asha_popflow_default.log")
     finally:
         subprocess.run(
-            [python(), "-m", "popflow.flows.cli", "server", "stop"],
+            [python(), "-m", "popflow.flows.api.cli", "server", "stop"],
             env={**os.environ, "PREFECT_HOME": str(home)},
             check=False,
         )

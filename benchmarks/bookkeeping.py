@@ -65,7 +65,7 @@ def _maxrss_mib() -> float:
 
 
 def runner(args: argparse.Namespace) -> None:
-    from popflow.infra.cluster import dask_client
+    from popflow.infra.cluster.dask_cluster import dask_client
 
     figures: dict[str, Any] = {"trials": args.trials, "tracemalloc": args.tracemalloc}
     with scratch_dir("popflow-bench-bookkeeping-") as storage:

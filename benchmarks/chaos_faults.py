@@ -28,10 +28,10 @@ sys.path.insert(0, TESTS)
 
 from test_nothing_lost import damage  # noqa: E402
 
-from popflow.infra.checkpoint_store import MANIFEST, CheckpointError, verify_in_place  # noqa: E402
-from popflow.infra.experiment_log import DamagedCommit, ExperimentLog, decode_commit  # noqa: E402
-from popflow.infra.lease import lease_holder  # noqa: E402
-from popflow.infra.storage import Storage  # noqa: E402
+from popflow.infra.storage.folder import Storage  # noqa: E402
+from popflow.infra.store.checkpoints import MANIFEST, CheckpointError, verify_in_place  # noqa: E402
+from popflow.infra.store.commit_log import DamagedCommit, ExperimentLog, decode_commit  # noqa: E402
+from popflow.infra.store.lease import lease_holder  # noqa: E402
 
 DRIVER = os.path.join(TESTS, "crash_driver.py")
 

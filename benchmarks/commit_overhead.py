@@ -35,8 +35,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import CommitRecorder, PrefectServer, write_json
 
-from popflow.infra.checkpoint_store import publish_checkpoint
-from popflow.infra.storage import Storage
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.checkpoints import publish_checkpoint
 from popflow.tasks import Trainable
 
 logger = logging.getLogger("overhead")
@@ -108,7 +108,7 @@ def tune_rounds(storage: str, options: dict | None, rounds: int, client: object)
 
 
 def end_to_end(options: dict, rounds: int, work: str) -> dict:
-    from popflow.infra.cluster import dask_client
+    from popflow.infra.cluster.dask_cluster import dask_client
 
     places = {
         "tmpfs": (tempfile.mkdtemp(prefix="popflow-overhead-", dir="/dev/shm"), None),

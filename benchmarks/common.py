@@ -67,7 +67,7 @@ class CommitRecorder:
         self.rss_mib: list[float] = []  # the process's resident memory after it
 
     def __enter__(self) -> CommitRecorder:
-        from popflow.infra.experiment_log import ExperimentLog
+        from popflow.infra.store.commit_log import ExperimentLog
 
         self._original = original = ExperimentLog.commit
         recorder = self
@@ -88,7 +88,7 @@ class CommitRecorder:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from popflow.infra.experiment_log import ExperimentLog
+        from popflow.infra.store.commit_log import ExperimentLog
 
         ExperimentLog.commit = self._original  # type: ignore[method-assign]
 

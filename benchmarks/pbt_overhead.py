@@ -114,7 +114,7 @@ def _count_lines(path: str) -> int:
 
 
 def runner_noop(args: argparse.Namespace) -> None:
-    from popflow.infra.cluster import dask_client
+    from popflow.infra.cluster.dask_cluster import dask_client
 
     figures: dict[str, Any] = {}
     with scratch_dir("popflow-bench-noop-") as storage:
@@ -200,7 +200,7 @@ def runner_pbt(args: argparse.Namespace) -> None:
             "some_other_factor": [1, 2],
         },
     )
-    from popflow.infra.cluster import dask_client
+    from popflow.infra.cluster.dask_cluster import dask_client
 
     cluster: dict[str, Any] = {"n_workers": args.workers}
     with contextlib.ExitStack() as stack:
@@ -401,7 +401,7 @@ def part_b(args: argparse.Namespace, server: PrefectServer) -> dict[str, Any]:
         import subprocess
 
         subprocess.run(
-            [python(), "-m", "popflow.flows.cli", "server", "stop"],
+            [python(), "-m", "popflow.flows.api.cli", "server", "stop"],
             env={**os.environ, "PREFECT_HOME": str(home)},
             check=False,
         )

@@ -74,7 +74,7 @@ def _run(members: int, rounds: int, storage: str, name: str, client: Any) -> flo
 
 
 def runner(args: argparse.Namespace) -> None:
-    from popflow.infra.cluster import dask_client
+    from popflow.infra.cluster.dask_cluster import dask_client
 
     figures: dict[str, Any] = {"members": args.members, "rounds": args.rounds}
     with scratch_dir("popflow-bench-population-") as storage, dask_client(None, WORKERS) as client:

@@ -356,7 +356,7 @@ def warm_prefect(prefect_home: Path, root: Path, timeout: float) -> dict[str, An
 def stop_prefect(prefect_home: Path) -> None:
     """Stop the local Prefect server the popflow runs used, by its PID."""
     subprocess.run(
-        [python(), "-m", "popflow.flows.cli", "server", "stop"],
+        [python(), "-m", "popflow.flows.api.cli", "server", "stop"],
         env={**os.environ, "PREFECT_HOME": str(prefect_home)},
         check=False,
         timeout=120,

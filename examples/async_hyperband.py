@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from popflow import run
-from popflow.infra.storage_cli import add_storage_arguments, storage_options_from_args
+from popflow.infra.storage.options_cli import add_storage_arguments, storage_options_from_args
 from popflow.schedulers import ASHAScheduler, uniform
 from popflow.tasks import report
 

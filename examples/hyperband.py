@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from popflow import CheckpointConfig, run
-from popflow.infra.storage_cli import add_storage_arguments, storage_options_from_args
+from popflow.infra.storage.options_cli import add_storage_arguments, storage_options_from_args
 from popflow.schedulers import HyperBandScheduler, uniform
 from popflow.tasks import Checkpoint, get_checkpoint, report
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from popflow import CheckpointConfig, ResultGrid, run
-from popflow.infra.storage_cli import add_storage_arguments, resolve_storage_options
+from popflow.infra.storage.options_cli import add_storage_arguments, resolve_storage_options
 from popflow.schedulers import PopulationBasedTraining
 from popflow.tasks import Trainable
 

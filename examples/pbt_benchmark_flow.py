@@ -31,9 +31,9 @@ from pbt_benchmark import run_benchmark
 from prefect import flow
 from prefect.states import Completed, State
 
-from popflow.flows.flow_retries import mistakes_not_retried
-from popflow.flows.plot_artifacts import plots_artifact
-from popflow.infra.storage_cli import resolve_storage_options
+from popflow.flows.record.flow_retries import mistakes_not_retried
+from popflow.flows.record.plot_artifacts import plots_artifact
+from popflow.infra.storage.options_cli import resolve_storage_options
 
 
 @flow(name="pbt-benchmark", log_prints=True, retries=2, retry_delay_seconds=10)

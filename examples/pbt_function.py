@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from popflow import CheckpointConfig, run
-from popflow.infra.storage_cli import add_storage_arguments, storage_options_from_args
+from popflow.infra.storage.options_cli import add_storage_arguments, storage_options_from_args
 from popflow.schedulers import PopulationBasedTraining, uniform
 from popflow.tasks import Checkpoint, get_checkpoint, report
 

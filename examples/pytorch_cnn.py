@@ -25,7 +25,7 @@ import tempfile
 from typing import Any
 
 from popflow import tune
-from popflow.infra.storage_cli import add_storage_arguments, storage_options_from_args
+from popflow.infra.storage.options_cli import add_storage_arguments, storage_options_from_args
 from popflow.schedulers import PopulationBasedTraining
 
 

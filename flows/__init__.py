@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING
 from popflow.infra.lazy_names import lazy_names
 
 if TYPE_CHECKING:
-    from popflow.flows.config import CheckpointConfig
-    from popflow.flows.launch import run
-    from popflow.flows.results import Result, ResultGrid
+    from popflow.flows.api.launch import run
+    from popflow.flows.experiment.results import Result, ResultGrid
+    from popflow.flows.spec.config import CheckpointConfig
 
 #: Each public name and the module it comes from.
 _HOMES = {
-    "CheckpointConfig": "popflow.flows.config",
-    "Result": "popflow.flows.results",
-    "ResultGrid": "popflow.flows.results",
-    "run": "popflow.flows.launch",
+    "CheckpointConfig": "popflow.flows.spec.config",
+    "Result": "popflow.flows.experiment.results",
+    "ResultGrid": "popflow.flows.experiment.results",
+    "run": "popflow.flows.api.launch",
 }
 
 

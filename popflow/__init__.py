@@ -25,7 +25,7 @@ from popflow.infra.lazy_names import lazy_names
 
 if TYPE_CHECKING:
     from popflow.flows import CheckpointConfig, Result, ResultGrid, run
-    from popflow.flows.tuner import init
+    from popflow.flows.api.tuner import init
     from popflow.schedulers import (
         PB2,
         ASHAScheduler,
@@ -79,7 +79,7 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(_SCHEDULERS, "popflow.schedulers"),
     **dict.fromkeys(("Checkpoint", "Trainable", "get_checkpoint", "report"), "popflow.tasks"),
     **dict.fromkeys(("CheckpointConfig", "Result", "ResultGrid", "run"), "popflow.flows"),
-    "init": "popflow.flows.tuner",
+    "init": "popflow.flows.api.tuner",
 }
 #: The subpackages, as attributes too (``import popflow; popflow.schedulers``).
 _SUBPACKAGES = ("air", "flows", "infra", "schedulers", "tasks", "tune")

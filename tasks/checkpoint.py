@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from popflow.infra.checkpoint_store import MANIFEST, fetch_checkpoint, verify_in_place
-from popflow.infra.credentials import Hidden, without_secrets
-from popflow.infra.storage import Storage
+from popflow.infra.storage.credentials import Hidden, without_secrets
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.checkpoints import MANIFEST, fetch_checkpoint, verify_in_place
 
 #: Where a dict returned by ``Trainable.save_checkpoint`` is kept inside the folder.
 DICT_CHECKPOINT_FILE = "_dict_checkpoint.pkl"

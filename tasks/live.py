@@ -30,7 +30,7 @@ import traceback
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from popflow.infra.checkpoint_store import DigestingWriter
+from popflow.infra.store.checkpoints import DigestingWriter
 from popflow.tasks.checkpoint import DICT_CHECKPOINT_FILE, Checkpoint, load_folder
 from popflow.tasks.function_api import run_in_session
 from popflow.tasks.progress import ProgressClock

@@ -21,7 +21,7 @@ from typing import Any
 
 import cloudpickle
 
-from popflow.infra.storage import Storage
+from popflow.infra.storage.folder import Storage
 
 #: Where the objects live, inside the experiment's folder.
 PARAMETERS_DIR = ".popflow/parameters"

@@ -16,7 +16,7 @@ counts what popflow uses (other work on a shared cluster waits for a free slot
 instead of oversubscribing the worker), the dashboard shows the slots as running
 ``popflow-<experiment>-slot`` tasks, and its profiler sees the training code.
 A GPU trial's segments run with ``CUDA_VISIBLE_DEVICES`` set to its slot's
-devices (:mod:`popflow.infra.gpus`).
+devices (:mod:`popflow.infra.cluster.gpus`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 
 import cloudpickle
 
-from popflow.infra.gpus import CUDA_VISIBLE_DEVICES, slot_devices, visible_devices
+from popflow.infra.cluster.gpus import CUDA_VISIBLE_DEVICES, slot_devices, visible_devices
 from popflow.tasks.live import discard_parked_soon
 from popflow.tasks.segment import run_segments
 from popflow.tasks.specs import SegmentOutcome, SegmentSpec

@@ -19,9 +19,9 @@ import traceback
 from concurrent.futures import Future
 from typing import Any
 
-from popflow.infra.checkpoint_store import CheckpointError, fetch_checkpoint, verify_in_place
-from popflow.infra.cluster import current_worker_address
-from popflow.infra.storage_errors import StorageError
+from popflow.infra.cluster.dask_cluster import current_worker_address
+from popflow.infra.storage.errors import StorageError
+from popflow.infra.store.checkpoints import CheckpointError, fetch_checkpoint, verify_in_place
 from popflow.tasks.live import Live, LiveClass, LiveFunction, UserCodeError, is_parked, park, take
 from popflow.tasks.parameters import parameters_of
 from popflow.tasks.progress import ProgressClock

@@ -14,10 +14,10 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-from popflow.infra.checkpoint_store import publish_checkpoint, staging_folder
 from popflow.infra.jsonutil import jsonable
-from popflow.infra.lease import fence
-from popflow.infra.storage_errors import FULL_ERRNOS, StorageError
+from popflow.infra.storage.errors import FULL_ERRNOS, StorageError
+from popflow.infra.store.checkpoints import publish_checkpoint, staging_folder
+from popflow.infra.store.lease import fence
 from popflow.tasks.progress import ProgressClock
 from popflow.tasks.progress_events import ProgressSender
 from popflow.tasks.specs import (

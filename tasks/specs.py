@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any
 
-from popflow.infra.storage import Storage
-from popflow.infra.storage_errors import StorageError
+from popflow.infra.storage.errors import StorageError
+from popflow.infra.storage.folder import Storage
 
 StopCondition = Mapping[str, Any] | Callable[[str, dict[str, Any]], bool] | None
 

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from popflow.infra.checkpoint_store import publish_checkpoint
-from popflow.infra.storage import Storage
-from popflow.infra.storage_errors import StorageError
+from popflow.infra.storage.errors import StorageError
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.checkpoints import publish_checkpoint
 from popflow.tasks.specs import EndReason, SegmentOutcome
 
 TRANSFER_THREADS = 4  # per worker process, shared by its runners

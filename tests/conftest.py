@@ -151,10 +151,10 @@ def _commits_hold_the_trial_table(monkeypatch) -> None:
     """Every commit of a run in this process holds the driver's trial table as it is.
 
     A commit writes only the rows of the trials that changed since the one
-    before (:mod:`popflow.flows.trial_index`); a change the index missed would
+    before (:mod:`popflow.flows.driver.trial_index`); a change the index missed would
     leave a stale row in storage, which this catches in every test that runs.
     """
-    from popflow.flows.controller import Controller
+    from popflow.flows.driver.controller import Controller
     from popflow.infra.jsonutil import jsonable
 
     commit = Controller.commit

@@ -30,11 +30,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from trainables import ParityTrainable
 
-import popflow.infra.local_files as local_files
+import popflow.infra.storage.local_files as local_files
 from popflow import CheckpointConfig, run
-from popflow.infra.experiment_log import ExperimentLog
-from popflow.infra.lease import Lease
-from popflow.infra.storage import Storage
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.commit_log import ExperimentLog
+from popflow.infra.store.lease import Lease
 from popflow.schedulers import (
     PB2,
     ASHAScheduler,
@@ -151,7 +151,7 @@ def inject(kill_at: str | None) -> None:
     elif kind in ("cut-back", "cut-made"):
         # dies right after a rewind planned a cut of a trial's logs (before the commit
         # that records it), or right after the writer made one (before its appends)
-        from popflow.flows.trial_logs import TrialLogs
+        from popflow.flows.experiment.trial_logs import TrialLogs
 
         name = "_plan_cut" if kind == "cut-back" else "_truncate"
         original_cut = getattr(TrialLogs, name)

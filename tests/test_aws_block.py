@@ -17,21 +17,21 @@ import uuid
 import pytest
 from prefect_aws import AwsClientParameters, AwsCredentials, MinIOCredentials, S3Bucket
 
-from popflow.flows.experiment import is_finished
-from popflow.infra.aws_blocks import (
+from popflow.flows.experiment.opening import is_finished
+from popflow.infra.storage.aws_blocks import (
     block_name,
     options_of,
     storage_options_from_block,
     storage_url_from_block,
 )
-from popflow.infra.experiment_log import ExperimentLog
-from popflow.infra.storage import Storage, StorageError
-from popflow.infra.storage_cli import (
+from popflow.infra.storage.folder import Storage, StorageError
+from popflow.infra.storage.options_cli import (
     add_storage_arguments,
     merge_options,
     resolve_storage_options,
     storage_options_from_args,
 )
+from popflow.infra.store.commit_log import ExperimentLog
 
 MOCK = "popflow.tune.utils.mock_trainable:MyTrainableClass"
 KEY = f"AKIA{uuid.uuid4().hex[:16].upper()}"  # moto accepts any key: these are the block's
@@ -153,7 +153,7 @@ def test_the_deployable_flow_opens_s3_with_the_block_and_keeps_its_secrets_out_o
     from prefect.client.orchestration import get_client
     from prefect.logging.handlers import APILogWorker
 
-    from popflow.flows import deployable
+    from popflow.flows.record import deployable
 
     _, fixture_options = s3_server
     name = f"from-block-{uuid.uuid4().hex[:8]}"

@@ -9,14 +9,14 @@ import uuid
 
 import pytest
 
-from popflow.infra.checkpoint_store import (
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.checkpoints import (
     MANIFEST,
     CheckpointError,
     fetch_checkpoint,
     publish_checkpoint,
     read_manifest,
 )
-from popflow.infra.storage import Storage
 
 FILES = {
     "model.bin": bytes(range(256)) * 40,

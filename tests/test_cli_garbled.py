@@ -17,9 +17,9 @@ import pytest
 from trainables import ParityTrainable
 
 from popflow import grid_search, run
-from popflow.flows.cli import main
-from popflow.infra.experiment_log import STATE_KEYS, ExperimentLog, encode_commit
-from popflow.infra.storage import Storage
+from popflow.flows.api.cli import main
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.commit_log import STATE_KEYS, ExperimentLog, encode_commit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -201,7 +201,7 @@ def test_resuming_a_wrong_shaped_commit_from_python_writes_nothing(
 ) -> None:
     """run(resume=True) checks the commit before the lease: it used to publish its
     takeover commit first and fail after."""
-    from popflow.flows.experiment_read import MalformedExperiment
+    from popflow.flows.experiment.reading import MalformedExperiment
 
     path = Path(shutil.copytree(unfinished, tmp_path / "exp"))
     url = forge_commit(path, lambda r, s: trial(s).pop("status"))

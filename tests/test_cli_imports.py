@@ -16,7 +16,7 @@ HEAVY = ("prefect", "distributed", "dask", "pandas", "matplotlib", "numpy", "fss
 
 PROBE = """
 import json, sys
-from popflow.flows.cli import main
+from popflow.flows.api.cli import main
 try:
     main(sys.argv[1:])
 except SystemExit as e:
@@ -64,6 +64,6 @@ def test_the_facade_keeps_its_names_without_importing_them():
     assert json.loads(probe.stdout) == {
         "before": [],
         "missing": [],
-        "run": "popflow.flows.launch",
+        "run": "popflow.flows.api.launch",
         "subpackage": "popflow.schedulers",
     }, probe.stderr

@@ -16,8 +16,8 @@ import pytest
 from trainables import ParityTrainable
 
 from popflow import ResultGrid, grid_search, run
-from popflow.flows.cli import main
-from popflow.flows.experiment_read import read_committed
+from popflow.flows.api.cli import main
+from popflow.flows.experiment.reading import read_committed
 from popflow.schedulers import PopulationBasedTraining
 from popflow.tune import Tuner
 
@@ -96,8 +96,8 @@ def test_a_forged_lease_is_refused_until_force_takeover(prefect_server, tmp_path
     over; `--force-takeover` does, and the run finishes."""
     import json
 
-    from popflow.infra.lease import lease_path
-    from popflow.infra.storage import Storage
+    from popflow.infra.storage.folder import Storage
+    from popflow.infra.store.lease import lease_path
 
     project = tmp_path / "project"
     project.mkdir()
@@ -181,7 +181,7 @@ def test_resume_budget_flags_are_checked(tmp_path, capsys):
 def test_the_command_line_chooses_the_cluster_and_the_budget():
     from argparse import Namespace
 
-    from popflow.flows.cli_resume import budget_choice, cluster_choice
+    from popflow.flows.api.cli_resume import budget_choice, cluster_choice
 
     kept = {"dask_address": "tcp://10.0.0.5:8786", "max_rounds": 5}
 

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from popflow import ResultGrid, choice, grid_search, run, uniform
-from popflow.flows.cli import main
-from popflow.flows.experiment_read import ExperimentState, read_committed, state_of
-from popflow.flows.status_view import compact_config, status_lines
-from popflow.flows.trial_logs import result_lines
-from popflow.infra.experiment_log import ExperimentLog
-from popflow.infra.lease import lease_holder, live_holder
-from popflow.infra.storage import Storage
+from popflow.flows.api.cli import main
+from popflow.flows.console.status_view import compact_config, status_lines
+from popflow.flows.experiment.reading import ExperimentState, read_committed, state_of
+from popflow.flows.experiment.trial_logs import result_lines
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.commit_log import ExperimentLog
+from popflow.infra.store.lease import lease_holder, live_holder
 from popflow.schedulers import ASHAScheduler, PopulationBasedTraining
 from popflow.tasks import Trainable
 
@@ -184,8 +184,8 @@ def test_status_interrupted_running_and_interrupted_again(experiments, capsys):
         [
             sys.executable,
             "-c",
-            "import sys, time; from popflow.infra.lease import Lease; "
-            "from popflow.infra.storage import Storage; "
+            "import sys, time; from popflow.infra.store.lease import Lease; "
+            "from popflow.infra.storage.folder import Storage; "
             "Lease(Storage(sys.argv[1]), ttl_s=600).acquire(); print('held', flush=True); "
             "time.sleep(600)",
             path,
@@ -295,7 +295,7 @@ def test_status_and_show_import_no_prefect_dask_or_pandas(experiments):
     heavy = {"prefect", "distributed", "dask", "pandas", "matplotlib"}
     for command in ("status", "show"):
         code = (
-            "import sys; from popflow.flows.cli import main; "
+            "import sys; from popflow.flows.api.cli import main; "
             f"main([{command!r}, {experiments['cut']!r}]); "
             f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {heavy!r}))"
         )
@@ -419,7 +419,7 @@ def test_user_errors_are_one_line_without_a_traceback(args, message, tmp_path):
     }
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     out = subprocess.run(
-        [sys.executable, "-m", "popflow.flows.cli", *args],
+        [sys.executable, "-m", "popflow.flows.api.cli", *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -434,7 +434,14 @@ def test_user_errors_are_one_line_without_a_traceback(args, message, tmp_path):
 
 
 def test_verbose_shows_the_traceback(tmp_path):
-    args = [sys.executable, "-m", "popflow.flows.cli", "--verbose", "status", str(tmp_path / "x")]
+    args = [
+        sys.executable,
+        "-m",
+        "popflow.flows.api.cli",
+        "--verbose",
+        "status",
+        str(tmp_path / "x"),
+    ]
     out = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert out.returncode == 1
     assert "Traceback" in out.stderr and "NoExperiment: no committed experiment" in out.stderr

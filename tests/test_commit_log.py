@@ -10,16 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from popflow.infra import experiment_log
-from popflow.infra.experiment_log import (
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store import commit_log as experiment_log
+from popflow.infra.store.commit_log import (
     DamagedLog,
     ExperimentLog,
     decode_commit,
     encode_commit,
 )
-from popflow.infra.json_delta import Changed, diff, patch
-from popflow.infra.state_text import StateText
-from popflow.infra.storage import Storage
+from popflow.infra.store.json_delta import Changed, diff, patch
+from popflow.infra.store.state_text import StateText
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=4),

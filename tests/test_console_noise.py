@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from popflow.flows.console import console_verbosity
+from popflow.flows.console.verbose import console_verbosity
 from popflow.schedulers import HyperBandScheduler, PopulationBasedTraining, Trial
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 from trainables import Misbehaving, ParityTrainable, forgetful_function
 
 from popflow import ASHAScheduler, CheckpointConfig, FIFOScheduler, run
-from popflow.flows.trial_logs import TrialLogs, csv_prefix_size
-from popflow.flows.trial_table import TrialRecord
-from popflow.infra.experiment_log import ExperimentLog
-from popflow.infra.storage import Storage
+from popflow.flows.experiment.trial_logs import TrialLogs, csv_prefix_size
+from popflow.flows.experiment.trial_table import TrialRecord
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.commit_log import ExperimentLog
 from popflow.schedulers import Trial
 from popflow.tasks.checkpoint import DICT_CHECKPOINT_FILE
 

@@ -1,4 +1,4 @@
-"""``flows/deployable.py``'s ``experiment`` flow: any experiment from JSON parameters (what
+"""``flows/record/deployable.py``'s ``experiment`` flow: any experiment from JSON parameters (what
 the Prefect UI can send), with clear errors for what it cannot resolve."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import struct
 import pytest
 from test_prefect_ui import artifacts
 
-from popflow.flows import deployable
+from popflow.flows.record import deployable
 from popflow.schedulers import PopulationBasedTraining
 from popflow.schedulers.domains import Categorical, LogUniform
 

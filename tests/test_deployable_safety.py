@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from popflow.flows import deployable
-from popflow.flows.trainable_paths import (
+from popflow.flows.record import deployable
+from popflow.flows.spec.trainable_paths import (
     ALLOWLIST_ENV,
     DEFAULT_ALLOWLIST,
     allowlist,

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from typing import Any
 
-from popflow.flows.experiment import is_finished
-from popflow.infra.experiment_log import ExperimentLog
-from popflow.infra.storage import Storage
+from popflow.flows.experiment.opening import is_finished
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.commit_log import ExperimentLog
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -148,7 +148,7 @@ def test_a_rounds_deployment_advances_the_experiment_a_budget_per_run(prefect_se
 
 
 def test_the_generic_experiment_deployment_runs_json_parameters(prefect_server, tmp_path):
-    """prefect.yaml's ``experiment`` deployment (flows/deployable.py), run by a worker
+    """prefect.yaml's ``experiment`` deployment (flows/record/deployable.py), run by a worker
     with parameters as the UI would send them."""
     prefect("work-pool", "create", "popflow-local", "--type", "process", "--overwrite")
     prefect("--no-prompt", "deploy", "--name", "experiment")

@@ -33,7 +33,9 @@ def test_the_docs_build_strictly_with_generated_pages(tmp_path: Path) -> None:
         assert f"popflow {command}" in cli
     assert "--force-takeover" in cli  # an option, from the parser itself
     modules = page("reference/modules.html")
-    assert "popflow.flows.controller" in modules and "plan, dispatch, reduce, commit" in modules
+    assert (
+        "popflow.flows.driver.controller" in modules and "plan, dispatch, reduce, commit" in modules
+    )
     assert "examples/digits_mlp.py" in modules
     api = page("reference/api/popflow.html")
     assert "popflow.run" in api and "param_space" in api

@@ -16,8 +16,17 @@ import pytest
 
 import popflow
 from popflow import run, tune
-from popflow.infra.cluster import ClusterStart, EmbeddedSize, default_workers, embedded_size
-from popflow.infra.worker_main import WORKER_PROCESS_NAME, main_is_guarded, worker_preparation_data
+from popflow.infra.cluster.dask_cluster import (
+    ClusterStart,
+    EmbeddedSize,
+    default_workers,
+    embedded_size,
+)
+from popflow.infra.cluster.worker_main import (
+    WORKER_PROCESS_NAME,
+    main_is_guarded,
+    worker_preparation_data,
+)
 
 #: Ray Tune's smallest script, with no main guard.
 GUARDLESS = """
@@ -247,7 +256,11 @@ def test_embedded_workers_start_with_popflow_loaded_and_dasks_sampling_slowed():
     it), and Dask's profiler and monitors sample less often than its defaults, which took
     a tenth of a core per worker on a small machine; a Dask cluster of one's own is left as
     it is."""
-    from popflow.infra.cluster import EMBEDDED_WORKER_CONFIG, RUNNER_MODULE, dask_client
+    from popflow.infra.cluster.dask_cluster import (
+        EMBEDDED_WORKER_CONFIG,
+        RUNNER_MODULE,
+        dask_client,
+    )
 
     def look() -> tuple[bool, dict[str, str]]:
         import dask
@@ -398,7 +411,7 @@ def test_workers_starting_at_once_never_parse_the_main_script_at_once(tmp_path, 
     import ast
     import threading
 
-    from popflow.infra import worker_main as cluster
+    from popflow.infra.cluster import worker_main as cluster
 
     script = tmp_path / "script.py"
     script.write_text('if __name__ == "__main__":\n    pass\n')

@@ -18,9 +18,9 @@ from pathlib import Path
 from test_nothing_lost import damage
 from test_resume import DRIVER, drive, read_experiment
 
-from popflow.infra.experiment_log import ExperimentLog
-from popflow.infra.lease import lease_holder
-from popflow.infra.storage import Storage
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.commit_log import ExperimentLog
+from popflow.infra.store.lease import lease_holder
 
 KEEP_2 = ["--num-to-keep", "2"]  # a damaged checkpoint has an earlier one to fall back to
 

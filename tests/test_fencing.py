@@ -14,8 +14,9 @@ import time
 import pytest
 from test_resume import DRIVER, drive, read_experiment
 
-from popflow.infra.experiment_log import CommitConflict, ExperimentLog
-from popflow.infra.lease import (
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.commit_log import CommitConflict, ExperimentLog
+from popflow.infra.store.lease import (
     Lease,
     LeaseHeldError,
     LeaseLost,
@@ -24,7 +25,6 @@ from popflow.infra.lease import (
     lease_holder,
     lease_path,
 )
-from popflow.infra.storage import Storage
 
 TRIES = 30
 
@@ -105,8 +105,8 @@ def test_a_zombie_driver_does_not_hold_its_lease(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys, time; from popflow.infra.lease import Lease; "
-            "from popflow.infra.storage import Storage; "
+            "import sys, time; from popflow.infra.store.lease import Lease; "
+            "from popflow.infra.storage.folder import Storage; "
             "Lease(Storage(sys.argv[1]), ttl_s=600).acquire(); print('held', flush=True); "
             "time.sleep(600)",
             str(tmp_path),
@@ -262,7 +262,7 @@ def test_a_stalled_driver_loses_to_the_third_driver_after_it(prefect_server, tmp
 def test_a_taken_over_drivers_worker_publishes_no_checkpoint(tmp_path):
     """The new driver's checkpoint at a name the old driver's worker also reaches
     stays as it is: the old worker's publish is fenced off, leaving nothing behind."""
-    from popflow.infra.checkpoint_store import fetch_checkpoint, publish_checkpoint
+    from popflow.infra.store.checkpoints import fetch_checkpoint, publish_checkpoint
 
     storage = Storage(str(tmp_path))
     ours = tmp_path / "ours"
@@ -410,7 +410,7 @@ def test_a_garbled_lease_file_counts_as_lapsed(tmp_path, body):
 
 
 def test_breaking_a_lease_frees_the_experiment_and_fences_its_holder(tmp_path):
-    from popflow.infra.lease import break_lease
+    from popflow.infra.store.lease import break_lease
 
     storage = Storage(str(tmp_path))
     holder = Lease(storage, ttl_s=600)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from popflow.flows.flow_heartbeat import engine_heartbeats_off, heartbeats
+from popflow.flows.record.heartbeat import engine_heartbeats_off, heartbeats
 
 
 def _beating() -> bool:

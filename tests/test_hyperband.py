@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from popflow.flows.trial_table import TrialTable
+from popflow.flows.experiment.trial_table import TrialTable
 from popflow.schedulers import (
     Action,
     Decision,
@@ -288,7 +288,7 @@ def _no_exploits(exploit: Exploit, reporter: Trial | None) -> None:
 
 
 class FakeBackend:
-    """Plays the controller (flows/controller.py) in memory, one segment at a time,
+    """Plays the controller (flows/driver/controller.py) in memory, one segment at a time,
     applying decisions through the controller's own trial table.
 
     Trials resume from their checkpoints, so a segment costs ``target - time``.

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from trainables import ParityTrainable, parity_function
 
 from popflow import CheckpointConfig, choice, grid_search, run, tune
-from popflow.flows import launch
-from popflow.flows.experiment_name import MAX_NAME_PART_BYTES, check_name
-from popflow.flows.tuner import RunConfig, TuneConfig, Tuner
+from popflow.flows.api import launch
+from popflow.flows.api.tuner import RunConfig, TuneConfig, Tuner
+from popflow.flows.spec.experiment_name import MAX_NAME_PART_BYTES, check_name
 
 
 class Started(AssertionError):

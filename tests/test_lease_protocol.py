@@ -26,10 +26,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from popflow.flows.experiment import _take_over
-from popflow.infra.experiment_log import CommitConflict, ExperimentLog
-from popflow.infra.lease import Lease, LeaseHeldError, LeaseLost, fence, lease_epochs
-from popflow.infra.storage import Storage
+from popflow.flows.experiment.opening import _take_over
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.commit_log import CommitConflict, ExperimentLog
+from popflow.infra.store.lease import Lease, LeaseHeldError, LeaseLost, fence, lease_epochs
 
 TTL = 60.0
 DRIVERS = 3

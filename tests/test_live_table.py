@@ -14,8 +14,8 @@ import threading
 
 from test_console import run_script
 
-from popflow.flows.live_table import MAX_ROWS, LiveTable
-from popflow.flows.trial_table import TrialRecord
+from popflow.flows.console.live_table import MAX_ROWS, LiveTable
+from popflow.flows.experiment.trial_table import TrialRecord
 from popflow.schedulers import Trial, TrialStatus
 
 SCRIPT = textwrap.dedent(
@@ -174,7 +174,7 @@ def test_a_segment_sends_its_latest_result_to_the_driver_as_it_trains(dask_clust
     most one event per interval, and what came before the segment's outcome is dropped."""
     import time
 
-    from popflow.flows.live_results import LiveResults
+    from popflow.flows.console.live_results import LiveResults
     from popflow.tasks import progress_events
 
     live = LiveResults()
@@ -204,7 +204,7 @@ def test_a_segment_sends_its_latest_result_to_the_driver_as_it_trains(dask_clust
 def test_through_a_pipe_a_long_run_prints_its_status_line_every_interval(monkeypatch):
     """Plain output is periodic: a status line when the interval has passed, none before;
     the table once, at the end (a pipe keeps every print: ``make demo 2>&1 | wc -l``)."""
-    from popflow.flows import live_table
+    from popflow.flows.console import live_table
 
     now = [1000.0]
     monkeypatch.setattr(live_table.time, "monotonic", lambda: now[0])

@@ -14,8 +14,8 @@ import pytest
 from trainables import ParityTrainable
 
 from popflow import run
-from popflow.flows import launch
-from popflow.infra.storage import Storage, StorageError
+from popflow.flows.api import launch
+from popflow.infra.storage.folder import Storage, StorageError
 
 BUCKET = "no-such-bucket"
 
@@ -81,7 +81,7 @@ def test_a_missing_file_in_a_bucket_that_exists_is_still_no_error(s3_server, s3_
 def test_popflow_status_says_one_line(s3_server) -> None:
     _, options = s3_server
     out = subprocess.run(
-        [sys.executable, "-m", "popflow.flows.cli", "status", f"s3://{BUCKET}/x",
+        [sys.executable, "-m", "popflow.flows.api.cli", "status", f"s3://{BUCKET}/x",
          "--storage-options", json.dumps(options)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip

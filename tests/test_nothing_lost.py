@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from test_resume import DRIVER, drive, read_experiment
 
-from popflow.infra.experiment_log import (
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.commit_log import (
     DamagedCommit,
     DamagedLog,
     ExperimentLog,
     decode_commit,
     encode_commit,
 )
-from popflow.infra.storage import Storage
 
 KEEP_ONE = ["--num-to-keep", "1"]
 

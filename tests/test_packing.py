@@ -7,9 +7,9 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from popflow.flows.packing import PACK_BELOW_SECONDS, pack_size, packs
-from popflow.flows.runner_pool import Runner, pick_runner
-from popflow.flows.trial_table import TrialRecord
+from popflow.flows.backends.dask_pool import Runner, pick_runner
+from popflow.flows.driver.packing import PACK_BELOW_SECONDS, pack_size, packs
+from popflow.flows.experiment.trial_table import TrialRecord
 from popflow.schedulers import Trial
 
 

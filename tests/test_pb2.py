@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from scipy.linalg import LinAlgError
 from scipy.optimize import approx_fprime, minimize
 
-from popflow.flows.trial_table import TrialTable
+from popflow.flows.experiment.trial_table import TrialTable
 from popflow.schedulers import pb2 as pb2_module
 from popflow.schedulers import pb2_gp as gp_module
 from popflow.schedulers.pb2 import PB2

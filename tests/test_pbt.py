@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from popflow.flows.trial_table import TrialTable
+from popflow.flows.experiment.trial_table import TrialTable
 from popflow.schedulers.pbt import PopulationBasedTraining, explore, quantiles
 from popflow.schedulers.search_space import sample_from, uniform
 from popflow.schedulers.trial import Trial, TrialStatus

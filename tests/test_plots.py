@@ -1,4 +1,4 @@
-"""Plots of an experiment (``popflow.flows.plots``, ``popflow plot``): the data they
+"""Plots of an experiment (``popflow.flows.plots.figures``, ``popflow plot``): the data they
 show, checked exactly against the experiment's own logs, and the PNGs themselves."""
 
 from __future__ import annotations
@@ -15,18 +15,18 @@ import numpy as np
 import pytest
 
 from popflow import ResultGrid, choice, run, uniform
-from popflow.flows.cli import main
-from popflow.flows.plot_data import NoMetric, PlotData, PlotKind, Trace, plot_data, plot_kind
-from popflow.flows.plot_read import ExperimentSnapshot, NoExperiment, read_experiment
-from popflow.flows.plots import (
+from popflow.flows.api.cli import main
+from popflow.flows.experiment.results import Result
+from popflow.flows.plots.data import NoMetric, PlotData, PlotKind, Trace, plot_data, plot_kind
+from popflow.flows.plots.figures import (
     PlotsUnavailable,
     figure,
     figure_size_px,
     plot_experiment,
     render,
 )
-from popflow.flows.results import Result
-from popflow.infra.storage import Storage
+from popflow.flows.plots.reading import ExperimentSnapshot, NoExperiment, read_experiment
+from popflow.infra.storage.folder import Storage
 from popflow.schedulers import ASHAScheduler, PopulationBasedTraining
 from popflow.tasks import Trainable
 
@@ -89,7 +89,7 @@ def experiments(prefect_server, dask_cluster, tmp_path_factory) -> dict[str, str
     return {name: os.path.join(storage, name) for name in ("pbt", "asha", "running")}
 
 
-# -- the experiment's own logs, read independently of popflow.flows.plots ----------
+# -- the experiment's own logs, read independently of popflow.flows.plots.figures ----------
 
 
 def logged_results(path: str) -> dict[str, list[dict[str, Any]]]:
@@ -212,7 +212,7 @@ def test_running_experiment_is_plotted_as_of_its_latest_commit(experiments):
 def test_pbt_best_lineage_follows_the_committed_lineage(experiments):
     """The bold path is the best trial's lineage: the trials its commit's lineage names,
     oldest first, its results at every iteration up to its last."""
-    from popflow.flows.experiment_read import read_committed
+    from popflow.flows.experiment.reading import read_committed
 
     path = experiments["pbt"]
     data = plot_data(read_experiment(path))
@@ -315,7 +315,7 @@ def test_cli_without_matplotlib_exits_2_with_the_hint(tmp_path, capsys, monkeypa
 
 
 def test_import_leaves_matplotlib_unloaded():
-    code = "import sys, popflow.flows.plots, popflow.flows.cli; print('matplotlib' in sys.modules)"
+    code = "import sys, popflow.flows.plots.figures, popflow.flows.api.cli; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -1,7 +1,7 @@
 """The training does not wait for Prefect; Prefect's record of the run catches up.
 
 ``popflow.run`` trains in the calling thread and records the run as the ``tune``
-flow run from a thread of its own (:mod:`popflow.flows.prefect_flow`); on the
+flow run from a thread of its own (:mod:`popflow.flows.record.prefect_flow`); on the
 embedded default it reports to popflow's local Prefect server, started by the
 first run of a ``PREFECT_HOME`` and reused by the runs after it
 (:mod:`popflow.infra.local_server`).
@@ -30,10 +30,10 @@ from test_tune_pbt import parity_scheduler, parity_space
 from trainables import Misbehaving, ParityTrainable, SleepyTrainable
 
 from popflow import FIFOScheduler, grid_search, run
-from popflow.flows import plot_artifacts, prefect_flow, round_runs, run_feed
-from popflow.flows.artifacts import RunArtifacts
-from popflow.flows.plot_artifacts import PlotRefresh
-from popflow.flows.run_feed import Line, RoundBegins, RoundDone, RunEnd, RunFeed
+from popflow.flows.record import plot_artifacts, prefect_flow, round_runs, run_feed
+from popflow.flows.record.artifacts import RunArtifacts
+from popflow.flows.record.plot_artifacts import PlotRefresh
+from popflow.flows.record.run_feed import Line, RoundBegins, RoundDone, RunEnd, RunFeed
 from popflow.infra import local_server
 from popflow.schedulers import ASHAScheduler
 
@@ -99,7 +99,7 @@ def test_a_run_finishes_when_prefect_cannot_be_reached(monkeypatch, tmp_path, da
 
 def test_a_training_error_fails_the_flow_run_and_reaches_the_caller(tune_env, monkeypatch):
     """The caller gets the training's own exception; the flow run ends Failed with it."""
-    from popflow.flows import training
+    from popflow.flows.api import training
 
     def broken(*args, **kwargs):
         raise ValueError("the experiment cannot open")
@@ -164,7 +164,7 @@ def test_the_first_run_starts_a_local_server_that_the_next_reuses_until_stopped(
     assert "tune / first-of-two" in listed and "tune / second-of-two" in listed, listed
 
     stopped = subprocess.run(
-        [sys.executable, "-m", "popflow.flows.cli", "server", "stop"],
+        [sys.executable, "-m", "popflow.flows.api.cli", "server", "stop"],
         env={**os.environ, "PREFECT_HOME": str(home)}, capture_output=True, text=True,
         timeout=60,
     )  # fmt: skip
@@ -219,7 +219,7 @@ def test_the_flow_run_heartbeats_once_per_interval_and_its_end_does_not_wait(tun
     both would have been sent at the start."""
     from prefect.events.worker import EventsWorker
 
-    from popflow.flows.flow_heartbeat import EVENT
+    from popflow.flows.record.heartbeat import EVENT
 
     run(
         Misbehaving,

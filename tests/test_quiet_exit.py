@@ -34,7 +34,7 @@ SLOW_EXIT = textwrap.dedent(
 
     from distributed.diagnostics.plugin import WorkerPlugin
 
-    from popflow.infra.cluster import dask_client
+    from popflow.infra.cluster.dask_cluster import dask_client
 
 
     class SlowTeardown(WorkerPlugin):
@@ -74,7 +74,7 @@ def test_the_records_events_are_sent_without_prefects_progress_note(prefect_serv
     from prefect.events import emit_event
     from prefect.events.worker import EventsWorker
 
-    from popflow.flows.prefect_flow import _send_events
+    from popflow.flows.record.prefect_flow import _send_events
 
     caplog.set_level(logging.INFO)
     for i in range(500):
@@ -92,7 +92,7 @@ DYING_WORKER = textwrap.dedent(
     """
     import os
 
-    from popflow.infra.cluster import dask_client
+    from popflow.infra.cluster.dask_cluster import dask_client
 
     with dask_client(n_workers=1) as client:
         try:

@@ -21,10 +21,10 @@ from conftest import prefect_server_process, using_prefect_server
 from test_deployment import ROOT, prefect, uninterrupted_rounds
 from test_resume import read_experiment
 
-from popflow.flows.experiment import is_finished
-from popflow.flows.trainable_paths import ALLOWLIST_ENV
-from popflow.infra.experiment_log import ExperimentLog
-from popflow.infra.storage import Storage
+from popflow.flows.experiment.opening import is_finished
+from popflow.flows.spec.trainable_paths import ALLOWLIST_ENV
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.commit_log import ExperimentLog
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: Seconds a test waits for the server's services and the worker before it gives up.
@@ -225,7 +225,7 @@ def test_a_sigkilled_deployed_run_is_rerun_and_finishes_with_nothing_lost(
     ], states
 
     # nothing lost: the same experiment in one uninterrupted run
-    from popflow.flows.deployable import experiment
+    from popflow.flows.record.deployable import experiment
 
     sys.path.insert(0, HERE)
     monkeypatch.setenv(ALLOWLIST_ENV, "trainables")
@@ -325,7 +325,7 @@ def test_a_flow_run_that_keeps_failing_is_not_started_a_sixth_time(prefect_serve
     ends Failed, which the re-run automation does not answer)."""
     from prefect import flow
 
-    from popflow.flows.prefect_flow import MAX_RUN_COUNT, refuse_crash_loop
+    from popflow.flows.record.prefect_flow import MAX_RUN_COUNT, refuse_crash_loop
 
     starts = []
 

@@ -6,7 +6,7 @@ import pytest
 from trainables import NoCheckpointTrainable
 
 from popflow import run
-from popflow.infra.cluster import dask_resources
+from popflow.infra.cluster.dask_cluster import dask_resources
 
 
 def test_resource_names_follow_ray():

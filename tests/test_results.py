@@ -12,8 +12,8 @@ from typing import Any
 import fsspec
 import pytest
 
-from popflow.flows.config import CheckpointConfig
-from popflow.flows.results import Result, ResultGrid
+from popflow.flows.experiment.results import Result, ResultGrid
+from popflow.flows.spec.config import CheckpointConfig
 from popflow.tasks.checkpoint import DICT_CHECKPOINT_FILE, Checkpoint
 
 NAN, INF = math.nan, math.inf
@@ -328,9 +328,9 @@ def test_a_history_is_read_from_storage_when_first_used(tmp_path):
     """The driver keeps each trial's last result only; its history is its result.json,
     read on first use. A run's grid says so when the folder is gone; a grid read from an
     experiment still running (logs that may lag the commit) gives what is there."""
-    from popflow.flows.results import results_of
-    from popflow.flows.trial_table import TrialRecord
-    from popflow.infra.storage import Storage
+    from popflow.flows.experiment.results import results_of
+    from popflow.flows.experiment.trial_table import TrialRecord
+    from popflow.infra.storage.folder import Storage
     from popflow.schedulers import Trial
 
     storage = Storage(str(tmp_path))

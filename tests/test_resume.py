@@ -16,9 +16,9 @@ import sys
 
 import pytest
 
-from popflow.infra.experiment_log import ExperimentLog
-from popflow.infra.lease import lease_holder, lease_path
-from popflow.infra.storage import Storage
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.commit_log import ExperimentLog
+from popflow.infra.store.lease import lease_holder, lease_path
 from popflow.tasks.progress import comparable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -143,11 +143,11 @@ def test_a_fresh_start_under_a_taken_name_starts_a_new_experiment(prefect_server
     old_commits = sorted(os.listdir(os.path.join(storage, "exp", ".popflow", "commits")))
     kwargs = dict(num_samples=4, stop={"training_iteration": 24}, storage=storage, name="exp")
     seen = ListHandler()
-    logging.getLogger("popflow.flows.experiment").addHandler(seen)
+    logging.getLogger("popflow.flows.experiment.opening").addHandler(seen)
     try:
         fresh = run(ParityTrainable, {"a": 1, "c": 1}, **kwargs)
     finally:
-        logging.getLogger("popflow.flows.experiment").removeHandler(seen)
+        logging.getLogger("popflow.flows.experiment.opening").removeHandler(seen)
     assert fresh.experiment_path.endswith("/exp_2")
     warning = "holds an unfinished experiment; this run starts a new one, exp_2"
     assert any(warning in line for line in seen.lines), seen.lines
@@ -167,7 +167,7 @@ def test_a_fresh_start_under_a_taken_name_starts_a_new_experiment(prefect_server
 
 
 def test_a_live_lease_keeps_a_second_driver_out(tmp_path):
-    from popflow.infra.lease import Lease, LeaseHeldError
+    from popflow.infra.store.lease import Lease, LeaseHeldError
 
     storage = Storage(str(tmp_path))
     first = Lease(storage, ttl_s=30)
@@ -185,7 +185,7 @@ def test_a_live_lease_keeps_a_second_driver_out(tmp_path):
 
 
 def test_lease_of_a_dead_driver_is_taken_over(tmp_path):
-    from popflow.infra.lease import Lease
+    from popflow.infra.store.lease import Lease
 
     storage = Storage(str(tmp_path))
     dead = subprocess.run(

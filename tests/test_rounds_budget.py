@@ -16,7 +16,7 @@ from test_resume import read_experiment
 from trainables import ParityTrainable
 
 from popflow import run
-from popflow.flows.run_spec import expand_name
+from popflow.flows.spec.run_spec import expand_name
 from popflow.schedulers import PopulationBasedTraining, sample_from
 from popflow.tune import CheckpointConfig
 

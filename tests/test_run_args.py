@@ -26,9 +26,10 @@ from popflow import (
     sample_from,
     uniform,
 )
-from popflow.flows.args_codec import constructor_arguments
-from popflow.flows.cli import main
-from popflow.flows.run_args import (
+from popflow.flows.api.cli import main
+from popflow.flows.experiment.trial_table import TrialRecord
+from popflow.flows.spec.args_codec import constructor_arguments
+from popflow.flows.spec.run_args import (
     OLD_RUN_ARGS_FILE,
     PICKLED_ARGS_FILE,
     RUN_ARGS_FILE,
@@ -36,11 +37,10 @@ from popflow.flows.run_args import (
     load_run_args,
     save_run_args,
 )
-from popflow.flows.trial_table import TrialRecord
-from popflow.infra.checkpoint_store import CheckpointError
-from popflow.infra.experiment_log import ExperimentLog
 from popflow.infra.jsonutil import jsonable
-from popflow.infra.storage import Storage
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.checkpoints import CheckpointError
+from popflow.infra.store.commit_log import ExperimentLog
 from popflow.schedulers import PopulationBasedTraining, Trial
 from popflow.tasks.parameters import (
     PARAMETERS_DIR,
@@ -86,7 +86,7 @@ def as_data_args() -> dict:
 def test_arguments_that_json_can_say_are_kept_as_json_only(tmp_path, caplog):
     storage = Storage(str(tmp_path))
     args = as_data_args()
-    with caplog.at_level(logging.INFO, logger="popflow.flows.run_args"):
+    with caplog.at_level(logging.INFO, logger="popflow.flows.spec.run_args"):
         save_run_args(storage, args)
     assert not caplog.records  # nothing pickled, nothing to say
     assert storage.listdir(".popflow") == ["run_args.json"]
@@ -111,7 +111,7 @@ def test_what_json_cannot_say_is_pickled_and_said(tmp_path, caplog):
     args = as_data_args()
     args["param_space"]["b"] = sample_from(lambda spec: spec["a"] * 2)
     args["scheduler"] = PopulationBasedTraining(hyperparam_mutations={"c": lambda: 3})
-    with caplog.at_level(logging.INFO, logger="popflow.flows.run_args"):
+    with caplog.at_level(logging.INFO, logger="popflow.flows.spec.run_args"):
         save_run_args(storage, args)
     (said,) = [r.getMessage() for r in caplog.records]
     assert "param_space['b'].func, scheduler.hyperparam_mutations['c'] kept as a pickle" in said
@@ -126,7 +126,7 @@ def test_on_an_object_store_what_is_pickled_is_a_warning(s3_server, s3_url, capl
     _, options = s3_server
     storage = Storage(f"{s3_url}/exp", options)
     args = {**as_data_args(), "stop": lambda trial_id, result: False}
-    with caplog.at_level(logging.INFO, logger="popflow.flows.run_args"):
+    with caplog.at_level(logging.INFO, logger="popflow.flows.spec.run_args"):
         save_run_args(storage, args)
     (said,) = caplog.records
     assert said.levelno == logging.WARNING and "stop kept as a pickle" in said.getMessage()

@@ -17,11 +17,11 @@ import s3fs
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 from s3fs.errors import translate_boto_error
 
-import popflow.infra.local_files as local_files
-from popflow.infra.credentials import redact, secret_values
-from popflow.infra.retry import RetryPolicy, backoff_delay
-from popflow.infra.storage import Storage
-from popflow.infra.storage_errors import StorageError, is_transient
+import popflow.infra.storage.local_files as local_files
+from popflow.infra.storage.credentials import redact, secret_values
+from popflow.infra.storage.errors import StorageError, is_transient
+from popflow.infra.storage.folder import Storage
+from popflow.infra.storage.retry import RetryPolicy, backoff_delay
 
 FAST = RetryPolicy(attempts=5, base_delay=0.001, max_delay=0.004, deadline=10.0)
 

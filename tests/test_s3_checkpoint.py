@@ -8,14 +8,14 @@ from typing import Any
 import pytest
 from test_s3 import FAST, BrokenFS, FlakyFS, read_tree, write_tree
 
-from popflow.infra.checkpoint_store import (
+from popflow.infra.storage.folder import Storage, StorageError
+from popflow.infra.store.checkpoints import (
     MANIFEST,
     CheckpointError,
     fetch_checkpoint,
     publish_checkpoint,
     read_manifest,
 )
-from popflow.infra.storage import Storage, StorageError
 
 FILES = {
     "model.bin": bytes(range(256)) * 400,

@@ -10,10 +10,10 @@ import s3fs
 from trainables import ParityTrainable
 
 from popflow import CheckpointConfig, run
-from popflow.infra.checkpoint_store import MANIFEST, fetch_checkpoint
-from popflow.infra.experiment_log import ExperimentLog
-from popflow.infra.lease import lease_holder
-from popflow.infra.storage import Storage
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.checkpoints import MANIFEST, fetch_checkpoint
+from popflow.infra.store.commit_log import ExperimentLog
+from popflow.infra.store.lease import lease_holder
 from popflow.schedulers import PopulationBasedTraining, sample_from
 
 
@@ -158,7 +158,7 @@ def test_crash_on_s3_resumes_identically_with_deferred_logs(prefect_server, s3_s
     import subprocess
     import sys
 
-    from popflow.infra.experiment_log import ExperimentLog
+    from popflow.infra.store.commit_log import ExperimentLog
 
     here = os.path.dirname(os.path.abspath(__file__))
     _, options = s3_server

@@ -19,7 +19,7 @@ import s3fs
 from trainables import ParityTrainable
 
 from popflow import Checkpoint, CheckpointConfig, ResultGrid, grid_search, run
-from popflow.infra.storage import StorageError
+from popflow.infra.storage.folder import StorageError
 
 SECRET = f"s3cr3t-{uuid.uuid4().hex}"
 KEY = f"AKIA{uuid.uuid4().hex[:12].upper()}"

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from popflow.infra.checkpoint_store import read_manifest
-from popflow.infra.storage import Storage
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.checkpoints import read_manifest
 from popflow.tasks import Checkpoint, Trainable, get_checkpoint, report
 from popflow.tasks.checkpoint import DICT_CHECKPOINT_FILE
 from popflow.tasks.segment import run_segment
@@ -372,7 +372,7 @@ def test_a_dict_checkpoint_is_not_read_back_to_take_its_digest(storage, run, mon
     every file's true size and SHA-256, so the checkpoint restores verified."""
     import hashlib
 
-    from popflow.infra import checkpoint_store
+    from popflow.infra.store import checkpoints as checkpoint_store
 
     digested: list[str] = []
     original = checkpoint_store._digest

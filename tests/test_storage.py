@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from popflow.infra.storage import Storage
+from popflow.infra.storage.folder import Storage
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ import pytest
 from test_s3 import FAST, BrokenFS
 from test_segment_local import DirCounter, spec
 
-from popflow.infra.checkpoint_store import fetch_checkpoint, read_manifest
-from popflow.infra.storage import Storage
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.checkpoints import fetch_checkpoint, read_manifest
 from popflow.tasks.live import discard_parked
 from popflow.tasks.segment import run_segments
 from popflow.tasks.specs import SegmentOutcome, SegmentSpec

@@ -10,7 +10,7 @@ import pytest
 from trainables import Misbehaving
 
 from popflow import ASHAScheduler, run
-from popflow.flows.guards import retry_delay
+from popflow.flows.driver.guards import retry_delay
 
 
 def three_trials(tune_env, name: str, how: str, **kwargs):
@@ -56,7 +56,7 @@ def test_a_metric_of_the_wrong_type_errors_its_trial_naming_trial_and_metric(tun
 
 
 def test_a_metric_never_reported_is_said_once(tune_env, caplog):
-    with caplog.at_level(logging.WARNING, logger="popflow.flows.controller"):
+    with caplog.at_level(logging.WARNING, logger="popflow.flows"):
         run(
             Misbehaving,
             {"a": 1, "how": "none", "at": 0},
@@ -76,7 +76,7 @@ def test_a_metric_never_reported_is_said_once(tune_env, caplog):
 
 def test_retries_back_off_and_a_repeated_error_is_logged_once(tune_env, tmp_path: Path, caplog):
     times = tmp_path / "attempts.txt"
-    with caplog.at_level(logging.DEBUG, logger="popflow.flows.controller"):
+    with caplog.at_level(logging.DEBUG, logger="popflow.flows"):
         results = run(
             Misbehaving,
             {"a": 1, "how": "fail", "at": 1, "times": str(times)},
@@ -119,8 +119,8 @@ def test_a_trial_whose_process_dies_errors_alone(prefect_server, tmp_path, how):
     finish; the run returns (it used to die on a call to a dead worker, or after
     charging healthy trials 'worker ... was lost (3 times in a row)')."""
     from popflow import CheckpointConfig, grid_search
-    from popflow.infra.experiment_log import ExperimentLog
-    from popflow.infra.storage import Storage
+    from popflow.infra.storage.folder import Storage
+    from popflow.infra.store.commit_log import ExperimentLog
 
     results = run(
         Misbehaving,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from popflow.flows.trial_index import TrialIndex, started
-from popflow.flows.trial_table import TrialRecord
+from popflow.flows.driver.trial_index import TrialIndex, started
+from popflow.flows.experiment.trial_table import TrialRecord
 from popflow.schedulers import FIFOScheduler, Trial, TrialStatus
 
 

@@ -10,11 +10,11 @@ import threading
 
 import pytest
 
-from popflow.flows.trial_logs import PARAMS, RESULTS, TrialLogs
-from popflow.flows.trial_table import TrialRecord
-from popflow.infra.json_delta import Changed
-from popflow.infra.lease import LeaseLost
-from popflow.infra.storage import Storage
+from popflow.flows.experiment.trial_logs import PARAMS, RESULTS, TrialLogs
+from popflow.flows.experiment.trial_table import TrialRecord
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.json_delta import Changed
+from popflow.infra.store.lease import LeaseLost
 from popflow.schedulers import Trial
 
 
@@ -112,7 +112,7 @@ def test_a_driver_taken_over_writes_no_more_lines(tmp_path):
 def test_the_writer_checks_before_each_file_and_writes_none_after_a_takeover(tmp_path):
     """A driver that stalled mid-batch (say, SIGSTOPped past its lease) and was taken
     over meanwhile writes no file after its next check (``may_write``: the lease's
-    :meth:`~popflow.infra.lease.Lease.guard`, which looks in storage every so often)."""
+    :meth:`~popflow.infra.store.lease.Lease.guard`, which looks in storage every so often)."""
     storage = Storage(str(tmp_path))
     looks: list[int] = []
     lost = threading.Event()

@@ -18,10 +18,10 @@ from trainables import (
 )
 
 from popflow import CheckpointConfig, run
-from popflow.flows.experiment import is_finished
-from popflow.flows.runner_calls import CodeUnavailable, RunnerCalls
-from popflow.infra.experiment_log import ExperimentLog
-from popflow.infra.storage import Storage
+from popflow.flows.backends.dask_calls import CodeUnavailable, RunnerCalls
+from popflow.flows.experiment.opening import is_finished
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.commit_log import ExperimentLog
 from popflow.schedulers import PopulationBasedTraining, sample_from
 
 

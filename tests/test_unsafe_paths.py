@@ -18,14 +18,14 @@ import s3fs
 from trainables import ParityTrainable
 
 from popflow import CheckpointConfig, ResultGrid, run
-from popflow.flows.cli import main
-from popflow.flows.commit_paths import check_commit_paths
-from popflow.flows.trial_table import TrialRecord
-from popflow.infra.checkpoint_store import MANIFEST, CheckpointError, fetch_checkpoint
-from popflow.infra.experiment_log import STATE_KEYS, ExperimentLog
+from popflow.flows.api.cli import main
+from popflow.flows.experiment.commit_paths import check_commit_paths
+from popflow.flows.experiment.trial_table import TrialRecord
 from popflow.infra.jsonutil import jsonable
-from popflow.infra.safe_paths import UnsafePath
-from popflow.infra.storage import Storage
+from popflow.infra.storage.folder import Storage
+from popflow.infra.storage.safe_paths import UnsafePath
+from popflow.infra.store.checkpoints import MANIFEST, CheckpointError, fetch_checkpoint
+from popflow.infra.store.commit_log import STATE_KEYS, ExperimentLog
 from popflow.schedulers import PopulationBasedTraining, Trial
 from popflow.tasks.specs import CheckpointRecord
 

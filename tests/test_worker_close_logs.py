@@ -7,8 +7,8 @@ import logging
 
 from distributed import LocalCluster
 
-from popflow.infra.cluster import dask_client
-from popflow.infra.worker_close_logs import HEARTBEAT_FAILED, ClosingHeartbeat, dask_setup
+from popflow.infra.cluster.dask_cluster import dask_client
+from popflow.infra.cluster.worker_close_logs import HEARTBEAT_FAILED, ClosingHeartbeat, dask_setup
 
 WORKER_LOG = "distributed.worker"
 

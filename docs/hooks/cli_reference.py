@@ -25,7 +25,7 @@ class _Captured(Exception):
 def popflow_parser() -> argparse.ArgumentParser:
     """The parser ``popflow`` parses its arguments with: ``build_parser()`` where the CLI
     has one, else the one ``main`` builds, caught at its ``parse_args`` call."""
-    from popflow.flows import cli
+    from popflow.flows.api import cli
 
     build = getattr(cli, "build_parser", None)
     if build is not None:
@@ -42,7 +42,7 @@ def popflow_parser() -> argparse.ArgumentParser:
         return caught.parser
     finally:
         argparse.ArgumentParser.parse_args = original  # type: ignore[method-assign]
-    raise RuntimeError("popflow.flows.cli.main never called parse_args")
+    raise RuntimeError("popflow.flows.api.cli.main never called parse_args")
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

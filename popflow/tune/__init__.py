@@ -7,16 +7,16 @@
     results = tuner.fit()
 
 What Ray accepts and popflow cannot honour yet raises at once, naming the
-argument (:class:`popflow.flows.tuner.Unsupported`).
+argument (:class:`popflow.flows.api.tuner.Unsupported`).
 """
 
-from popflow.flows.callbacks import Callback
-from popflow.flows.config import CheckpointConfig, with_resources
-from popflow.flows.results import Result, ResultGrid
-from popflow.flows.training import TrialError
-from popflow.flows.tune_run import TuneError
-from popflow.flows.tune_run import tune_run as run
-from popflow.flows.tuner import FailureConfig, RunConfig, TuneConfig, Tuner, Unsupported
+from popflow.flows.api.training import TrialError
+from popflow.flows.api.tune_run import TuneError
+from popflow.flows.api.tune_run import tune_run as run
+from popflow.flows.api.tuner import FailureConfig, RunConfig, TuneConfig, Tuner, Unsupported
+from popflow.flows.events.callbacks import Callback
+from popflow.flows.experiment.results import Result, ResultGrid
+from popflow.flows.spec.config import CheckpointConfig, with_resources
 from popflow.schedulers import (
     choice,
     grid_search,

@@ -6,7 +6,7 @@ popflow writes each trial's ``result.json`` and ``progress.csv`` itself, so
 Ray's ``CSVLoggerCallback``/``JsonLoggerCallback`` have no counterpart here.
 """
 
-from popflow.flows.callbacks import LoggerCallback
-from popflow.flows.tensorboard_logger import TBXLoggerCallback
+from popflow.flows.events.callbacks import LoggerCallback
+from popflow.flows.integrations.tensorboard import TBXLoggerCallback
 
 __all__ = ["LoggerCallback", "TBXLoggerCallback"]

@@ -4,6 +4,6 @@ Needs the ``mlflow`` extra (``pip install 'popflow[mlflow]'``), asked for when
 the callback is made.
 """
 
-from popflow.flows.mlflow_logger import MLflowLoggerCallback
+from popflow.flows.integrations.mlflow import MLflowLoggerCallback
 
 __all__ = ["MLflowLoggerCallback"]

@@ -1,0 +1,1 @@
+"""Front doors: `popflow.run`, Ray's `Tuner` and `tune.run`, the command line."""

@@ -1,0 +1,217 @@
+"""A run's training, in the thread that called ``popflow.run``: open (or resume) the
+experiment, run its rounds on the cluster, and say what happened on a
+:class:`~popflow.flows.record.run_feed.RunFeed` for the Prefect record.
+
+Nothing here waits for Prefect: the first segment starts as soon as the
+cluster is up (:mod:`popflow.flows.record.prefect_flow` records the run as it goes).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple
+
+from distributed import Client
+
+from popflow.flows.backends.dask_pool import RunnerPool
+from popflow.flows.console.live_table import LiveTable, shown
+from popflow.flows.console.verbose import DETAIL
+from popflow.flows.driver.controller import Controller
+from popflow.flows.experiment.opening import Experiment, open_experiment
+from popflow.flows.experiment.results import ResultGrid, results_of
+from popflow.flows.record.artifacts import (
+    finished_percent,
+    leaderboard,
+    progress_text,
+    summary_markdown,
+)
+from popflow.flows.record.run_feed import CURRENT, Line, RunEnd, RunFeed
+from popflow.flows.record.run_log import run_logger
+from popflow.flows.spec.config import check_verbose
+from popflow.flows.spec.run_spec import RunSpec
+from popflow.infra.cluster.dask_cluster import ClusterStart, dask_client
+from popflow.schedulers import PopulationBasedTraining, PopulationBasedTrainingReplay
+
+
+class TrialError(RuntimeError):
+    """``fail_fast="raise"``: a trial errored, and the experiment ended with it."""
+
+    def __init__(self, trial_id: str, error: str) -> None:
+        last = (error.strip().splitlines() or ["?"])[-1]
+        super().__init__(f"trial {trial_id} errored (fail_fast='raise'): {last}\n{error}")
+        self.trial_id = trial_id
+
+
+class Trained(NamedTuple):
+    """How the training ended: its results, the final state's message, the summary
+    artifact's text (None: nothing was run)."""
+
+    grid: ResultGrid
+    message: str
+    summary: str | None
+
+
+def train(
+    spec: RunSpec, cluster: str | Client | ClusterStart | None, resume: bool | str, feed: RunFeed
+) -> RunEnd:
+    """Run (or resume) the experiment ``spec`` describes on ``cluster``; its end, to be
+    recorded. Raises what the training raised (the feed is told first)."""
+    token = CURRENT.set(feed)
+    try:
+        trained = _train(spec, cluster, resume, feed)
+    except BaseException as e:
+        feed.end(RunEnd(error=e))
+        raise
+    finally:
+        CURRENT.reset(token)
+    end = RunEnd(trained.message, trained.grid, trained.summary)
+    feed.end(end)
+    return end
+
+
+def _train(
+    spec: RunSpec, cluster: str | Client | ClusterStart | None, resume: bool | str, feed: RunFeed
+) -> Trained:
+    with open_experiment(spec, resume) as experiment:
+        _announce(experiment)
+        feed.title = experiment.name
+        if experiment.resumed_from is not None:
+            feed.title += f" · resumed after round {experiment.resumed_from['round']}"
+        if experiment.resumed_from is not None and experiment.lease is not None:
+            feed.resumed(experiment.name, experiment.lease.epoch)
+        if experiment.finished:
+            grid = results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
+            return Trained(grid, f"{experiment.name} had already finished: nothing to run", None)
+        with (
+            dask_client(cluster, spec.n_workers, spec.resources) as client,
+            shown(_live_table(spec, experiment), client) as table,
+        ):
+            feed.training.set()
+            # the console's table has the dashboard, the start and the end (the detail:
+            # shown at verbose=3); the Prefect UI has them always
+            run_logger().info("Dask dashboard: %s", client.dashboard_link, extra=DETAIL)
+            pool = RunnerPool(client, spec.resources, spec.name)
+            controller = Controller(spec, experiment, pool)
+            controller.display = table
+            if experiment.resumed_from is None:
+                controller.commit()  # round 0: the sampled population, before any training
+            try:
+                while _round(controller, feed):
+                    pass
+                controller.seal()
+            finally:
+                controller.cancel()
+                pool.close()
+            grid = results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
+            if table is not None:
+                table.close(experiment.records, grid, _how_it_ended(experiment, controller))
+        failed = controller.early_end.failed
+    if failed is not None and spec.fail_fast == "raise":
+        raise TrialError(failed.trial_id, failed.error or "")
+    records = experiment.records
+    message = _how_it_ended(experiment, controller)
+    if controller.early_end.spent:
+        run_logger().info(message)
+    else:
+        controller.hooks.experiment_end()
+        stuck = [r.trial_id for r in records if r.trial.is_live]
+        if stuck:
+            run_logger().warning(
+                "%d trials never finished (the scheduler chose none to run): %s", len(stuck), stuck
+            )
+        run_logger().info(
+            "%s finished: %d trials, %d errors; %s",
+            experiment.name,
+            len(grid),
+            grid.num_errors,
+            spec.scheduler.debug_string(),
+            extra=DETAIL,
+        )
+    population = isinstance(spec.scheduler, PopulationBasedTraining | PopulationBasedTrainingReplay)
+    summary = summary_markdown(grid, message, records, spec.metric, spec.mode, population)
+    return Trained(grid, message, summary)
+
+
+def _round(controller: Controller, feed: RunFeed) -> bool:
+    """One round, and what the Prefect UI shows of it: its summary and decisions (the
+    round task's logs), the leaderboard and progress (the Artifacts page)."""
+    feed.round_begins(controller.rounds + 1)
+    more = controller.run_round()
+    # the console shows the detail at verbose=3 only; the Prefect UI always
+    lines = [Line(logging.INFO, round_summary(controller), detail=True)]
+    lines += [Line(logging.INFO, d, detail=True) for d in controller.last_commit["decisions"]]
+    lines += [
+        Line(logging.INFO, event)
+        for event in controller.last_commit["events"]
+        if not event.startswith(("[exploit]", "[error]"))  # said above, or when it errored
+    ]
+    records = controller.records
+    rows = leaderboard(records, controller.spec.metric, controller.spec.mode)
+    spec = controller.spec
+    done = finished_percent(len(records), controller.index.live)
+    feed.round_done(
+        controller.rounds, lines, rows, done, progress_text(records, spec.metric, spec.mode)
+    )
+    if controller.display is not None:
+        controller.display.tick(records, controller.rounds)
+    return more
+
+
+def round_summary(controller: Controller) -> str:
+    """One line on the last committed round, for the Prefect UI."""
+    counts = controller.index.counts()
+    states = ", ".join(f"{counts[status]} {status.lower()}" for status in sorted(counts))
+    return (
+        f"round {controller.rounds} committed: {controller.last_commit['results']} results; "
+        f"trials {states}; {controller.scheduler.debug_string()}"
+    )
+
+
+def _announce(experiment: Experiment) -> None:
+    """Where the experiment lives and its seed, first thing in the flow run's logs."""
+    if experiment.finished:
+        state = "already finished; returning its results"
+    elif experiment.resumed_from is not None:
+        state = f"resuming after round {experiment.resumed_from['round']}"
+    else:
+        state = f"{len(experiment.records)} trials"
+    run_logger().info(
+        "%s: %s; results in %s (seed %d)",
+        experiment.name,
+        state,
+        experiment.storage.url,
+        experiment.seed,
+        # a fresh start: the console's table header says it (verbose=3 shows it too); a
+        # resume or a finished experiment is news there
+        extra=DETAIL if experiment.resumed_from is None and not experiment.finished else None,
+    )
+
+
+def _how_it_ended(experiment: Experiment, controller: Controller) -> str:
+    """The run's last word: finished, or its budget spent (what to do next)."""
+    records = experiment.records
+    if controller.early_end.spent:
+        to_go = sum(1 for r in records if r.trial.is_live)
+        return (
+            f"{experiment.name}: {controller.early_end.budget} spent after round "
+            f"{controller.rounds}; {to_go} trials to go, committed: resume "
+            "(resume='auto', Tuner.restore) goes on from here"
+        )
+    errors = sum(1 for r in records if r.error)
+    return f"{experiment.name} finished: {len(records)} trials, {errors} errors"
+
+
+def _live_table(spec: RunSpec, experiment: Experiment) -> LiveTable | None:
+    """The console's trial table at ``spec.verbose`` (none at 0)."""
+    verbose = check_verbose(spec.verbose)
+    if verbose == 0:
+        return None
+    return LiveTable(
+        verbose,
+        name=experiment.name,
+        path=experiment.storage.url,
+        seed=experiment.seed,
+        scheduler=type(spec.scheduler).__name__,
+        metric=spec.metric,
+        mode=spec.mode,
+    )

@@ -1,0 +1,1 @@
+"""Where segments run: the Dask runner pool, and the simulated backend on a virtual clock."""

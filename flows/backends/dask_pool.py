@@ -1,0 +1,370 @@
+"""The driver's side of :mod:`popflow.tasks.runner`: one runner actor per trial slot.
+
+``submit`` sends a pack of segments to a runner, preferring the worker where
+the pack's trainables are parked; ``finished`` blocks until calls return.
+Results come back through the client's event loop into a queue, so the
+driver's thread never makes a blocking round trip per call.
+
+Each runner holds its slot through a ``hold_slot`` Dask task that asks for the
+trial's resources (:mod:`popflow.tasks.runner`), so Dask accounts for it.
+
+A call that fails returns :class:`CallFailed`. If its worker died, that
+worker's runners are dropped and runners are made on workers that joined (a
+restarted worker comes back under a new address: the embedded cluster's nanny
+restarts a worker whose process died). A failed call says whether it was running
+when its worker died, and whether it ran there alone (a call submitted with
+``exclusive``: nothing else runs on its worker until it returns), so the driver can
+tell the trial that took the process down from those that only shared it. Nothing
+the driver sends a worker blocks it: a runner call is an actor call, answered
+through the event loop, and a call to a worker already gone fails as lost at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import queue
+import re
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from distributed import Client, Future, wait
+
+from popflow.infra.cluster.dask_cluster import slots_per_worker
+from popflow.infra.cluster.gpus import shared_process_warning
+from popflow.tasks.runner import SegmentRunner, hold_slot, pack_specs
+from popflow.tasks.specs import SegmentSpec
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between looks for workers that joined the cluster.
+REFRESH_INTERVAL_S = 5.0
+#: Seconds to wait for a worker when the cluster has none.
+WORKER_WAIT_S = 120.0
+#: Seconds between the waiting driver's looks at what is still running.
+WAIT_POLL_S = 1.0
+#: Seconds the driver waits for its slots to be given back when it closes (a slot whose
+#: segment still runs, as after a time budget, is cancelled then).
+CLOSE_WAIT_S = 2.0
+
+
+@dataclass
+class CallFailed:
+    """A call that returned no outcomes: its segments must run again.
+
+    ``worker_lost``: the worker's connection closed under it (the worker died).
+    Otherwise the call itself failed there (e.g. its arguments could not be
+    unpickled on the worker).
+    """
+
+    message: str
+    worker_lost: bool
+    #: the worker could not unpickle the call's segments: the trial's code (or an object
+    #: its config or stop condition refers to) is not loadable there
+    code_missing: bool = False
+    #: (worker lost) the call was running when its worker died, not waiting behind another
+    running: bool = False
+    #: (worker lost) the call ran alone on its worker (``exclusive``): it took it down
+    alone: bool = False
+
+
+@dataclass
+class Runner:
+    worker: str
+    actor: Any  # distributed.Actor
+    future: Future  # the actor lives as long as this future is held
+    hold: Future  # its slot: the hold_slot task its segments run in
+    queued: int = 0
+
+
+def pick_runner(runners: list[Runner], worker: str | None, idle_first: bool) -> Runner:
+    """The least busy runner on ``worker`` (where the call's trainables are parked) if
+    it has one, else the least busy anywhere. ``idle_first``: a free runner, on
+    ``worker`` if it has one free, before any busy one (a parked trainable is cheaper
+    to restore elsewhere than a slot is to leave idle)."""
+    on_worker = [r for r in runners if r.worker == worker]
+    if idle_first:
+        idle = [r for r in on_worker if not r.queued] or [r for r in runners if not r.queued]
+        if idle:
+            return idle[0]
+    return min(on_worker or runners, key=lambda r: r.queued)
+
+
+class RunnerPool:
+    def __init__(
+        self,
+        client: Client,
+        resources: Mapping[str, float] | None = None,
+        label: str = "trials",
+    ) -> None:
+        """``resources``: what one trial holds (Dask's names); ``label``: the experiment's
+        name, in the slot tasks' keys that the Dask dashboard shows."""
+        self.client = client
+        self.resources = resources
+        self.label = re.sub(r"[^A-Za-z0-9_.]+", "_", label) or "trials"
+        self.runners: list[Runner] = []
+        self._dead_workers: set[str] = set()  # addresses of workers that died under a call
+        self._done: queue.Queue[tuple[int, Any]] = queue.Queue()
+        self._ids = itertools.count()
+        self._calls: dict[int, Runner] = {}
+        self._sizes: dict[int, int] = {}  # call in flight -> its segments
+        self.started: dict[int, float] = {}  # running call -> since when (monotonic)
+        #: dead worker -> the calls that were running on it when its death was first seen
+        self._running_at_death: dict[str, frozenset[int]] = {}
+        #: worker -> the call running there alone (see :meth:`exclusive_runner`)
+        self._exclusive: dict[str, int] = {}
+        self._refreshed = 0.0
+        self.refresh()
+
+    @property
+    def slots(self) -> int:
+        return len(self.runners)
+
+    def refresh(self) -> None:
+        """Drop runners of gone workers; make runners on workers that have none.
+
+        With no runner left, wait up to ``WORKER_WAIT_S`` for a worker (a
+        killed worker's nanny restarts it within seconds).
+        """
+        deadline = time.monotonic() + WORKER_WAIT_S
+        self._make_runners()
+        while not self.runners:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"no Dask worker to run segments on after waiting {WORKER_WAIT_S:.0f} s"
+                )
+            time.sleep(0.2)  # polling the scheduler for a worker that is starting
+            self._make_runners()
+        self._refreshed = time.monotonic()
+
+    def _make_runners(self) -> None:
+        per_worker = slots_per_worker(self.client, self.resources)
+        alive = {w for w in per_worker if w not in self._dead_workers}
+        gone = [r for r in self.runners if r.worker not in alive]
+        if gone:
+            self.client.cancel([r.hold for r in gone] + [r.future for r in gone])
+        self.runners = [r for r in self.runners if r.worker in alive]
+        have = {r.worker for r in self.runners}
+        new = [(w, n) for w, n in per_worker.items() if w in alive and w not in have]
+        gpu = (self.resources or {}).get("GPU", 0.0)
+        threads = self._threads() if gpu and new else {}
+        made = []
+        for w, n in new:
+            if gpu and (why := shared_process_warning(w, n, threads.get(w, 1), gpu)):
+                logger.warning(why)
+            for slot in range(n):
+                token = uuid.uuid4().hex
+                actor = self.client.submit(
+                    SegmentRunner, w, token, slot, gpu, actor=True, workers=[w], pure=False
+                )
+                made.append((w, token, actor))
+        # every actor made before any hold is submitted: making one takes a worker thread,
+        # which a hold, once running, keeps
+        made_on = []
+        for w, token, actor in made:
+            try:
+                made_on.append((w, token, actor, actor.result()))
+            except Exception as exc:  # the worker died meanwhile (a trial took it down)
+                logger.warning("no runner on worker %s: %s: %s", w, type(exc).__name__, exc)
+                self._dead_workers.add(w)
+        for w, token, actor, handle in made_on:
+            hold = self.client.submit(
+                hold_slot,
+                token,
+                key=f"popflow-{self.label}-slot-{token}",
+                workers=[w],
+                allow_other_workers=False,
+                resources=dict(self.resources) if self.resources else None,
+                pure=False,
+            )
+            self.runners.append(Runner(w, handle, actor, hold))
+        if made:
+            logger.debug("runners: %d on %d workers", len(self.runners), len(alive))
+
+    def _threads(self) -> dict[str, int]:
+        """Each worker's threads, by address (one look at the scheduler)."""
+        workers = self.client.scheduler_info(n_workers=-1)["workers"]
+        return {w: int(info.get("nthreads", 1)) for w, info in workers.items()}
+
+    def refresh_soon(self) -> None:
+        """Pick up workers that joined, at most every ``REFRESH_INTERVAL_S``."""
+        if time.monotonic() - self._refreshed >= REFRESH_INTERVAL_S:
+            self.refresh()
+
+    def runner_for(self, worker: str | None = None, idle_first: bool = False) -> Runner | None:
+        """The runner for a call (:func:`pick_runner`); None while every worker runs an
+        exclusive call."""
+        if not self.runners:
+            self.refresh()
+        free = [r for r in self.runners if r.worker not in self._exclusive]
+        return pick_runner(free, worker, idle_first) if free else None
+
+    def exclusive_runner(self) -> Runner | None:
+        """A runner on a worker where nothing runs nor waits, for a call to run there
+        alone (``submit(..., exclusive=True)``); None while there is no such worker."""
+        if not self.runners:
+            self.refresh()
+        busy = {r.worker for r in self.runners if r.queued} | set(self._exclusive)
+        return next((r for r in self.runners if r.worker not in busy), None)
+
+    def submit(self, specs: list[SegmentSpec], runner: Runner, exclusive: bool = False) -> int:
+        """Queue ``specs`` on ``runner`` (:meth:`runner_for`, or :meth:`exclusive_runner`
+        with ``exclusive``: no other call goes to its worker until this one returns);
+        return the call's id."""
+        runner.queued += 1
+        call = next(self._ids)
+        if runner.queued == 1:  # nothing ahead of it on this runner: it starts now
+            self.started[call] = time.monotonic()
+        self._calls[call] = runner
+        self._sizes[call] = len(specs)
+        if exclusive:
+            self._exclusive[runner.worker] = call
+        blob = pack_specs(specs)
+        try:
+            future = runner.actor.run(blob)
+        except RuntimeError as exc:  # "Worker holding Actor was lost": not noticed here yet
+            lost = CallFailed(f"worker {runner.worker} was lost ({exc})", True)
+            self._done.put((call, lost))
+        else:
+            self.client.loop.add_callback(self._deliver, call, future, runner.worker)
+        return call
+
+    async def _deliver(self, call: int, future: Any, worker: str) -> None:
+        value: Any
+        try:
+            value = await future
+        except OSError as exc:  # the worker's connection closed under the call
+            value = CallFailed(f"worker {worker} was lost ({type(exc).__name__}: {exc})", True)
+        except Exception as exc:
+            value = CallFailed(
+                f"the call failed on worker {worker}: {type(exc).__name__}: {exc}",
+                False,
+                code_missing=type(exc).__name__ == "SpecsUnreadable",
+            )
+        self._done.put((call, value))
+
+    def finished(self, on_wait: Callable[[], None] | None = None) -> list[tuple[int, Any]]:
+        """Block until a call returns; every call returned by now, as (id, outcomes or error).
+
+        ``on_wait`` runs every ``WAIT_POLL_S`` while nothing returns (the
+        controller watches for hung segments there, and for a lost lease).
+        """
+        while True:
+            try:
+                done = [self._done.get(timeout=WAIT_POLL_S)]
+                break
+            except queue.Empty:
+                if on_wait is not None:
+                    on_wait()
+        while True:
+            try:
+                done.append(self._done.get_nowait())
+            except queue.Empty:
+                break
+        out = []
+        for call, value in done:
+            runner = self._calls.get(call)
+            if runner is None:
+                continue  # cancelled
+            if isinstance(value, CallFailed) and value.worker_lost:
+                self._worker_died(runner.worker)
+                value.running = call in self._running_at_death[runner.worker]
+                value.alone = self._exclusive.get(runner.worker) == call
+            if self._exclusive.get(runner.worker) == call:
+                del self._exclusive[runner.worker]
+            del self._calls[call]
+            self._sizes.pop(call, None)
+            self.started.pop(call, None)
+            runner.queued -= 1
+            out.append((call, value))
+        self._mark_started()
+        if any(isinstance(v, CallFailed) and v.worker_lost for _, v in out):
+            self.refresh()
+        return out
+
+    def _worker_died(self, worker: str) -> None:
+        """First sight of ``worker``'s death: note which calls were running there, drop
+        its runners (their slots wait for that worker: cancelled)."""
+        if worker in self._running_at_death:
+            return
+        running = frozenset(c for c in self.started if self._calls[c].worker == worker)
+        self._running_at_death[worker] = running
+        logger.warning(
+            "Dask worker %s died with %d segments running there; its trials go on from "
+            "their checkpoints",
+            worker,
+            sum(self._sizes.get(c, 0) for c in running),
+        )
+        self._dead_workers.add(worker)
+        # its other calls fail now: a call sent there after the death would only fail
+        # when connecting to it times out (30 s); their own failures are ignored later
+        for call, runner in self._calls.items():
+            if runner.worker == worker:
+                self._done.put((call, CallFailed(f"worker {worker} was lost (it died)", True)))
+        lost = [r for r in self.runners if r.worker == worker]
+        if lost:
+            self.client.cancel([r.hold for r in lost])
+        self.runners = [r for r in self.runners if r.worker != worker]
+
+    def cancel(self) -> None:
+        """Forget calls in flight (a runner finishes its current segment regardless)."""
+        for runner in self._calls.values():
+            runner.queued -= 1
+        self._calls.clear()
+        self._sizes.clear()
+        self._exclusive.clear()
+        self.started.clear()
+
+    def _mark_started(self) -> None:
+        """A runner runs its calls in order: the oldest one it still has is running (none
+        on a dead worker: its calls wait for nothing)."""
+        now = time.monotonic()
+        heads: dict[int, int] = {}
+        for call, runner in self._calls.items():
+            if runner.worker not in self._dead_workers:
+                heads.setdefault(id(runner), call)  # dicts keep submission order
+        for call in heads.values():
+            self.started.setdefault(call, now)
+
+    def discard_parked(self, worker: str, tokens: list[str]) -> None:
+        """Drop trainables parked on ``worker`` (an actor call: the driver does not wait
+        for it, and a worker that is gone took them with it)."""
+        runner = next((r for r in self.runners if r.worker == worker), None)
+        if runner is None or worker in self._dead_workers:
+            return
+        with contextlib.suppress(RuntimeError):  # its worker was lost meanwhile: all gone
+            runner.actor.discard(tokens)
+
+    def worker_of(self, call: int) -> str | None:
+        runner = self._calls.get(call)
+        return runner.worker if runner else None
+
+    def restart_worker(self, worker: str) -> None:
+        """End a worker's process (its calls then fail as lost, its parked trainables
+        are gone); its nanny starts it again, as after any worker loss. An actor call,
+        answered on the worker's event loop, which a hung segment does not block."""
+        runner = next((r for r in self.runners if r.worker == worker), None)
+        if runner is None:
+            return
+        with contextlib.suppress(RuntimeError):  # gone already
+            runner.actor.exit_process()
+
+    def close(self) -> None:
+        """Give the slots back: each hold task returns (a running segment finishes first;
+        cancelling a running task would leave it in its thread, and distributed warns
+        about each one still running when the cluster closes), then the actors go."""
+        self.cancel()
+        runners, self.runners = self.runners, []
+        if not runners or self.client.status != "running":
+            return
+        try:
+            for r in runners:
+                r.actor.close()
+            wait([r.hold for r in runners], timeout=CLOSE_WAIT_S)
+        except Exception as e:  # a worker gone meanwhile: its hold ends with it
+            logger.debug("closing the runners: %s", e)
+        self.client.cancel([f for r in runners for f in (r.hold, r.future)])

@@ -1,0 +1,1 @@
+"""What the console shows: verbosity, the live trial table, the status view."""

@@ -1,0 +1,1 @@
+"""The round loop: plan, dispatch, reduce, commit. Emits events; imports no console, Prefect or Dask."""

@@ -1,0 +1,440 @@
+"""The round loop behind ``popflow.run``: plan, dispatch, reduce, commit.
+
+- plan: the scheduler picks runnable trials (``choose_trial_to_run``) and
+  says how far each may run (``next_milestone``);
+- dispatch: segments run on runner actors (:mod:`popflow.flows.backends.dask_pool`; the calls
+  in flight: :mod:`popflow.flows.backends.dask_calls`);
+- reduce: results go to the scheduler in a fixed order; its decisions change
+  the trial table (:mod:`popflow.flows.experiment.trial_table`);
+- commit: results, derived logs (:mod:`popflow.flows.experiment.trial_logs`) and the
+  full state are written to storage before the next round starts; retired
+  checkpoints go after it (:mod:`popflow.flows.driver.retention`).
+
+Synchronous schedulers (synch PBT, HyperBand) get a barrier per round and
+see results in trial order, so a seeded run is reproducible whatever the
+worker count. Asynchronous ones decide per result as segments finish and
+dispatch the next segment at once; their commits are grouped per
+``commit_interval`` seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from popflow.flows.backends.dask_calls import RunnerCalls
+from popflow.flows.backends.dask_pool import RunnerPool
+from popflow.flows.console.live_table import LiveTable
+from popflow.flows.driver.early_end import EarlyEnd
+from popflow.flows.driver.ending_trials import EndingTrials
+from popflow.flows.driver.guards import (
+    MissingMetric,
+    Retries,
+    raise_storage_failure,
+    result_problem,
+)
+from popflow.flows.driver.packing import pack_size, packs
+from popflow.flows.driver.retention import Janitor, retire_checkpoints
+from popflow.flows.driver.trial_index import TrialIndex, started
+from popflow.flows.events.callbacks import Hooks
+from popflow.flows.experiment.opening import Experiment
+from popflow.flows.experiment.results import checkpoint_of
+from popflow.flows.experiment.trial_logs import TrialLogs
+from popflow.flows.experiment.trial_table import TrialRecord, TrialTable, clone_into
+from popflow.flows.spec.run_spec import RunSpec
+from popflow.infra.store.json_delta import Changed
+from popflow.schedulers import Action, Exploit, Trial, TrialStatus
+from popflow.tasks.seeding import DRIVER, isolate_dask_sampling, seed_globals, segment_seed
+from popflow.tasks.specs import EndReason, SegmentOutcome, SegmentSpec, checkpoint_path
+
+logger = logging.getLogger(__name__)
+
+
+class Controller(EndingTrials):
+    def __init__(self, spec: RunSpec, experiment: Experiment, pool: RunnerPool) -> None:
+        self.spec = spec
+        self.records = experiment.records
+        self.by_id = {r.trial_id: r for r in self.records}
+        self.by_dir = {r.dirname: r for r in self.records}
+        self.index = TrialIndex(self.records)
+        for r in self.records:  # for callbacks that write beside a trial (Ray's Trial.path)
+            r.trial.path = experiment.storage.full_url(r.dirname)
+        self.scheduler = spec.scheduler
+        self.storage = experiment.storage  # the experiment's folder
+        self.log = experiment.log
+        self.pool = pool
+        self.seed = experiment.seed
+        self.lease = experiment.lease
+        resumed = experiment.resumed_from or {}
+        self.rounds: int = resumed.get("round", 0)
+        self.hooks = Hooks(spec.callbacks, lambda: self.rounds, lambda: self.trials)
+        self.hooks.set_state(resumed.get("callbacks"))
+        self.table = TrialTable(
+            self.scheduler,
+            (r.trial for r in self.records),
+            exploit=self._exploit,
+            leave=lambda trial: self._discard_live(self.by_id[trial.trial_id]),
+            before_call=self._seed_user_code,
+            ended=self.hooks.trial_complete,
+        )
+        self.decisions: int = resumed.get(
+            "decisions", 0
+        )  # scheduler calls: seed the driver's globals
+        self.logs = TrialLogs(
+            self.storage,
+            spec.log_flush_interval,
+            log_policy=self.scheduler.logs_policy,
+            derived=resumed.get("derived"),
+            policy_total=resumed.get("policy_total", 0),
+            may_write=self.lease.guard() if self.lease is not None else None,
+        )
+        self.janitor = Janitor(self.storage)
+        self.calls = RunnerCalls(pool, spec.segment_timeout_s, self.lease)
+        self._clock = max((r.trial.last_train_time for r in self.records), default=0.0)
+        self._events: list[str] = []  # committed with the round
+        self._decisions: list[str] = []  # the round's exploits in Ray's words, for its log
+        self._discards: dict[str, list[str]] = {}  # worker address -> parked tokens to drop
+        self.retries = Retries()
+        self.missing_metric = MissingMetric(self.scheduler.metric, type(self.scheduler).__name__)
+        self.last_commit: dict[str, Any] = {"results": 0, "events": [], "decisions": []}
+        self.early_end = EarlyEnd(spec, resumed)
+        self._display: LiveTable | None = None
+        isolate_dask_sampling()
+        self.hooks.setup(spec.stop, spec.num_samples, len(self.records))
+
+    @property
+    def display(self) -> LiveTable | None:
+        """The console's trial table (:mod:`popflow.flows.console.live_table`), if one is shown."""
+        return self._display
+
+    @display.setter
+    def display(self, table: LiveTable | None) -> None:
+        self._display = table
+        self.calls.while_waiting = (
+            None if table is None else lambda: table.tick(self.records, self.rounds)
+        )
+
+    @property
+    def trials(self) -> list[Trial]:
+        return [r.trial for r in self.records]
+
+    # -- plan ------------------------------------------------------------------
+    def _runnable(self) -> Sequence[Trial]:
+        """Trials the scheduler may choose now (not those waiting out a retry backoff;
+        with ``max_concurrent_trials``, Ray's cap on trials started and not ended)."""
+        return self.index.runnable(self.retries.ready, self.spec.max_concurrent_trials)
+
+    def _plan(self, limit: int | None) -> list[TrialRecord]:
+        """Mark the trials the scheduler picks as running, up to ``limit`` in flight."""
+        planned: list[TrialRecord] = []
+        room = None if limit is None else limit - self.calls.running
+        if room is not None and room <= 0:
+            return planned
+        for chosen in self.scheduler.choose_trials_to_run(self._runnable(), room):
+            rec = self.by_id[chosen.trial_id]
+            if not started(rec):
+                self.logs.add_params(rec)
+            self._clock += 1
+            rec.trial.status = TrialStatus.RUNNING
+            rec.trial.last_train_time = self._clock
+            self.hooks.trial_start(rec.trial)
+            planned.append(rec)
+        return planned
+
+    def _spec(self, rec: TrialRecord) -> SegmentSpec:
+        target = self.scheduler.next_milestone(rec.trial)
+        freq = self.spec.checkpoint_config.checkpoint_frequency
+        stopper = self.early_end.stopper
+        return SegmentSpec(
+            trainable=self.spec.trainable,
+            trial_id=rec.trial_id,
+            trial_dir=rec.dirname,
+            config=rec.trial.config,
+            storage=self.storage,
+            seed=segment_seed(self.seed, rec.index, rec.start_iteration, rec.generation),
+            restore=rec.restore,
+            time_attr=self.scheduler.time_attr,
+            target=target,
+            # without a scheduler milestone, end segments at checkpoints so progress is
+            # committed; a stopper (on the driver) sees every result before the next step
+            max_iterations=(freq or (1 if stopper else None)) if target is None else None,
+            stop=None if stopper is not None else self.spec.stop,
+            checkpoint_frequency=freq,
+            checkpoint_at_end=self.spec.checkpoint_at_end,
+            taken=frozenset(c.name for c in rec.checkpoints) | self.janitor.deleting(rec.dirname),
+            live_token=rec.live[0] if rec.live else None,
+            lease_epoch=self.lease.epoch if self.lease is not None else 0,
+            progress_topic=self._display.live.topic if self._display is not None else None,
+        )
+
+    def _pack_size(self, slots: int) -> int:
+        return pack_size(self.calls.segment_seconds, self.index.live, slots)
+
+    # -- dispatch --------------------------------------------------------------
+    def _dispatch(self, recs: list[TrialRecord]) -> None:
+        # a synchronous round waits for its slowest slot: a pack that would queue behind
+        # another on its trainables' worker goes to an idle runner (a worker that joined,
+        # say) if their checkpoints hold their state; asynchronous PBT time-shares slots
+        idle_first = self.scheduler.synchronous or self.scheduler.time_shares_slots
+        runner = self.calls.runner_for(recs, idle_first=idle_first)
+        for rec in recs:
+            if rec.live is not None and (runner is None or rec.live[1] != runner.worker):
+                self._discard_live(rec)  # it restores from its checkpoint on that runner
+        self.calls.submit(recs, [self._spec(r) for r in recs], runner)
+
+    def run_round(self) -> bool:
+        """Run one round; return True while work remains.
+
+        Synchronous: every runnable trial runs, packed into one runner call
+        per slot, then all results are reduced in trial order (a segment that
+        must run again, its worker lost, runs again within the round).
+        Asynchronous: up to ``2 * slots`` calls queued so no runner idles
+        between a result and the next dispatch, each call one segment or, for
+        short segments, a few; results are reduced as they arrive, for up to
+        ``commit_interval`` seconds. A scheduler that time-shares the slots
+        (asynchronous PBT) gets one call per slot instead, each trial chosen as
+        a slot frees.
+        """
+        self.rounds += 1
+        self.hooks.step_begin()
+        self.pool.refresh_soon()
+        if self.scheduler.synchronous:
+            outcomes: list[SegmentOutcome] = []
+            while True:
+                planned = self._plan(limit=None)
+                size = math.ceil(len(planned) / self.pool.slots) if planned else 1
+                for pack in packs(planned, size, self.calls.isolated):
+                    self._dispatch(pack)
+                if not self.calls:
+                    if not outcomes and self._await_retry():
+                        continue
+                    break
+                outcomes.extend(o for o in self.calls.returned() if not self._falls_back(o))
+                if self.calls and self.early_end.over_budget():
+                    return self._out_of_time()  # the round, cut short, runs again on resume
+            if not outcomes:
+                return False
+            self._reduce_all(outcomes)
+        else:
+            deadline = time.monotonic() + self.spec.commit_interval
+            while True:
+                slots = self.pool.slots
+                if self.scheduler.time_shares_slots:  # chosen as a slot frees: no queue
+                    size, limit = 1, slots
+                else:
+                    size = self._pack_size(slots)
+                    limit = 2 * slots * size
+                for pack in packs(self._plan(limit=limit), size, self.calls.isolated):
+                    self._dispatch(pack)
+                if not self.calls:
+                    if self._await_retry():
+                        continue
+                    break
+                self._reduce_all(self.calls.returned())
+                if self.display is not None:
+                    self.display.tick(self.records, self.rounds)
+                if time.monotonic() >= deadline or self.early_end.due:
+                    break
+                if self.early_end.over_budget():
+                    break
+        self.early_end.check()
+        self.early_end.round_done()
+        if self.early_end.due:
+            self._stop_all()
+        elif self._more() and self.early_end.over_budget():
+            return self._out_of_time()
+        self._flush_discards()
+        self.hooks.step_end()
+        more = self._more()
+        self.commit(final=not more)
+        return more
+
+    def _more(self) -> bool:
+        """Work remains: segments in flight, trials to run, or retries waiting."""
+        return (
+            bool(self.calls) or bool(self._runnable()) or bool(self.retries.waiting(self._pending))
+        )
+
+    # -- reduce ----------------------------------------------------------------
+    def _reduce_all(self, outcomes: list[SegmentOutcome]) -> None:
+        for outcome in sorted(outcomes, key=lambda o: self.by_id[o.trial_id].index):
+            self._reduce(outcome)
+
+    def _record(self, rec: TrialRecord, result: dict[str, Any]) -> None:
+        result["config"] = rec.trial.config  # as Ray: the config this result was trained with
+        rec.num_results += 1
+        rec.trial.last_result = result
+        self.logs.add_result(rec, result)
+        self.hooks.trial_result(rec.trial, result)
+        if self.display is not None:
+            self.display.result(rec, result)
+
+    def _reduce(self, outcome: SegmentOutcome) -> None:
+        rec = self.by_id[outcome.trial_id]
+        self.index.touch(rec)
+        if self._display is not None:
+            self._display.live.reduced(rec.trial_id)
+        rec.live = (
+            (outcome.live_token, outcome.worker) if outcome.live_token and outcome.worker else None
+        )
+        raise_storage_failure(outcome)  # the storage's fault, not the trial's: the run stops
+        if outcome.restored and rec.restore_results is not None:
+            rec.replay_after_rewind()
+            self.logs.rewind(rec, rec.restore_results)  # results are logged once, in order
+        if outcome.reason != EndReason.ERROR:
+            keys = [k for k in (self.scheduler.metric, self.scheduler.time_attr) if k]
+            scheduler = type(self.scheduler).__name__
+            problem = result_problem(outcome.trial_id, outcome.results, keys, scheduler)
+            if problem is not None:
+                outcome.reason, outcome.error = EndReason.ERROR, problem
+            else:
+                self.missing_metric.look(outcome.trial_id, outcome.results)
+        if outcome.reason == EndReason.ERROR:
+            self._on_error(rec, outcome)
+            return
+        self.retries.succeeded(rec.trial_id)
+        rec.checkpoints.extend(outcome.checkpoints)
+        if self.hooks:
+            for ckpt in outcome.checkpoints:
+                self.hooks.checkpoint(rec.trial, checkpoint_of(self.storage, rec, ckpt.name))
+        rec.restore_from(outcome.checkpoints, outcome.results)
+        terminal = outcome.reason.is_terminal
+        action = Action.CONTINUE
+        for i, result in enumerate(outcome.results):
+            self._record(rec, result)
+            if rec.replays(result):  # decided on before the trial was sent back
+                continue
+            if self.early_end.stops(rec.trial_id, result):
+                dropped = len(outcome.results) - i - 1
+                if dropped:
+                    logger.debug(
+                        "trial %s stopped; dropping %d later results", rec.trial_id, dropped
+                    )
+                terminal = True
+                break
+            if terminal and i == len(outcome.results) - 1:
+                break  # Ray: a result meeting a stop condition goes to on_trial_complete only
+            action = self.table.report(rec.trial, result).action
+            if action == Action.STOP:
+                dropped = len(outcome.results) - i - 1
+                if dropped:
+                    logger.debug(
+                        "trial %s stopped; dropping %d later results", rec.trial_id, dropped
+                    )
+                break
+        if rec.restore_results is not None:  # results dropped after a stop
+            rec.restore_results = min(rec.restore_results, rec.num_results)
+        self.table.end_segment(rec.trial, action, terminal)
+        held = rec.trial.status == TrialStatus.PAUSED and self.scheduler.pause_is_barrier
+        if rec.trial.status != TrialStatus.PENDING and not held:
+            self._discard_live(rec)  # paused for long or ended: free the worker's memory
+
+    def _seed_user_code(self) -> None:
+        """Reseed the driver's global RNGs before a scheduler call.
+
+        User callables such as ``lambda: random.uniform(...)`` in
+        ``hyperparam_mutations`` draw from them; Prefect and Dask threads in this
+        process may draw too, so a fixed stream per decision keeps runs repeatable.
+        """
+        self.decisions += 1
+        seed_globals(segment_seed(self.seed, DRIVER, self.decisions))
+
+    def _discard_live(self, rec: TrialRecord) -> None:
+        if rec.live is not None:
+            token, worker = rec.live
+            self._discards.setdefault(worker, []).append(token)
+            rec.live = None
+
+    def _flush_discards(self) -> None:
+        for worker, tokens in self._discards.items():
+            self.pool.discard_parked(worker, tokens)
+        self._discards = {}
+
+    def _exploit(self, exploit: Exploit, reporter: Trial | None) -> None:
+        target, source = self.by_id[exploit.trial_id], self.by_id[exploit.source_trial_id]
+        if target.trial.status == TrialStatus.RUNNING and target.trial is not reporter:
+            logger.warning("not exploiting into running trial %s", target.trial_id)
+            return
+        if source.restore is None:
+            logger.warning(
+                "%s has no checkpoint yet; %s keeps its own state", source.trial_id, target.trial_id
+            )
+            return
+        if source is not target:
+            self._discard_live(target)  # its state is replaced by the clone
+        self.logs.add_exploit(clone_into(target, source, exploit), target)
+        self.index.touch(target)
+        self._events.append(exploit.brief())
+        self._decisions.append(exploit.describe())  # the round task logs it, once
+
+    # -- commit ----------------------------------------------------------------
+    def commit(self, final: bool = False) -> None:
+        """Write this round's logs, then publish the commit, then delete what the
+        commit before retired.
+
+        First the lease: a driver that a newer one has taken over raises
+        :class:`~popflow.infra.store.lease.LeaseLost` here and writes nothing more.
+        """
+        self._check_lease()
+        results, policy = self.logs.end_round(self.log.seq + 1)
+        retired = retire_checkpoints(self.records, self.spec.checkpoint_config)
+        for dirname, _ in retired:
+            self.index.touch(self.by_dir[dirname])
+        changed = self.index.take_changed()
+        trials = (
+            [r.state() for r in self.records]
+            if changed is None
+            else Changed({pos: self.records[pos].state() for pos in sorted(changed)})
+        )
+        derived, logs_through = self.logs.settle(final)
+        self.log.commit(
+            {
+                "round": self.rounds,
+                "time": time.time(),
+                "trials": trials,
+                "scheduler": self.scheduler.get_state(),
+                "decisions": self.decisions,
+                "derived": derived,
+                "events": self._events,
+                "deleted": [checkpoint_path(d, name) for d, name in retired],
+                "cuts": self.logs.take_cuts(),
+                "results": results,
+                "policy": policy,
+                "policy_total": self.logs.policy_total,
+                "stopper": self.early_end.state(),
+                "callbacks": self.hooks.state(),
+            },
+            logs_through=logs_through,
+        )
+        self.logs.committed(final)
+        self.janitor.committed(retired, wait=final)
+        self.last_commit = {
+            "results": sum(map(len, results.values())),
+            "events": self._events,
+            "decisions": self._decisions,
+        }
+        self._events, self._decisions = [], []
+
+    def seal(self) -> None:
+        """After the final commit: one more, so the checkpoints it retired can go and the
+        logs a cut holds can be written (:class:`~popflow.flows.experiment.trial_logs.TrialLogs`)."""
+        if self.janitor.pending or self.logs.holding:
+            self.commit(final=True)
+
+    def _check_lease(self) -> None:
+        if self.lease is not None:
+            self.lease.check()
+
+    # -- end -------------------------------------------------------------------
+    def cancel(self) -> None:
+        """Stop what is in flight and release every parked trainable."""
+        self.calls.cancel()
+        self.janitor.close()
+        self.logs.close()
+        self.index.close()
+        for rec in self.records:
+            self._discard_live(rec)
+        self._flush_discards()

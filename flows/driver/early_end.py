@@ -1,0 +1,104 @@
+"""When a run ends before its trials do: ``fail_fast``, Ray's stoppers, and the run's
+budget (``time_budget_s``, ``max_rounds``).
+
+A stopper passed as ``stop`` sees every result on the driver (it may end
+that trial there), and its ``stop_all()`` may end the whole experiment; with
+``fail_fast`` the first trial error does. The controller asks :meth:`EarlyEnd.stops`
+per result and :meth:`EarlyEnd.errored` per trial error, and ends every
+live trial once :attr:`EarlyEnd.due`. The stopper's state is committed
+(:meth:`EarlyEnd.state`), so a resumed run stops where an uninterrupted one would.
+
+The budget is different: it ends the *run*, not the experiment. Once
+:meth:`EarlyEnd.over_budget` (``time_budget_s`` seconds, or ``max_rounds``
+rounds of this run), segments in flight are cancelled, their trials wait as
+they were last committed, and the experiment stays resumable (the next
+``resume="auto"`` run, a scheduled deployment's, goes on from there).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from popflow.flows.experiment.trial_table import TrialRecord
+from popflow.flows.spec.run_spec import RunSpec
+from popflow.schedulers.stoppers import Stopper
+
+
+class EarlyEnd:
+    def __init__(self, spec: RunSpec, resumed: dict[str, Any]) -> None:
+        self.fail_fast = spec.fail_fast
+        #: Ray's ``Stopper`` passed as ``stop`` (None: none, or a dict or function,
+        #: which the workers apply)
+        self.stopper = spec.stop if isinstance(spec.stop, Stopper) else None
+        if self.stopper is not None and resumed.get("stopper") is not None:
+            self.stopper.set_state(resumed["stopper"])
+        #: the trial whose error ended the experiment (``fail_fast``)
+        self.failed: TrialRecord | None = None
+        self._stop_all = False
+        self.time_budget_s = spec.time_budget_s
+        self.max_rounds = spec.max_rounds
+        self._started = time.monotonic()
+        self._rounds = 0  # rounds this run has finished
+        self._spent = False
+
+    @property
+    def due(self) -> bool:
+        """The experiment is to end now."""
+        return self.failed is not None or self._stop_all
+
+    @property
+    def why(self) -> str:
+        if self.failed is not None:
+            return f"fail_fast: trial {self.failed.trial_id} errored"
+        return f"{type(self.stopper).__name__}.stop_all()"
+
+    def stops(self, trial_id: str, result: dict[str, Any]) -> bool:
+        """Whether the stopper ends this trial at ``result`` (as a stop condition)."""
+        if self.stopper is None:
+            return False
+        stop = self.stopper(trial_id, result)
+        self.check()
+        return bool(stop)
+
+    def check(self) -> None:
+        """Ask the stopper's ``stop_all`` (per result, and once a round: a timeout that
+        no result checks)."""
+        if self.stopper is not None and not self._stop_all and self.stopper.stop_all():
+            self._stop_all = True
+
+    def round_done(self) -> None:
+        self._rounds += 1
+
+    def over_budget(self) -> bool:
+        """This run has used its ``time_budget_s`` or its ``max_rounds``."""
+        if self.max_rounds is not None and self._rounds >= self.max_rounds:
+            return True
+        if self.time_budget_s is None:
+            return False
+        return time.monotonic() - self._started >= self.time_budget_s
+
+    @property
+    def budget(self) -> str:
+        """The budget that ended the run, in words."""
+        if self.max_rounds is not None and self._rounds >= self.max_rounds:
+            return f"max_rounds={self.max_rounds}"
+        return f"time_budget_s={self.time_budget_s}"
+
+    def end_of_budget(self) -> None:
+        """The run ends here, at its budget, with work left."""
+        self._spent = True
+
+    @property
+    def spent(self) -> bool:
+        """The run ended at its time budget, with work left."""
+        return self._spent
+
+    def errored(self, rec: TrialRecord) -> None:
+        """``rec`` errored for good: with ``fail_fast``, the first one ends the run."""
+        if self.fail_fast and self.failed is None:
+            self.failed = rec
+
+    def state(self) -> dict[str, Any] | None:
+        """The stopper's state, for the commit."""
+        return self.stopper.get_state() if self.stopper is not None else None

@@ -1,0 +1,1 @@
+"""What the driver says happened (its events) and who listens: Ray's Callback API."""

@@ -1,0 +1,1 @@
+"""An experiment's contents: its trials, their logs, its commits read and written, its results."""

@@ -1,0 +1,369 @@
+"""Starting or resuming an experiment in storage, under its lease.
+
+A fresh start samples the population from the seed, writes each trial's
+``params.json``, the run's arguments (for ``popflow resume``) and
+``.popflow/experiment.json``. A resume reads the last commit: the seed comes
+from ``experiment.json``, the scheduler's state and the trial table from the
+commit, and whatever was written after that commit did not happen (derived
+logs are cut back to their committed sizes, checkpoints no commit knows are
+deleted, lineage files are rewritten from the committed lineage).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import logging
+import random
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from popflow.flows.experiment.commit_shape import check_commit
+from popflow.flows.experiment.log_repair import rebuild_tails, rewrite_policy_files
+from popflow.flows.experiment.trial_logs import (
+    ERROR_FILE,
+    GLOBAL_POLICY,
+    LOGS,
+    PARAMS,
+    last_result,
+    params_text,
+)
+from popflow.flows.experiment.trial_table import TrialRecord, is_finished
+from popflow.flows.spec.run_args import save_code_origin, save_run_args
+from popflow.flows.spec.run_spec import RunSpec, trainable_name
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.commit_log import EXPERIMENT_FILE, CommitConflict, ExperimentLog
+from popflow.infra.store.lease import Lease, LeaseLost
+from popflow.schedulers import Trial, TrialScheduler, TrialStatus
+from popflow.schedulers.variants import resolve_variants
+from popflow.tasks.seeding import experiment_generators
+
+logger = logging.getLogger(__name__)
+
+#: Suffixes of half-published checkpoint folders (see popflow.infra.store.checkpoints).
+_SCRATCH = (".tmp-", ".old-")
+
+
+@dataclass
+class Experiment:
+    """An experiment opened for running: its storage, commit log and trial table.
+
+    ``resumed_from``: the commit it continues (None: a fresh start).
+    ``finished``: it had already finished; nothing is to run. ``lease``: held
+    while the experiment is open for running.
+    """
+
+    storage: Storage
+    log: ExperimentLog
+    records: list[TrialRecord]
+    seed: int
+    resumed_from: dict[str, Any] | None
+    finished: bool = False
+    lease: Lease | None = None
+    #: the experiment's name: ``spec.name``, or the next free one (:func:`_next_free_name`)
+    name: str = ""
+
+
+@contextmanager
+def open_experiment(spec: RunSpec, resume: bool | str) -> Iterator[Experiment]:
+    """The experiment ``spec`` names, started or resumed, held under its lease while in use.
+
+    ``resume``: False refuses an existing experiment, True requires one,
+    "auto" resumes one if there is one. A finished experiment is returned
+    as it is (no lease: nothing will be written).
+    """
+    storage = spec.experiment_storage
+    log = ExperimentLog(storage)
+    latest = log.latest()  # DamagedLog if no commit can be used: nothing is changed
+    if latest is not None and not resume:
+        spec = _next_free_name(spec, "finished" if is_finished(latest) else "unfinished")
+        storage = spec.experiment_storage
+        log = ExperimentLog(storage)
+        latest = None
+    if latest is None and resume is True:
+        raise ValueError(f"nothing to resume: no committed experiment at {storage.url}")
+    if latest is not None:  # used below: refuse a forged or wrong-shaped one before the lease
+        check_commit(latest, storage.full_url(log.commit_path(latest["seq"])), storage.url)
+    requeue = spec.errored != "skip" and any(
+        t["status"] == TrialStatus.ERROR.value for t in (latest or {}).get("trials", [])
+    )
+    if latest is not None and is_finished(latest) and not requeue:
+        logger.debug("%s already finished; returning its results", spec.name)
+        records = restore_records(storage, latest, log, spec.scheduler)
+        yield Experiment(
+            storage, log, records, _saved_seed(storage), latest, finished=True, name=spec.name
+        )
+        return
+    with Lease(storage, spec.lease_ttl) as lease:
+        log.epoch = lease.epoch
+        if latest is not None:
+            yield _resume(spec, storage, log, lease)
+        elif log.commit_numbers():  # another driver started it while this one took the lease
+            raise ValueError(
+                f"an experiment named {spec.name!r} was started at {storage.url} by another "
+                "driver meanwhile; resume it or choose another `name`"
+            )
+        else:
+            yield _start(spec, storage, log, lease)
+
+
+def _next_free_name(spec: RunSpec, state: str) -> RunSpec:
+    """A run that is not a resume, under the name of an existing experiment: it starts a
+    new one as ``<name>_2`` (``_3``, ...), leaving the old one as it is."""
+    for k in itertools.count(2):
+        name = f"{spec.name}_{k}"
+        if ExperimentLog(spec.storage.child(name)).latest() is None:
+            logger.warning(
+                "%s already holds an %s experiment; this run starts a new one, %s "
+                "(resume=True, resume='auto' or Tuner.restore continue the old one)",
+                spec.experiment_storage.url,
+                state,
+                name,
+            )
+            return dataclasses.replace(spec, name=name)
+    raise AssertionError("unreachable")
+
+
+def _saved_seed(storage: Storage) -> int:
+    return int(json.loads(storage.read_text(EXPERIMENT_FILE))["seed"])
+
+
+#: How often a takeover retries when the driver it replaces still commits (it stops
+#: at its next fence check, so once or twice at most).
+_TAKEOVER_ATTEMPTS = 8
+
+
+def _take_over(log: ExperimentLog) -> tuple[dict[str, Any], bool]:
+    """Fence out any driver that still writes: publish a copy of the newest commit
+    under this driver's epoch (the old driver's next commit then conflicts, and it
+    stops). Returns that commit and whether it was reached past a damaged one."""
+    for _ in range(_TAKEOVER_ATTEMPTS):
+        found = log.find_latest()
+        assert found is not None  # the caller saw a commit, and commits are never deleted
+        previous = found.commit
+        # a newer one than the caller checked
+        check_commit(
+            previous, log.storage.full_url(log.commit_path(previous["seq"])), log.storage.url
+        )
+        marker = {k: v for k, v in previous.items() if k not in ("seq", "epoch")}
+        marker.update(
+            time=time.time(),
+            results={},
+            policy=[],
+            deleted=[],
+            cuts={},
+            events=[f"[takeover] driver epoch {log.epoch} continues from commit {previous['seq']}"],
+        )
+        try:
+            # in full (the newest may be damaged); the logs are brought up to date after it
+            seq = log.commit(marker, snapshot=True, logs_through=0)
+        except CommitConflict as conflict:
+            if conflict.epoch is not None and conflict.epoch > log.epoch:
+                raise  # a newer driver: this one has lost already
+            continue  # the old driver's last commit landed meanwhile: continue from it
+        return {**marker, "seq": seq, "epoch": log.epoch}, found.damaged is not None
+    raise LeaseLost(f"{log.storage.url}: another driver keeps committing; not taking over")
+
+
+def _resume(spec: RunSpec, storage: Storage, log: ExperimentLog, lease: Lease) -> Experiment:
+    latest, fell_back = _take_over(log)
+    seed = _saved_seed(storage)
+    scheduler = spec.scheduler
+    scheduler.set_rng(experiment_generators(seed).scheduler)
+    scheduler.set_state(latest["scheduler"])
+    records = restore_records(
+        storage, latest, log, scheduler, remove_orphans=not fell_back, guard=lease.guard()
+    )
+    if spec.errored != "skip":
+        records = _requeue_errored(spec, storage, records)
+    logger.debug("%s: resuming after round %d from %s", spec.name, latest["round"], storage.url)
+    return Experiment(storage, log, records, seed, latest, lease=lease, name=spec.name)
+
+
+def _requeue_errored(
+    spec: RunSpec, storage: Storage, records: list[TrialRecord]
+) -> list[TrialRecord]:
+    """Ray's ``resume_errored`` (``spec.errored == "resume"``: an errored trial goes on
+    from its last checkpoint) or ``restart_errored`` ("restart": it is replaced by a
+    new trial with its config, from scratch, in a new folder; the old folder stays)."""
+    out = []
+    for rec in records:
+        if rec.trial.status != TrialStatus.ERROR:
+            out.append(rec)
+            continue
+        if spec.errored == "resume":
+            rec.trial.status, rec.error, rec.num_failures = TrialStatus.PENDING, None, 0
+            new = rec
+        else:
+            restarts = 1 + sum(1 for r in records if r.trial_id.startswith(f"{rec.trial_id}_r"))
+            trial_id = f"{rec.trial_id}_r{restarts}"
+            old = rec.trial
+            trial = Trial(
+                trial_id=trial_id,
+                config=old.config,
+                experiment_tag=old.experiment_tag,
+                trainable_name=old.trainable_name,
+                custom_name=f"{old.custom_name}_r{restarts}" if old.custom_name else None,
+            )
+            new = TrialRecord(trial=trial, index=rec.index, dirname=f"{rec.dirname}_r{restarts}")
+        spec.scheduler.on_trial_add(new.trial)
+        logger.info("%s: %s errored trial %s", spec.name, spec.errored, rec.trial_id)
+        out.append(new)
+    return out
+
+
+def _start(spec: RunSpec, storage: Storage, log: ExperimentLog, lease: Lease) -> Experiment:
+    seed = spec.seed if spec.seed is not None else secrets.randbits(32)
+    records = sample_population(spec, seed)  # a bad trial_*_creator: raise before writing
+    save_run_args(storage, spec.run_args(seed))
+    save_code_origin(storage, spec.trainable)
+    log.write_experiment(
+        {
+            "name": spec.name,
+            "seed": seed,
+            "trainable": trainable_name(spec.trainable),
+            "scheduler": type(spec.scheduler).__name__,
+            "metric": spec.metric,
+            "mode": spec.mode,
+            "num_trials": len(records),
+            "created": time.time(),
+        }
+    )
+    logger.debug(
+        "%s: %d trials, %s, results in %s (seed %d)",
+        spec.name,
+        len(records),
+        spec.scheduler.debug_string(),
+        storage.url,
+        seed,
+    )
+    return Experiment(storage, log, records, seed, None, lease=lease, name=spec.name)
+
+
+def sample_population(spec: RunSpec, seed: int) -> list[TrialRecord]:
+    """The trials of a fresh experiment, added to its scheduler, which gets the
+    experiment's generator."""
+    generators = experiment_generators(seed)
+    scheduler = spec.scheduler
+    scheduler.set_rng(generators.scheduler)
+    # user callables in hyperparam_mutations / sample_from use the global RNGs
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    prefix = hashlib.sha1(spec.name.encode()).hexdigest()[:5]
+    records = []
+    name = trainable_name(spec.trainable)
+    for variant in resolve_variants(spec.param_space, spec.num_samples, generators.variants):
+        trial_id = f"{prefix}_{variant.index:05d}"
+        config = scheduler.complete_config(variant.config)
+        trial = Trial(
+            trial_id=trial_id, config=config, experiment_tag=variant.tag, trainable_name=name
+        )
+        trial.custom_name = _created("trial_name_creator", spec.trial_name_creator, trial)
+        dirname = _created("trial_dirname_creator", spec.trial_dirname_creator, trial)
+        records.append(
+            TrialRecord(trial=trial, index=variant.index, dirname=dirname or f"{name}_{trial_id}")
+        )
+    dirnames = [r.dirname for r in records]
+    if len(set(dirnames)) < len(dirnames):
+        twice = sorted({d for d in dirnames if dirnames.count(d) > 1})
+        raise ValueError(f"`trial_dirname_creator` gave two trials the same folder: {twice}")
+    for rec in records:
+        scheduler.on_trial_add(rec.trial)
+    return records
+
+
+def _created(argument: str, creator: Any, trial: Trial) -> str | None:
+    """What Ray's ``trial_name_creator``/``trial_dirname_creator`` returns for ``trial``."""
+    if creator is None:
+        return None
+    made = creator(trial)
+    if not isinstance(made, str) or not made.strip():
+        raise ValueError(f"`{argument}` returned {made!r} for {trial.trial_id}; it must be a name")
+    if argument == "trial_dirname_creator" and (
+        "/" in made or "\\" in made or made in (".", "..") or made.startswith(".")
+    ):
+        raise ValueError(
+            f"`{argument}` returned {made!r} for {trial.trial_id}; a trial folder is one "
+            "name (no '/', not starting with '.')"
+        )
+    return made
+
+
+# -- reading an experiment back ---------------------------------------------------
+
+
+def restore_records(
+    storage: Storage,
+    commit: dict[str, Any],
+    log: ExperimentLog,
+    scheduler: TrialScheduler | None = None,
+    remove_orphans: bool = True,
+    guard: Callable[[], None] = lambda: None,
+) -> list[TrialRecord]:
+    """Trial records as of ``commit``, with storage cleaned of anything uncommitted.
+
+    Derived logs are cut back to their committed sizes (a log the commit does not
+    size was written after it: cut to nothing), then any committed lines they lack
+    are appended from the commits; ``commit["derived"]`` is updated to match.
+    Lineage files are rewritten unless ``scheduler`` does not log them.
+    ``remove_orphans``: delete checkpoints ``commit`` does not know (False when a
+    damaged newer commit may have referenced them). ``guard``: called before each
+    write or deletion (the lease's, :meth:`~popflow.infra.store.lease.Lease.guard`: a driver
+    taken over while it cleans up stops before it cuts a newer driver's logs).
+    """
+    derived = commit["derived"]
+    names = {t["dirname"]: storage.listdir(t["dirname"]) for t in commit["trials"]}
+    unsized = [f"{d}/{f}" for d, there in names.items() for f in LOGS if f in there]
+    for path in dict.fromkeys([*derived, GLOBAL_POLICY, *unsized]):
+        guard()
+        storage.truncate(derived.get(path, 0), path)
+    rebuild_tails(storage, commit, log, guard)
+    records = [
+        TrialRecord.from_state(t, last_result(storage, t["dirname"], t["num_results"], strict=True))
+        for t in commit["trials"]
+    ]
+    remove_uncommitted(storage, records, orphans=remove_orphans, guard=guard, names=names)
+    if scheduler is None or scheduler.logs_policy:
+        rewrite_policy_files(storage, records, guard)
+    return records
+
+
+def remove_uncommitted(
+    storage: Storage,
+    records: list[TrialRecord],
+    orphans: bool = True,
+    guard: Callable[[], None] = lambda: None,
+    names: dict[str, list[str]] | None = None,
+) -> None:
+    """Delete half-published folders, error files of trials that did not error and,
+    with ``orphans``, checkpoints no record knows (nor restores from); write the
+    ``params.json`` a started trial lacks (the driver stopped before writing it).
+    ``guard``: called before each write or deletion; ``names``: each trial folder's
+    listing, if the caller has it."""
+    referenced = {r.restore for r in records if r.restore}
+    for rec in records:
+        kept = {c.name for c in rec.checkpoints}
+        listed = (names or {}).get(rec.dirname)
+        names_here = storage.listdir(rec.dirname) if listed is None else listed
+        for name in names_here:
+            orphan = orphans and name.startswith("checkpoint_") and name not in kept
+            if (orphan and rec.checkpoint_path(name) not in referenced) or any(
+                s in name for s in _SCRATCH
+            ):
+                logger.info("removing uncommitted %s/%s", rec.dirname, name)
+                guard()
+                storage.remove(rec.dirname, name)
+        if rec.trial.status != TrialStatus.ERROR and ERROR_FILE in names_here:
+            guard()
+            storage.remove(rec.dirname, ERROR_FILE)
+        if (rec.num_results or rec.restore) and PARAMS not in names_here:
+            guard()
+            storage.write_text(params_text(rec.trial.config), rec.dirname, PARAMS)

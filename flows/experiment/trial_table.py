@@ -1,0 +1,347 @@
+"""The trial table: the driver's book on each trial, and how a scheduler's decisions change it.
+
+:class:`TrialRecord` is what a commit stores about one trial.
+:class:`TrialTable` applies decisions to the trials' statuses and calls the
+scheduler's follow-up hooks (``on_trial_remove``, ``on_trial_complete``,
+``release_paused``). It touches no storage and no cluster: the controller
+and the schedulers' test fakes share this one rule, and pass in what an
+exploit means to them (the controller points the target at the source's
+checkpoint).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from popflow.infra.jsonutil import jsonable
+from popflow.schedulers import Action, Decision, Exploit, Trial, TrialScheduler, TrialStatus
+from popflow.tasks.specs import CheckpointRecord, checkpoint_path
+
+logger = logging.getLogger(__name__)
+
+
+def is_finished(commit: dict[str, Any]) -> bool:
+    """Every trial of ``commit``'s table ended (none pending, running or paused)."""
+    live = (TrialStatus.PENDING, TrialStatus.RUNNING, TrialStatus.PAUSED)
+    return not any(TrialStatus(t["status"]) in live for t in commit["trials"])
+
+
+@dataclass
+class TrialRecord:
+    """The driver's book on one trial; ``state()`` is what a commit stores."""
+
+    trial: Trial
+    index: int
+    dirname: str
+    restore: str | None = None  # checkpoint folder (relative to the experiment) to resume from
+    restore_iteration: int = 0
+    #: how many of this trial's logged results the state it restores from accounts for
+    #: (None: all of them, as in commits written before it was kept); a segment built
+    #: from that state supersedes the results logged after them
+    restore_results: int | None = 0
+    #: the trial was sent back to an earlier state: its results up to this iteration
+    #: are run again, and logged, but not decided on again (the scheduler and the
+    #: stoppers saw them the first time); 0: none
+    replay_through: int = 0
+    checkpoints: list[CheckpointRecord] = field(default_factory=list)
+    #: results committed so far; the results themselves are in storage (``result.json``)
+    #: and the latest in ``trial.last_result``: a long run's history stays out of memory
+    num_results: int = 0
+    num_failures: int = 0
+    error: str | None = None
+    lineage: list[list[Any]] = field(default_factory=list)  # PBT policy entries
+    generation: int = 0  # how often another trial's state was cloned into this one
+    csv_header: list[str] | None = None
+    #: (token, worker address) of the trainable parked on a worker; memory only,
+    #: never committed: a lost live trainable just means a restore from storage
+    live: tuple[str, str] | None = None
+
+    @property
+    def trial_id(self) -> str:
+        return self.trial.trial_id
+
+    @property
+    def start_iteration(self) -> int:
+        """The iteration the trial's next segment starts after."""
+        if self.live is not None:
+            return int(self.trial.last_result.get("training_iteration", self.restore_iteration))
+        return self.restore_iteration
+
+    @property
+    def movable(self) -> bool:
+        """Its next segment may run on any worker: no trainable is parked, or the parked
+        one's state is in its latest checkpoint (else only that worker has it)."""
+        return self.live is None or self.restore_iteration >= self.start_iteration
+
+    def checkpoint_path(self, name: str) -> str:
+        return checkpoint_path(self.dirname, name)
+
+    def replay_after_rewind(self) -> None:
+        """Its next results follow ``restore``'s state: those up to the iteration it had
+        reached are a replay (see ``replay_through``)."""
+        if self.restore_results is not None and self.num_results > self.restore_results:
+            reached = self.trial.last_result.get("training_iteration")
+            if isinstance(reached, int):
+                self.replay_through = max(self.replay_through, reached)
+
+    def replays(self, result: dict[str, Any]) -> bool:
+        """``result`` runs again an iteration the scheduler decided on (once past the
+        replay, none does)."""
+        iteration = result.get("training_iteration")
+        if isinstance(iteration, int) and iteration <= self.replay_through:
+            return True
+        self.replay_through = 0
+        return False
+
+    def restore_from(
+        self, checkpoints: list[CheckpointRecord], results: list[dict[str, Any]]
+    ) -> None:
+        """A segment that logs ``results`` (not yet counted) published ``checkpoints``:
+        the trial goes on from the newest; each notes how many results it accounts for."""
+        for ckpt in checkpoints:
+            ckpt.results = self.num_results + results_through(results, ckpt.iteration)
+        if checkpoints:
+            last = checkpoints[-1]
+            self.restore, self.restore_iteration = self.checkpoint_path(last.name), last.iteration
+            self.restore_results = last.results
+
+    def state(self) -> dict[str, Any]:
+        t = self.trial
+        return {
+            "trial_id": t.trial_id,
+            "index": self.index,
+            "dirname": self.dirname,
+            "config": t.config,
+            "status": t.status.value,
+            "experiment_tag": t.experiment_tag,
+            "trainable_name": t.trainable_name,
+            "name": t.custom_name,
+            "last_train_time": t.last_train_time,
+            "num_results": self.num_results,
+            "restore": self.restore,
+            "restore_iteration": self.restore_iteration,
+            "restore_results": self.restore_results,
+            "replay_through": self.replay_through,
+            "checkpoints": [
+                {"name": c.name, "iteration": c.iteration, "result": c.result, "results": c.results}
+                for c in self.checkpoints
+            ],
+            "num_failures": self.num_failures,
+            "error": self.error,
+            "lineage": self.lineage,
+            "generation": self.generation,
+            "csv_header": self.csv_header,
+        }
+
+    @classmethod
+    def from_state(cls, t: dict[str, Any], last_result: dict[str, Any]) -> TrialRecord:
+        """The record a commit's ``state()`` describes, with the trial's last committed
+        result.
+
+        A trial committed as RUNNING is PENDING again: its segment's result was
+        never committed.
+        """
+        status = TrialStatus(t["status"])
+        if status == TrialStatus.RUNNING:
+            status = TrialStatus.PENDING
+        trial = Trial(
+            trial_id=t["trial_id"],
+            config=t["config"],
+            status=status,
+            last_train_time=t["last_train_time"],
+            experiment_tag=t["experiment_tag"],
+            trainable_name=t.get("trainable_name", ""),  # older commits lack both
+            custom_name=t.get("name"),
+        )
+        trial.last_result = last_result
+        return cls(
+            trial=trial,
+            index=t["index"],
+            dirname=t["dirname"],
+            restore=t["restore"],
+            restore_iteration=t["restore_iteration"],
+            restore_results=t.get("restore_results"),
+            replay_through=t.get("replay_through", 0),
+            checkpoints=[CheckpointRecord(**c) for c in t["checkpoints"]],
+            num_results=t["num_results"],
+            num_failures=t["num_failures"],
+            error=t["error"],
+            lineage=t["lineage"],
+            generation=t["generation"],
+            csv_header=t["csv_header"],
+        )
+
+
+def results_through(results: list[dict[str, Any]], iteration: int) -> int:
+    """How many of a segment's ``results`` lead up to its checkpoint at ``iteration``
+    (the checkpoint holds the state after the result of that iteration)."""
+    for i in range(len(results) - 1, -1, -1):
+        if results[i].get("training_iteration") == iteration:
+            return i + 1
+    return len(results)
+
+
+def clone_into(target: TrialRecord, source: TrialRecord, exploit: Exploit) -> list[Any]:
+    """Carry out an exploit on the records: ``target`` restores from ``source``'s
+    checkpoint (unless they are one trial) with the explored config; its lineage
+    grows by the exploit's policy entry, which is returned."""
+    if source is not target:
+        target.restore, target.restore_iteration = source.restore, source.restore_iteration
+        target.restore_results = target.num_results  # its own results stay, as in Ray
+        target.replay_through = 0  # a new lineage: all its results are new to the scheduler
+        target.generation += 1
+    target.trial.config = exploit.new_config
+    target.trial.experiment_tag = exploit.new_tag
+    entry = jsonable(exploit.policy_entry())
+    target.lineage = [*source.lineage, entry] if source is not target else [*target.lineage, entry]
+    return entry
+
+
+def fall_back_from(records: list[TrialRecord], path: str) -> str | None:
+    """Stop using the checkpoint at ``path`` (it failed its check); the name of the one
+    its owner took before it, which every trial that would restore from ``path`` now
+    restores from (for a clone: an older state of the same source). None when the
+    owner has no earlier checkpoint: those trials cannot go on.
+    """
+    owner = next((r for r in records if path.startswith(f"{r.dirname}/")), None)
+    if owner is None:
+        return None
+    bad = next((c for c in owner.checkpoints if owner.checkpoint_path(c.name) == path), None)
+    earlier = [
+        c
+        for c in owner.checkpoints
+        if c is not bad and (bad is None or c.iteration < bad.iteration)
+    ]
+    if bad is not None:
+        owner.checkpoints.remove(bad)
+    if not earlier:
+        return None
+    fallback = max(earlier, key=lambda c: c.iteration)
+    for rec in records:
+        if rec.restore == path:
+            rec.restore = owner.checkpoint_path(fallback.name)
+            rec.restore_iteration = fallback.iteration
+            if rec is owner:  # its results after the fallback's state are superseded
+                rec.restore_results = _results_at(owner, fallback, bad)
+            elif bad is not None and rec.lineage and rec.lineage[-1][2] == bad.iteration:
+                # a clone that went on from the iteration it had reached: so it does again,
+                # a few iterations back, and its results after that point are superseded
+                back = bad.iteration - fallback.iteration
+                if rec.restore_results is not None:
+                    rec.restore_results = max(0, rec.restore_results - back)
+    return fallback.name
+
+
+def _results_at(
+    owner: TrialRecord, fallback: CheckpointRecord, bad: CheckpointRecord | None
+) -> int | None:
+    """How many of ``owner``'s results ``fallback``'s state accounts for: as recorded,
+    else (older commits) counted back from ``bad``'s, a result per iteration."""
+    if fallback.results is not None:
+        return fallback.results
+    if bad is not None and bad.results is not None:
+        return max(0, bad.results - (bad.iteration - fallback.iteration))
+    return owner.restore_results
+
+
+def _nothing(*_: Any) -> None:
+    pass
+
+
+class TrialTable:
+    """The trials of one run by id, changed only as the scheduler decides.
+
+    - ``exploit(exploit, reporter)``: carry out one exploit (``reporter``: the
+      trial whose result led to it, or None for a barrier's release);
+    - ``leave(trial)``: a trial that another trial's decision stopped;
+    - ``ended(trial)``: any trial that ends without error (after ``leave``);
+    - ``before_call()``: runs before every scheduler call (the controller
+      reseeds the user's global RNGs there, so callables in
+      ``hyperparam_mutations`` draw repeatable values).
+    """
+
+    def __init__(
+        self,
+        scheduler: TrialScheduler,
+        trials: Iterable[Trial],
+        exploit: Callable[[Exploit, Trial | None], None],
+        leave: Callable[[Trial], None] = _nothing,
+        before_call: Callable[[], None] = _nothing,
+        ended: Callable[[Trial], None] = _nothing,
+    ) -> None:
+        self.scheduler = scheduler
+        self.trials = {t.trial_id: t for t in trials}
+        self._exploit = exploit
+        self._leave = leave
+        self._before_call = before_call
+        self._ended = ended
+
+    def report(self, trial: Trial, result: dict[str, Any]) -> Decision:
+        """Give ``result`` to the scheduler and apply what it decides for other trials.
+
+        The reporting trial's own action is the caller's to settle, once its
+        segment's results are all reported (:meth:`end_segment`).
+        """
+        self._before_call()
+        decision = Decision.of(self.scheduler.on_trial_result(trial, result))
+        self.apply(decision, trial)
+        return decision
+
+    def apply(self, decision: Decision, reporter: Trial | None) -> None:
+        """Carry out ``decision``'s exploits, then its actions on other trials."""
+        for exploit in decision.exploits:
+            self._exploit(exploit, reporter)
+        removed = False
+        for trial_id, action in decision.others.items():
+            other = self.trials[trial_id]
+            if other.status == TrialStatus.RUNNING and other is not reporter:
+                logger.warning("ignoring %s for running trial %s", action, trial_id)
+            elif action == Action.CONTINUE and other.status == TrialStatus.PAUSED:
+                other.status = TrialStatus.PENDING
+            elif action == Action.PAUSE and other.status == TrialStatus.PENDING:
+                other.status = TrialStatus.PAUSED
+            elif action == Action.STOP and other.is_live:
+                other.status = TrialStatus.TERMINATED
+                self._leave(other)
+                self.scheduler.on_trial_remove(other)
+                self._ended(other)
+                removed = True
+        if removed:
+            self.release_paused()
+
+    def release_paused(self) -> None:
+        """A trial left: the scheduler may release trials waiting at a barrier."""
+        self._before_call()
+        decision = self.scheduler.release_paused()
+        if decision is not None:
+            self.apply(decision, None)
+
+    def end_segment(self, trial: Trial, action: Action, terminal: bool) -> None:
+        """The trial's status after its segment: ``terminal`` (it finished, or met a stop
+        condition) or STOP ends it, PAUSE parks it, CONTINUE makes it runnable."""
+        if terminal or action == Action.STOP:
+            trial.status = TrialStatus.TERMINATED
+            self.scheduler.on_trial_complete(trial, trial.last_result)
+            self._ended(trial)
+            self.release_paused()
+        elif action == Action.PAUSE:
+            trial.status = TrialStatus.PAUSED
+        else:
+            trial.status = TrialStatus.PENDING
+
+    def fail(self, trial: Trial) -> None:
+        """The trial errored for good."""
+        trial.status = TrialStatus.ERROR
+        self.scheduler.on_trial_error(trial)
+        self.release_paused()
+
+
+def stopped_early(status: str, reached: float, horizon: float) -> bool:
+    """A trial ``status`` TERMINATED at ``reached`` (its ``time_attr``) ended before the
+    furthest any trial got (``horizon``): a scheduler (ASHA, HyperBand, median stopping)
+    or a stopper ended it; at the horizon it finished. Commits do not record why a trial
+    ended, so this is the rule the leaderboard, the summary and the plots share."""
+    return status == TrialStatus.TERMINATED and reached < horizon

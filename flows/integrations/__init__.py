@@ -1,0 +1,1 @@
+"""Ray's callbacks and logger integrations (TensorBoard, MLflow)."""

@@ -1,0 +1,382 @@
+"""The Prefect side of a run: the ``tune`` flow run that records it, and flow retries.
+
+``popflow.run`` trains in the calling thread (:mod:`popflow.flows.api.training`) and
+records the run in Prefect from a thread of its own (:class:`PrefectRecord`),
+which imports Prefect, finds its server (:func:`prefect_api`) and runs the
+``tune`` flow: its body turns the training's feed (:mod:`popflow.flows.record.run_feed`)
+into the flow run's logs, a ``round-N`` task run per round (its summary and
+decisions in its logs), the artifacts and the final state. The first segment
+does not wait for any of it; the run's end waits until all is recorded.
+
+Dask workers never talk to Prefect. The flow and its task are made on first use
+(:func:`prefect_objects`): every Dask worker imports popflow, and Prefect's
+import would cost each ~1 s of CPU and ~45 MB for nothing.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import logging
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NamedTuple
+
+from popflow.flows.console.verbose import console_verbosity
+from popflow.flows.record.artifacts import RunArtifacts
+from popflow.flows.record.flow_parameters import Shown
+from popflow.flows.record.heartbeat import engine_heartbeats_off, heartbeats
+from popflow.flows.record.plot_artifacts import PlotRefresh
+from popflow.flows.record.round_runs import RoundRuns, late_start_line, log_at
+from popflow.flows.record.run_feed import Line, Resumed, RoundBegins, RoundDone, RunEnd, RunFeed
+from popflow.flows.record.run_log import run_logger
+from popflow.flows.record.stale_runs import close_stale_runs
+from popflow.flows.spec.run_spec import RunSpec
+from popflow.infra import local_server
+
+logger = logging.getLogger("popflow")
+
+
+def is_flow_retry() -> bool:
+    """True inside a Prefect flow run that is being retried (run_count > 1).
+
+    Checked both where ``run`` is called (a retried parent flow: its ``tune``
+    subflow is a new run) and inside the ``tune`` flow (a retry of it).
+    """
+    ctx = _flow_run_context()
+    return bool(ctx and ctx.flow_run and ctx.flow_run.run_count > 1)
+
+
+def _flow_run_context() -> Any:
+    """The Prefect flow run this thread runs in, if any. A script that has not imported
+    Prefect runs in none: the answer costs no import (Prefect's takes ~1.6 s)."""
+    if "prefect.context" not in sys.modules:
+        return None
+    from prefect.context import FlowRunContext
+
+    return FlowRunContext.get()
+
+
+#: A flow run that has started this many times (Prefect's flow retries, and re-runs of
+#: its crashes by ``automations.yaml``) is not started again: it ends Failed, which the
+#: re-run automation does not answer, instead of crashing in a loop.
+MAX_RUN_COUNT = 5
+
+
+class TooManyRuns(RuntimeError):
+    """The flow run has started more than :data:`MAX_RUN_COUNT` times."""
+
+
+def refuse_crash_loop() -> None:
+    """Raise :class:`TooManyRuns` in a flow run on its ``MAX_RUN_COUNT + 1``-th start."""
+    ctx = _flow_run_context()
+    count = ctx.flow_run.run_count if ctx and ctx.flow_run else 0
+    if count > MAX_RUN_COUNT:
+        raise TooManyRuns(
+            f"flow run {ctx.flow_run.name!r} has started {count} times (retries and re-runs "
+            f"of its crashes); popflow does not start it again after {MAX_RUN_COUNT}. The "
+            "experiment is committed in storage: read the earlier runs' logs, fix the "
+            "cause, then run the deployment again (it resumes)"
+        )
+
+
+#: Prefect's setting for its server's telemetry service.
+ANALYTICS = "PREFECT_SERVER_ANALYTICS_ENABLED"
+#: Prefect's setting for how long it waits for its embedded server to answer.
+STARTUP_TIMEOUT = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+#: popflow's wait (Prefect's is 20 s, which a loaded 2-core machine overran: the
+#: server's first start migrates its database while the Dask workers start).
+EMBEDDED_STARTUP_TIMEOUT_S = 90
+
+
+def _users_own(setting: str) -> bool:
+    """Whether the user set ``setting``, in the environment or in their Prefect profile."""
+    from prefect.context import get_settings_context
+
+    if setting in os.environ:
+        return True
+    return any(getattr(k, "name", "") == setting for k in get_settings_context().profile.settings)
+
+
+def quiet_embedded_server() -> None:
+    """Start Prefect's embedded server (no ``PREFECT_API_URL``) without its telemetry
+    service, which prints ``Failed to send telemetry`` offline and a ``database is
+    locked`` traceback under load. A user's own setting (environment or profile) is kept."""
+    from prefect.settings import get_current_settings
+
+    if get_current_settings().api.url or _users_own(ANALYTICS):
+        return
+    os.environ[ANALYTICS] = "false"
+
+
+@contextmanager
+def embedded_server_settings() -> Iterator[None]:
+    """Within: the embedded server (no ``PREFECT_API_URL``) quiet, and waited for
+    ``EMBEDDED_STARTUP_TIMEOUT_S`` when it starts; a user's own settings are kept."""
+    from prefect.settings import (
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+        get_current_settings,
+        temporary_settings,
+    )
+
+    quiet_embedded_server()
+    if get_current_settings().api.url or _users_own(STARTUP_TIMEOUT):
+        yield
+        return
+    wait = {PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: EMBEDDED_STARTUP_TIMEOUT_S}
+    with temporary_settings(updates=wait):
+        yield
+
+
+class RunFailed(RuntimeError):
+    """The ``tune`` flow run's error when the training raised: the training's own
+    exception is raised to the caller of ``popflow.run``, this one ends the flow run."""
+
+
+#: The feed the ``tune`` flow of this thread records (set by :class:`PrefectRecord`).
+_RECORDING: contextvars.ContextVar[RunFeed | None] = contextvars.ContextVar(
+    "popflow_recording", default=None
+)
+#: Seconds between the ``tune`` flow run's heartbeats (None: none), as the user's settings ask.
+_HEARTBEAT_S: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "popflow_heartbeat_s", default=None
+)
+
+
+def tune_flow(name: str, spec: Shown[RunSpec] | RunSpec, cluster: Shown[Any] | Any) -> Any:
+    """Record the training of the experiment ``spec`` describes, on ``cluster``.
+
+    The flow run's parameters are what the UI shows of the run (``name``, the
+    spec and the cluster, :mod:`popflow.flows.record.flow_parameters`: never the
+    storage's credentials). Its body replays the training's feed as it comes:
+    lines to the flow run's log, each round as a ``round-N`` task run at the
+    round's real times (:mod:`popflow.flows.record.round_runs`), the artifacts, and the
+    end as the final state (Completed with how it ended, or Failed with the
+    training's error). Its heartbeats are popflow's
+    (:mod:`popflow.flows.record.heartbeat`): the run's end does not wait for them.
+    """
+    feed = _RECORDING.get()
+    if feed is None:
+        raise RuntimeError("the tune flow records a run of popflow.run: call popflow.run")
+    if isinstance(spec, Shown):
+        spec = spec.value
+    experiment = spec.storage.child(spec.name)
+    plots = PlotRefresh(name, experiment.url, experiment.storage_options)
+    artifacts = RunArtifacts(name, spec.metric, spec.mode, plots)
+    late = late_start_line(feed.started_at)
+    if late is not None:
+        _log(late)
+    with heartbeats(_HEARTBEAT_S.get()):
+        return _replay(feed, artifacts, RoundRuns(prefect_objects().round_task))
+
+
+def _replay(feed: RunFeed, artifacts: RunArtifacts, rounds: RoundRuns) -> Any:
+    """The ``tune`` flow's body: the feed's events as they come, until the run's end."""
+    try:
+        while (event := feed.next()) is not None:
+            if isinstance(event, Line):
+                _log(event)
+            elif isinstance(event, RoundBegins):
+                end = _round(feed, artifacts, rounds, event)
+                if end is not None:
+                    return _ended(end, artifacts)
+            elif isinstance(event, Resumed):
+                close_stale_runs(event.experiment, event.epoch)
+            elif isinstance(event, RunEnd):
+                return _ended(event, artifacts)
+    finally:
+        artifacts.flush()  # a run that ends by an error sends no summary
+    raise RuntimeError("the training's feed ended without its end")  # pragma: no cover
+
+
+def _round(
+    feed: RunFeed, artifacts: RunArtifacts, rounds: RoundRuns, begins: RoundBegins
+) -> RunEnd | None:
+    """One round as its task run, Running from the round's start to its commit: the lines
+    logged meanwhile, then its summary and decisions, in its logs; the leaderboard and
+    progress on the Artifacts page. The run's end inside a round (the training raised)
+    ends the round's task run Failed (Crashed for an interrupt) and is returned."""
+    run = rounds.begin(begins.round_no, begins.at)
+    while (event := feed.next()) is not None:
+        if isinstance(event, Line):
+            _log(event, run.logger)
+        elif isinstance(event, RoundDone):
+            for line in event.lines:
+                _log(line, run.logger)
+            rounds.end(run, event.at)
+            artifacts.round_rows(event.rows, event.done_percent, event.round_no, event.progress)
+            return None
+        elif isinstance(event, RunEnd):
+            rounds.end(run, event.at, event.error)
+            return event
+    return None
+
+
+def _log(line: Line, to: Any = None) -> None:
+    """``line`` to the flow run's log (or ``to``, a round's), at the time it was said."""
+    log_at(to if to is not None else run_logger(), line)
+
+
+def _ended(end: RunEnd, artifacts: RunArtifacts) -> Any:
+    """The flow run's final state: Completed, with how the run ended (what the UI shows:
+    finished, budget spent, or nothing to do), or the training's error."""
+    from prefect.states import Completed
+
+    if end.error is not None:
+        if not isinstance(end.error, Exception):
+            raise KeyboardInterrupt()  # Prefect marks the run Crashed, as for any interrupt
+        trace = "".join(traceback.format_exception(end.error)).rstrip()
+        run_logger().error("the training raised:\n%s", trace)
+        raise RunFailed(f"{type(end.error).__name__}: {end.error}") from None
+    if end.summary is not None:
+        artifacts.final_text(end.summary, end.message)
+    end.grid.summary = end.message  # for a parent flow's own final state
+    return Completed(message=end.message, data=end.grid)
+
+
+#: Seconds the record waits for the run's events (task run states, heartbeats) to be sent.
+EVENTS_WAIT_S = 10.0
+
+
+def _send_events() -> None:
+    """Send the run's queued Prefect events before ``run()`` returns. Prefect's own
+    heartbeat thread used to hold the flow's end for 0.5-1 s, time in which they went
+    out; without it a script's exit found them queued ("EventsWorker - Still processing
+    items")."""
+    from prefect.events.worker import EventsWorker
+
+    # Prefect's progress note while a drain waits ("Still processing items: 6 items
+    # remaining..."), printed under load; an unsent event is said below instead
+    progress = logging.getLogger(EventsWorker.__name__)
+    progress.addFilter(_not_still_processing)
+    try:
+        _, unsent = EventsWorker.drain_all(timeout=EVENTS_WAIT_S, at_exit=False)
+    finally:
+        progress.removeFilter(_not_still_processing)
+    if unsent:
+        logger.warning(
+            "the Prefect record's last events were not sent within %.0f s", EVENTS_WAIT_S
+        )
+
+
+def _not_still_processing(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Still processing items")
+
+
+class PrefectRecord:
+    """The ``tune`` flow run of one training, recorded from a thread of its own.
+
+    :meth:`start` before the training: the thread imports Prefect, finds (or
+    starts) its server and replays :attr:`feed` as the training fills it.
+    :meth:`finish` after: waits until everything is recorded. The thread runs
+    in a copy of the caller's context, so inside a flow run (a deployment's) the
+    ``tune`` run is its subflow. Prefect is told, never relied on: if it cannot
+    be reached, the training goes on and its lines reach the console.
+    """
+
+    def __init__(self, spec: RunSpec, shown: tuple[Shown[RunSpec], Shown[Any]]) -> None:
+        self.spec = spec
+        self.feed = RunFeed()
+        self.error: BaseException | None = None
+        self._shown = shown
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(
+            target=context.run, args=(self._record,), name="popflow-prefect-record", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def finish(self) -> None:
+        """Wait until the run is recorded; a record that failed is warned about."""
+        self._thread.join()
+        if self.error is not None and not isinstance(self.error, RunFailed | KeyboardInterrupt):
+            logger.warning(
+                "the Prefect record of %s is incomplete (its results are in storage): %s",
+                self.spec.name,
+                self.error,
+            )
+
+    def _record(self) -> None:
+        _RECORDING.set(self.feed)
+        self.feed.training.wait()
+        try:
+            tune = prefect_objects().tune_flow  # Prefect's import sets up its logging
+            from prefect import tags
+
+            tune = tune.with_options(flow_run_name=self.feed.title or self.spec.name)
+            with (
+                console_verbosity(self.spec.verbose),
+                prefect_api(),
+                engine_heartbeats_off() as every,
+                tags(*run_tags(self.spec)),
+            ):
+                _HEARTBEAT_S.set(every)
+                try:
+                    tune(self.spec.name, *self._shown)
+                finally:
+                    _send_events()
+        except BaseException as e:  # the training's, or Prefect's trouble
+            self.error = e
+            self._drain()
+
+    def _drain(self) -> None:
+        """The feed's lines not yet recorded, to popflow's logger (the console)."""
+        while (event := self.feed.next()) is not None:
+            lines = event.lines if isinstance(event, RoundDone) else [event]
+            for line in lines:
+                if isinstance(line, Line) and not line.detail:
+                    logger.log(line.level, line.message)
+
+
+@contextmanager
+def prefect_api() -> Iterator[None]:
+    """Within: the Prefect API this run reports to. A user's own ``PREFECT_API_URL``
+    (environment or profile) as it is; else popflow's local server
+    (:mod:`popflow.infra.local_server`, started by the first run and reused), or
+    with ``POPFLOW_PREFECT_SERVER=temporary`` Prefect's temporary one."""
+    from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
+
+    if get_current_settings().api.url or not local_server.wanted():
+        with embedded_server_settings():
+            yield
+        return
+    server = local_server.local_server()
+    # beside Prefect's own lines on the console (popflow's logger is quiet by default)
+    logging.getLogger("prefect").info(
+        "Prefect UI: %s (popflow's local server, kept for later runs; `popflow server stop`)",
+        server.ui_url,
+    )
+    with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
+        yield
+
+
+class PrefectObjects(NamedTuple):
+    tune_flow: Any  # prefect.Flow
+    round_task: Any  # prefect.Task
+
+
+@functools.cache
+def prefect_objects() -> PrefectObjects:
+    """The ``tune`` flow and its ``round`` task, made on first use."""
+    from prefect import flow, task
+    from prefect.cache_policies import NO_CACHE
+
+    return PrefectObjects(
+        tune_flow=flow(name="tune", validate_parameters=False)(tune_flow),
+        round_task=task(name="round", cache_policy=NO_CACHE)(_a_round),
+    )
+
+
+def _a_round() -> None:
+    """Never run: the ``round`` task's name and key, of the task runs :class:`RoundRuns`
+    writes at the rounds' real times."""
+
+
+def run_tags(spec: RunSpec) -> list[str]:
+    """The ``tune`` flow run's tags: what the UI's runs list filters by."""
+    return ["popflow", f"experiment:{spec.name}", f"scheduler:{type(spec.scheduler).__name__}"]

@@ -1,0 +1,42 @@
+"""The log of the Prefect run a line belongs to: what the console and the Prefect UI show.
+
+popflow's own loggers (``popflow.*``) stay quiet unless the user configures logging;
+what a person follows a run by (the run's start, each round's summary and
+decisions, a trial's error, the run's end) goes once to the run's logger, which
+Prefect prints and sends to its API, so the UI holds it in the run's logs.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+logger = logging.getLogger("popflow")
+
+
+def run_logger() -> Any:
+    """The logger of the run this line belongs to: in a training thread its feed's (the
+    run's Prefect record logs it, :mod:`popflow.flows.record.run_feed`); in a Prefect run its
+    logger; else popflow's."""
+    from popflow.flows.record.run_feed import CURRENT, FeedLogger
+
+    feed = CURRENT.get()
+    if feed is not None:
+        return FeedLogger(feed)
+    from prefect import get_run_logger
+    from prefect.exceptions import MissingContextError
+
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logger
+
+
+def last_line(text: str | None) -> str:
+    r"""A trace's last line: the one-line reason.
+
+    >>> last_line("Traceback ...\n  File x\nValueError: bad lr\n")
+    'ValueError: bad lr'
+    """
+    lines = (text or "").strip().splitlines()
+    return lines[-1] if lines else "?"

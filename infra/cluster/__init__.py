@@ -1,0 +1,1 @@
+"""The Dask cluster: the embedded LocalCluster, GPUs, worker start."""

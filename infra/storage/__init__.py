@@ -1,0 +1,1 @@
+"""fsspec I/O: local folders and S3, retries, errors, credentials."""

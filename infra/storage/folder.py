@@ -1,0 +1,389 @@
+"""Storage through fsspec URLs: a plain path means a local folder, ``s3://`` means S3.
+
+A :class:`Storage` is picklable (URL + options; the filesystem is created
+lazily per process), so the driver hands the same object to Dask workers.
+Every write that others may read is published atomically:
+
+- local: write to a temporary sibling, then ``os.replace`` (atomic rename);
+- object stores: a single PUT is atomic per object, and multi-object
+  artefacts (checkpoints) become visible through a manifest written last
+  (see :mod:`popflow.infra.store.checkpoints`).
+
+Every filesystem call goes through one helper,
+:meth:`~popflow.infra.storage.calls.StorageCalls._call`, which retries transient
+failures and reports the rest as :class:`StorageError` naming the operation and
+the URL (:mod:`popflow.infra.storage.calls`). Appends on object stores are a
+read, then one PUT of the whole new content (:mod:`popflow.infra.storage.object_writes`).
+
+Credentials in ``storage_options`` never appear in reprs, log records or
+error messages (:mod:`popflow.infra.storage.credentials` masks them wherever a message
+quotes an underlying error), and a Storage passed as a Prefect flow parameter
+is recorded as ``"<Storage>"``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from popflow.infra.storage import local_files
+from popflow.infra.storage.calls import StorageCalls
+from popflow.infra.storage.credentials import Hidden
+from popflow.infra.storage.errors import StorageError
+from popflow.infra.storage.object_writes import ObjectWrites
+from popflow.infra.storage.retry import RetryPolicy
+from popflow.infra.storage.safe_paths import UnsafePath, escapes
+
+__all__ = ["RetryPolicy", "Storage", "StorageError", "UnsafePath"]
+
+
+class Storage(StorageCalls):
+    """A root folder on an fsspec filesystem; paths passed to methods are relative to it.
+
+    >>> import tempfile
+    >>> s = Storage(tempfile.mkdtemp())
+    >>> s.write_text("hello", "a", "b.txt")
+    >>> s.listdir("a"), s.read_text("a", "b.txt")
+    (['b.txt'], 'hello')
+    """
+
+    def __init__(
+        self,
+        url: str | os.PathLike[str],
+        storage_options: dict[str, Any] | None = None,
+        retry: RetryPolicy | None = None,
+    ):
+        url = os.fspath(url)
+        if not url:
+            raise ValueError(
+                "`storage` is empty; give a local folder or a URL such as s3://bucket/prefix"
+            )
+        self._options = Hidden(dict(storage_options or {}))
+        self.retry = retry or RetryPolicy()
+        fs, root = fsspec.core.url_to_fs(url, **self.storage_options)
+        self.protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        self.is_local = isinstance(fs, LocalFileSystem)
+        # s3fs asks for an object's size (a HEAD) before each GET, to split big
+        # downloads; whole small objects (logs, commits, manifests) need one GET
+        s3 = self.protocol in ("s3", "s3a")
+        self._read_kwargs = {"max_concurrency": 1} if s3 else {}
+        self._conditional_puts = s3  # If-Match on PUT: appends skip the read
+        self._appends: ObjectWrites | None = None  # made per process, on first use
+        self.root = os.path.abspath(root) if self.is_local else root.rstrip("/")
+        self._fs: fsspec.AbstractFileSystem | None = fs
+        self._rng: random.Random | None = None
+
+    # -- identity and pickling -------------------------------------------------
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """The fsspec options (credentials included: never log or persist them)."""
+        return self._options.value
+
+    @property
+    def url(self) -> str:
+        return self.root if self.is_local else f"{self.protocol}://{self.root}"
+
+    def __repr__(self) -> str:  # never show storage_options: they may hold credentials
+        return f"Storage({self.url!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_fs"] = None
+        state["_rng"] = None  # each process jitters on its own
+        state["_appends"] = None  # remembered logs stay with this process
+        return state
+
+    @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        if self._fs is None:
+            self._fs = fsspec.filesystem(self.protocol, **self.storage_options)
+        return self._fs
+
+    def child(self, *parts: str) -> Storage:
+        """A Storage rooted at a sub-folder."""
+        sub = Storage.__new__(Storage)
+        sub.__dict__.update(self.__getstate__())
+        sub.root = self.path(*parts)
+        sub._fs = self._fs
+        return sub
+
+    def path(self, *parts: str) -> str:
+        """Absolute filesystem path of ``parts`` under the root.
+
+        :class:`UnsafePath` (a ``ValueError``) for a path that would leave the root: an
+        absolute part, or ``..`` parts that climb above it. No read, write or delete
+        through this Storage reaches outside its root, whatever a stored name says.
+        """
+        if not parts:
+            return self.root
+        for part in parts:
+            if part.startswith("/"):  # posixpath.join would drop the root and escape it
+                raise UnsafePath(
+                    f"storage path part {part!r} is absolute; give paths relative to {self.url}"
+                )
+        joined = posixpath.join(self.root, *parts)
+        if any(".." in part for part in parts) and escapes(self.root, joined):
+            raise UnsafePath(
+                f"storage path {'/'.join(parts)!r} leaves {self.url}; popflow reads, writes "
+                "and deletes only inside it"
+            )
+        return joined
+
+    def full_url(self, *parts: str) -> str:
+        return self._url_of(self.path(*parts))
+
+    def _url_of(self, path: str) -> str:
+        return path if self.is_local else f"{self.protocol}://{path}"
+
+    # -- reads -------------------------------------------------------------------
+    def exists(self, *parts: str) -> bool:
+        p = self.path(*parts)
+        return self._call("exists", p, lambda: self.fs.exists(p))
+
+    def file_exists(self, *parts: str) -> bool:
+        """Whether the file ``parts`` exists: one HEAD on S3 (``exists`` also lists, to
+        find folders: twice the requests for a name that is not there)."""
+        p = self.path(*parts)
+        if not self._conditional_puts:  # local disk, and stores without S3's API
+            return self._call("exists", p, lambda: self.fs.isfile(p))
+        bucket, key, _ = self.fs.split_path(p)
+
+        def head() -> bool:
+            try:
+                self.fs.call_s3("head_object", Bucket=bucket, Key=key)
+            except FileNotFoundError:
+                return False
+            return True
+
+        return self._call("exists", p, head)
+
+    def read_bytes(self, *parts: str) -> bytes:
+        p = self.path(*parts)
+        return self._call("read", p, lambda: self._read_object(p))
+
+    def read_text(self, *parts: str) -> str:
+        return self.read_bytes(*parts).decode("utf-8")
+
+    def _read_object(self, path: str) -> bytes:
+        return self.fs.cat_file(path, **self._read_kwargs)
+
+    def _put_object(self, path: str, data: bytes, **kwargs: Any) -> Any:
+        return self.fs.pipe_file(path, data, **kwargs)
+
+    def size(self, *parts: str) -> int:
+        p = self.path(*parts)
+        return int(self._call("size", p, lambda: self.fs.size(p)))
+
+    def modified(self, *parts: str) -> float:
+        """When the file ``parts`` was last written, in seconds since the epoch, by the
+        storage's clock (an object's LastModified; a local file's mtime)."""
+        p = self.path(*parts)
+        return self._call("stat", p, lambda: self.fs.modified(p).timestamp())
+
+    def listdir(self, *parts: str) -> list[str]:
+        """Names (not paths) directly under ``parts``; empty if it does not exist."""
+        p = self.path(*parts)
+        try:
+            entries = self._call("listdir", p, lambda: self.fs.ls(p, detail=False))
+        except FileNotFoundError:
+            return []
+        return sorted(posixpath.basename(e.rstrip("/")) for e in entries)
+
+    def _find(self, path: str) -> list[str]:
+        try:
+            return sorted(self._call("find", path, lambda: self.fs.find(path)))
+        except FileNotFoundError:
+            return []
+
+    def walk_files(self, *parts: str) -> Iterator[str]:
+        """Paths of all files under ``parts``, relative to it."""
+        base = self.path(*parts)
+        for f in self._find(base):
+            yield posixpath.relpath(f, base)
+
+    def get_file(self, local_path: str, *parts: str) -> None:
+        """Download one file to ``local_path`` (its folder must exist)."""
+        p = self.path(*parts)
+        self._call("download", p, lambda: self.fs.get_file(p, local_path))
+
+    def get_dir(self, local_dir: str, *parts: str) -> None:
+        """Copy the files under ``parts`` into a local folder."""
+        for rel in self.walk_files(*parts):
+            dst = os.path.join(local_dir, *rel.split("/"))
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            self.get_file(dst, *parts, rel)
+
+    # -- writes ------------------------------------------------------------------
+    def write_bytes(
+        self, data: bytes, *parts: str, durable: bool = False, private: bool = False
+    ) -> None:
+        """Publish ``data`` atomically: readers see the old object or the new one.
+
+        ``durable``: on local disk, also fsync before the rename, so the object
+        survives a machine crash, not only a process crash (commits use it;
+        checkpoints rely on their checksums instead, which are checked on load).
+        An object store's PUT is durable once answered.
+
+        ``private``: the target's folder is this writer's own until it is published
+        by a rename (a checkpoint's staging folder): on local disk the file is written
+        in place, without a temporary sibling and a rename of its own.
+        """
+        target = self.path(*parts)
+        self._forget_tails(target)
+        if self.is_local and private:
+            self._call("write", target, lambda: local_files.write_file(target, data, durable))
+        elif self.is_local:
+            self._call("write", target, lambda: local_files.replace_file(target, data, durable))
+        else:
+            self._call("write", target, lambda: self.fs.pipe_file(target, data))
+
+    def write_text(self, text: str, *parts: str, durable: bool = False) -> None:
+        self.write_bytes(text.encode("utf-8"), *parts, durable=durable)
+
+    def create_bytes(self, data: bytes, *parts: str, durable: bool = False) -> bool:
+        """Publish ``data`` only if nothing is at ``parts`` yet; False if something is.
+
+        Of several writers creating one name at the same instant exactly one
+        succeeds (local disk: a hard link, which fails on an existing name;
+        object stores: :meth:`ObjectWrites.create
+        <popflow.infra.storage.object_writes.ObjectWrites.create>`, a conditional PUT).
+        ``durable`` as for :meth:`write_bytes`.
+        """
+        target = self.path(*parts)
+        self._forget_tails(target)
+        if self.is_local:
+            return self._call(
+                "create", target, lambda: local_files.create_file(target, data, durable)
+            )
+        return self._object_writes().create(target, data)
+
+    def create_text(self, text: str, *parts: str, durable: bool = False) -> bool:
+        return self.create_bytes(text.encode("utf-8"), *parts, durable=durable)
+
+    def append_text(self, text: str, *parts: str) -> int:
+        """Append ``text`` and return the new size in bytes.
+
+        Local files are appended in place (not retried: a repeated append could
+        duplicate). Object stores have no append: the object is rewritten whole
+        by one PUT (:mod:`popflow.infra.storage.object_writes`; fine for the small logs
+        we append to).
+        """
+        data = text.encode("utf-8")
+        target = self.path(*parts)
+        if self.is_local:
+            return self._call(
+                "append", target, lambda: local_files.append_file(target, data), retry=False
+            )
+        return self._object_writes().append(target, data)
+
+    def _object_writes(self) -> ObjectWrites:
+        if self._appends is None:
+            self._appends = ObjectWrites(
+                self._call,
+                self._put_object,
+                self._read_object,
+                lambda path: self.fs.exists(path),
+                self._conditional_puts,
+                self.url,
+            )
+        return self._appends
+
+    def _forget_tails(self, path: str) -> None:
+        """Drop remembered log contents at or under ``path`` (it is being changed)."""
+        if self._appends is not None:
+            self._appends.forget(path)
+
+    def truncate(self, length: int, *parts: str) -> None:
+        """Cut a file back to ``length`` bytes (used to drop uncommitted appends); never extends."""
+        target = self.path(*parts)
+        self._forget_tails(target)
+        if self.is_local:
+            with contextlib.suppress(FileNotFoundError):
+                self._call("truncate", target, lambda: local_files.truncate_file(target, length))
+            return
+        try:
+            data = self._call("truncate", target, lambda: self._read_object(target))
+        except FileNotFoundError:
+            return
+        if len(data) > length:
+            self._call("truncate", target, lambda: self.fs.pipe_file(target, data[:length]))
+
+    def put_file(self, local_path: str, *parts: str) -> None:
+        """Upload one local file (one PUT on object stores; not atomic on local disk)."""
+        dst = self.path(*parts)
+        self._forget_tails(dst)
+
+        def put() -> None:
+            if self.is_local:
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+            self.fs.put_file(local_path, dst)
+
+        self._call("upload", dst, put)
+
+    def put_dir(self, local_dir: str, *parts: str) -> None:
+        """Copy a local folder's files under ``parts`` (not atomic on its own)."""
+        for dirpath, _dirs, files in os.walk(local_dir):
+            for name in sorted(files):
+                src = os.path.join(dirpath, name)
+                rel = os.path.relpath(src, local_dir).replace(os.sep, "/")
+                self.put_file(src, *parts, rel)
+
+    def rename(self, src: tuple[str, ...], dst: tuple[str, ...]) -> None:
+        """Atomic on local disk (os.replace); elsewhere a copy of each file, then a delete."""
+        s, d = self.path(*src), self.path(*dst)
+        self._forget_tails(s)
+        self._forget_tails(d)
+        if self.is_local:
+            self._call("rename", s, lambda: os.replace(s, d))
+            return
+        files = self._find(s)
+        if not files:
+            raise FileNotFoundError(f"cannot rename {self._url_of(s)}: it does not exist")
+        for f in files:
+            target = d if f == s else posixpath.join(d, posixpath.relpath(f, s))
+            self._call("copy", target, lambda f=f, target=target: self.fs.cp_file(f, target))
+        self.remove(*src)
+
+    def make_folder(self, *parts: str) -> str:
+        """Create a folder (local disk; object stores have none) and return its path."""
+        p = self.path(*parts)
+        if self.is_local:
+            self._call("mkdir", p, lambda: os.makedirs(p, exist_ok=True))
+        return p
+
+    def remove(self, *parts: str) -> None:
+        """Delete a file or a folder tree; missing is fine."""
+        p = self.path(*parts)
+        self._forget_tails(p)
+        with contextlib.suppress(FileNotFoundError):
+            self._call("remove", p, lambda: self.fs.rm(p, recursive=True))
+
+    def remove_files(self, names: list[str]) -> None:
+        """Delete these files (relative paths; on object stores one batched request per
+        1000); missing ones are fine."""
+        paths = [self.path(n) for n in names]
+        if not paths:
+            return
+        for p in paths:
+            self._forget_tails(p)
+        if self.is_local:
+            for p in paths:
+                with contextlib.suppress(FileNotFoundError):
+                    self._call("remove", p, lambda p=p: os.remove(p))
+            return
+        with contextlib.suppress(FileNotFoundError):
+            self._call("remove", paths[0], lambda: self.fs.rm(paths))
+
+    def remove_file(self, *parts: str) -> None:
+        """Delete one file (one DELETE on object stores, no listing); missing is fine."""
+        p = self.path(*parts)
+        self._forget_tails(p)
+        with contextlib.suppress(FileNotFoundError):
+            self._call("remove", p, lambda: self.fs.rm_file(p))

@@ -1,0 +1,70 @@
+"""Local-disk writes, one attempt each (:meth:`Storage._call <popflow.infra.storage.folder.Storage>`
+retries and reports): publish by rename, create by hard link, write in a private
+folder, append, cut back."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def _staged(target: str, data: bytes, durable: bool) -> Iterator[str]:
+    """``data`` in a temporary sibling of ``target`` (fsynced if ``durable``), removed
+    afterwards whatever happens (a full disk included)."""
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        yield tmp
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+
+
+def write_file(target: str, data: bytes, durable: bool) -> None:
+    """Write ``data`` at ``target`` in place: for a folder no reader sees until it is
+    published by a rename."""
+    with open(target, "wb") as f:
+        f.write(data)
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def replace_file(target: str, data: bytes, durable: bool) -> None:
+    """Publish ``data`` at ``target`` by renaming a temporary sibling over it; on any
+    failure ``target`` keeps its previous content."""
+    with _staged(target, data, durable) as tmp:
+        os.replace(tmp, target)
+
+
+def create_file(target: str, data: bytes, durable: bool) -> bool:
+    """Publish ``data`` at ``target`` by hard-linking a temporary sibling to it (atomic,
+    and refused if ``target`` exists); False if it does."""
+    with _staged(target, data, durable) as tmp:
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            return False
+        return True
+
+
+def append_file(target: str, data: bytes) -> int:
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(target, "ab") as f:
+        f.write(data)
+        f.flush()
+        return f.tell()
+
+
+def truncate_file(target: str, length: int) -> None:
+    if os.path.getsize(target) > length:  # never extend (as on object stores)
+        with open(target, "r+b") as f:
+            f.truncate(length)

@@ -1,0 +1,230 @@
+"""Checkpoint folders on storage, published atomically and verified on load.
+
+A checkpoint is a folder ``<trial>/checkpoint_NNNNNN/`` plus a manifest
+(``.popflow_manifest.json``) that lists every file with its size and SHA-256
+and carries popflow's metadata (the iteration and result it was taken at).
+The manifest is what makes a checkpoint exist: on local disk the whole
+folder appears by one rename; on object stores the manifest is written after
+every data object. A folder without a manifest, or whose files disagree with
+it, is never used.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, BinaryIO
+
+from popflow.infra.storage.folder import Storage, StorageError
+from popflow.infra.storage.safe_paths import is_relative_file
+
+MANIFEST = ".popflow_manifest.json"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, incomplete or corrupt."""
+
+
+def _digest(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class DigestingWriter:
+    """A binary file's ``write`` that also takes the file's manifest entry (its size and
+    SHA-256) on the way, so publishing it need not open and read it again
+    (:func:`publish_checkpoint`'s ``known``)."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self._file = file
+        self._sha = hashlib.sha256()
+        self._size = 0
+
+    def write(self, data: Any) -> int:  # pickle also hands over memoryviews of large buffers
+        self._sha.update(data)
+        self._size += memoryview(data).nbytes
+        return self._file.write(data)
+
+    def entry(self) -> dict[str, Any]:
+        return {"size": self._size, "sha256": self._sha.hexdigest()}
+
+
+def _local_files(
+    local_dir: str, known: Mapping[str, dict[str, Any]] | None = None
+) -> dict[str, dict[str, Any]]:
+    files: dict[str, dict[str, Any]] = {}
+    for dirpath, _dirs, names in os.walk(local_dir):
+        for name in names:
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, local_dir).replace(os.sep, "/")
+            if rel == MANIFEST:
+                continue
+            size = os.path.getsize(full)
+            entry = known.get(rel) if known else None
+            if entry is None or entry["size"] != size:  # not ours, or written over since
+                entry = {"size": size, "sha256": _digest(full)}
+            files[rel] = entry
+    return files
+
+
+def staging_folder(storage: Storage, trial_dir: str) -> str | None:
+    """On local disk, a new folder beside the trial's checkpoints, relative to the storage
+    (a ``.tmp-`` name, which nothing reads and a resume removes), for a checkpoint to be
+    saved into and published by a rename (:func:`publish_checkpoint`'s ``staged``): no
+    copy, no temporary folder elsewhere. None on object stores."""
+    if not storage.is_local:
+        return None
+    folder = f"{trial_dir}/save.tmp-{uuid.uuid4().hex[:8]}"
+    storage.make_folder(folder)
+    return folder
+
+
+def publish_checkpoint(
+    storage: Storage,
+    local_dir: str,
+    rel_path: str,
+    metadata: dict[str, Any],
+    fence: Callable[[], None] | None = None,
+    staged: str | None = None,
+    known: Mapping[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Upload ``local_dir`` to ``rel_path`` and make it visible atomically.
+
+    ``fence`` runs just before the checkpoint becomes visible (and on object
+    stores before an old version is hidden); it raises to stop a publish of a
+    driver that another has taken over (:func:`popflow.infra.store.lease.fence`).
+    ``staged``: ``local_dir`` is this :func:`staging_folder` of the storage, moved into
+    place (and removed if the publish fails) rather than copied. ``known``: manifest
+    entries of files popflow wrote there itself (:class:`DigestingWriter`), by path
+    relative to ``local_dir``; every other file is read to take its digest.
+
+    Re-publishing the same path (a retried segment) replaces what was there;
+    only uncommitted checkpoints are ever re-published, so no reader holds them.
+    """
+    if not os.path.isdir(local_dir):  # os.walk would see an empty checkpoint and publish it
+        raise CheckpointError(
+            f"cannot publish checkpoint {storage.full_url(rel_path)}: {local_dir!r} is not a folder"
+        )
+    manifest = {"files": _local_files(local_dir, known), "metadata": metadata}
+    manifest_bytes = json.dumps(manifest, sort_keys=True).encode()
+    if storage.is_local:
+        tmp = staged or f"{rel_path}.tmp-{uuid.uuid4().hex[:8]}"
+        try:
+            if not staged:
+                storage.put_dir(local_dir, tmp)
+            storage.write_bytes(manifest_bytes, tmp, MANIFEST, private=True)  # tmp is ours
+        except BaseException:  # leave no half-copied folder behind
+            storage.remove(tmp)
+            raise
+        if fence is not None:
+            try:
+                fence()
+            except BaseException:
+                storage.remove(tmp)
+                raise
+        try:
+            storage.rename((tmp,), (rel_path,))
+        except StorageError as e:  # published before (a retried segment): replace it
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            trash = f"{rel_path}.old-{uuid.uuid4().hex[:8]}"
+            storage.rename((rel_path,), (trash,))
+            storage.remove(trash)
+            storage.rename((tmp,), (rel_path,))
+    else:
+        # object stores: hide any previous version by deleting its manifest (one
+        # DELETE, no listing), upload every data object, publish the manifest last.
+        # A checkpoint exists once its manifest does, and only the files its manifest
+        # lists belong to it: objects of an earlier version that the new one does
+        # not overwrite are ignored, and go when the checkpoint folder is removed.
+        if fence is not None:
+            fence()
+        storage.remove_file(rel_path, MANIFEST)
+        storage.put_dir(local_dir, rel_path)
+        if fence is not None:
+            fence()
+        storage.write_bytes(manifest_bytes, rel_path, MANIFEST)
+    return manifest
+
+
+def read_manifest(storage: Storage, rel_path: str) -> dict[str, Any]:
+    try:
+        manifest = json.loads(storage.read_bytes(rel_path, MANIFEST))
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"checkpoint {storage.full_url(rel_path)} has no manifest: it was never "
+            "published completely"
+        ) from None
+    except ValueError as e:
+        raise CheckpointError(
+            f"checkpoint manifest at {storage.full_url(rel_path)} is corrupt: {e}"
+        ) from None
+    if not (
+        isinstance(manifest, dict)
+        and isinstance(manifest.get("files"), dict)
+        and isinstance(manifest.get("metadata"), dict)
+    ):
+        raise CheckpointError(
+            f"checkpoint manifest at {storage.full_url(rel_path)} is corrupt: "
+            "it lacks the 'files' or 'metadata' mapping"
+        )
+    # its names become local paths (a download, a check): none may leave the folder
+    unsafe = [rel for rel in manifest["files"] if not is_relative_file(rel)]
+    if unsafe:
+        raise CheckpointError(
+            f"checkpoint manifest at {storage.full_url(rel_path)} names files outside the "
+            f"checkpoint: {unsafe[:3]!r}; nothing was read"
+        )
+    return manifest
+
+
+def fetch_checkpoint(storage: Storage, rel_path: str, local_dir: str) -> dict[str, Any]:
+    """Download a published checkpoint into ``local_dir``, verify it, return its metadata."""
+    manifest = read_manifest(storage, rel_path)
+    os.makedirs(local_dir, exist_ok=True)
+    for rel, expected in manifest["files"].items():
+        dst = os.path.join(local_dir, *rel.split("/"))
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        try:
+            storage.get_file(dst, rel_path, rel)
+        except FileNotFoundError:
+            raise CheckpointError(
+                f"checkpoint {storage.full_url(rel_path)} is missing file {rel!r}"
+            ) from None
+        _check(storage, rel_path, rel, dst, expected)
+    return manifest["metadata"]
+
+
+def verify_in_place(storage: Storage, rel_path: str) -> tuple[str, dict[str, Any]]:
+    """A local checkpoint verified where it is (no copy): its folder and its metadata."""
+    manifest = read_manifest(storage, rel_path)
+    folder = storage.path(rel_path)
+    for rel, expected in manifest["files"].items():
+        path = os.path.join(folder, *rel.split("/"))
+        if not os.path.isfile(path):
+            raise CheckpointError(
+                f"checkpoint {storage.full_url(rel_path)} is missing file {rel!r}"
+            )
+        _check(storage, rel_path, rel, path, expected)
+    return folder, manifest["metadata"]
+
+
+def _check(storage: Storage, rel_path: str, rel: str, path: str, expected: dict[str, Any]) -> None:
+    size = os.path.getsize(path)
+    if size != expected["size"]:
+        raise CheckpointError(
+            f"checkpoint {storage.full_url(rel_path)} file {rel!r} fails its check: "
+            f"size {size}, expected {expected['size']}"
+        )
+    if _digest(path) != expected["sha256"]:
+        raise CheckpointError(
+            f"checkpoint {storage.full_url(rel_path)} file {rel!r} fails its check: "
+            "SHA-256 differs from the manifest"
+        )
