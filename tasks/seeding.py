@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import sys
-import types
 from typing import NamedTuple
 
 import numpy as np
@@ -42,18 +41,3 @@ def seed_globals(seed: int) -> None:
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.manual_seed(seed)
-
-
-def isolate_dask_sampling() -> None:
-    """Give ``dask.sizeof`` a private generator.
-
-    Dask estimates the size of large lists by sampling them with the global
-    ``random``, from its own threads, while a segment runs: that shifts the
-    stream a seeded trainable draws from and breaks reproducibility (seen on
-    this project's benchmark: one segment in ~400 diverged).
-    """
-    sizeof = sys.modules.get("dask.sizeof")
-    if sizeof is None:
-        import dask.sizeof as sizeof
-    if isinstance(getattr(sizeof, "random", None), types.ModuleType):
-        sizeof.random = random.Random(0)

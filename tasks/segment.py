@@ -22,10 +22,11 @@ from typing import Any
 from popflow.infra.cluster.dask_cluster import current_worker_address
 from popflow.infra.storage.errors import StorageError
 from popflow.infra.store.checkpoints import CheckpointError, fetch_checkpoint, verify_in_place
+from popflow.tasks.dask_sampling import isolate_dask_sampling
 from popflow.tasks.live import Live, LiveClass, LiveFunction, UserCodeError, is_parked, park, take
 from popflow.tasks.parameters import parameters_of
 from popflow.tasks.progress import ProgressClock
-from popflow.tasks.seeding import isolate_dask_sampling, seed_globals
+from popflow.tasks.seeding import seed_globals
 from popflow.tasks.segment_run import SegmentRun
 from popflow.tasks.specs import EndReason, SegmentOutcome, SegmentSpec
 from popflow.tasks.trainable import is_function_trainable

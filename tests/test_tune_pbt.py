@@ -18,7 +18,7 @@ from trainables import (
 )
 
 from popflow import CheckpointConfig, run
-from popflow.flows.backends.dask_calls import CodeUnavailable, RunnerCalls
+from popflow.flows.backends.dask_backend import CodeUnavailable, DaskBackend
 from popflow.flows.experiment.opening import is_finished
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import ExperimentLog
@@ -362,13 +362,13 @@ def test_async_pbt_chooses_each_trial_as_a_slot_frees(tune_env, monkeypatch, sch
     point while others wait: a call per free slot, one trial each, chosen when the slot
     frees. Other asynchronous schedulers keep two calls a slot queued."""
     in_flight: list[tuple[int, int]] = []  # (calls in flight before a submit, its trials)
-    submit = RunnerCalls.submit
+    submit = DaskBackend.submit
 
-    def watched(self: RunnerCalls, recs: list, specs: list, runner: object) -> None:
+    def watched(self: DaskBackend, recs: list, specs: list, runner: object) -> None:
         in_flight.append((len(self.in_flight), len(recs)))
         submit(self, recs, specs, runner)
 
-    monkeypatch.setattr(RunnerCalls, "submit", watched)
+    monkeypatch.setattr(DaskBackend, "submit", watched)
     results = run(
         ParityTrainable,
         parity_space(list(range(6))),

@@ -13,10 +13,12 @@ from typing import NamedTuple
 
 from distributed import Client
 
+from popflow.flows.backends.dask_backend import DaskBackend
 from popflow.flows.backends.dask_pool import RunnerPool
 from popflow.flows.console.live_table import LiveTable, shown
 from popflow.flows.console.verbose import DETAIL
 from popflow.flows.driver.controller import Controller
+from popflow.flows.events.run_events import Event, EventBus, TrialErrored
 from popflow.flows.experiment.opening import Experiment, open_experiment
 from popflow.flows.experiment.results import ResultGrid, results_of
 from popflow.flows.record.artifacts import (
@@ -90,18 +92,23 @@ def _train(
             # the console's table has the dashboard, the start and the end (the detail:
             # shown at verbose=3); the Prefect UI has them always
             run_logger().info("Dask dashboard: %s", client.dashboard_link, extra=DETAIL)
-            pool = RunnerPool(client, spec.resources, spec.name)
-            controller = Controller(spec, experiment, pool)
-            controller.display = table
+            backend = DaskBackend(
+                RunnerPool(client, spec.resources, spec.name), spec.segment_timeout_s
+            )
+            events = EventBus(_log_errors)
+            if table is not None:
+                events.subscribe(table.follow)
+            topic = table.live.topic if table is not None else None
+            controller = Controller(spec, experiment, backend, events, progress_topic=topic)
             if experiment.resumed_from is None:
                 controller.commit()  # round 0: the sampled population, before any training
             try:
-                while _round(controller, feed):
+                while _round(controller, feed, table):
                     pass
                 controller.seal()
             finally:
                 controller.cancel()
-                pool.close()
+                backend.close()
             grid = results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
             if table is not None:
                 table.close(experiment.records, grid, _how_it_ended(experiment, controller))
@@ -132,7 +139,13 @@ def _train(
     return Trained(grid, message, summary)
 
 
-def _round(controller: Controller, feed: RunFeed) -> bool:
+def _log_errors(event: Event) -> None:
+    """A trial's error, in the run's log (the console and the Prefect UI)."""
+    if isinstance(event, TrialErrored):
+        run_logger().error("trial %s errored: %s", event.record.trial_id, event.reason)
+
+
+def _round(controller: Controller, feed: RunFeed, table: LiveTable | None) -> bool:
     """One round, and what the Prefect UI shows of it: its summary and decisions (the
     round task's logs), the leaderboard and progress (the Artifacts page)."""
     feed.round_begins(controller.rounds + 1)
@@ -152,8 +165,8 @@ def _round(controller: Controller, feed: RunFeed) -> bool:
     feed.round_done(
         controller.rounds, lines, rows, done, progress_text(records, spec.metric, spec.mode)
     )
-    if controller.display is not None:
-        controller.display.tick(records, controller.rounds)
+    if table is not None:
+        table.tick(records, controller.rounds)
     return more
 
 

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any
 
 from popflow.flows.console.live_results import LiveResults
+from popflow.flows.events.run_events import Event, SegmentReturned, Tick, TrialResult
 from popflow.flows.experiment.results import flatten
 from popflow.flows.experiment.trial_table import TrialRecord
 from popflow.schedulers import TrialStatus
@@ -112,6 +113,15 @@ class LiveTable:
         )
         self._live.start()
         self._logs_above(before)
+
+    def follow(self, event: Event) -> None:
+        """The driver's events (:mod:`popflow.flows.events.run_events`) this table shows."""
+        if isinstance(event, TrialResult):
+            self.result(event.record, event.result)
+        elif isinstance(event, SegmentReturned):
+            self.live.reduced(event.trial_id)
+        elif isinstance(event, Tick):
+            self.tick(event.records, event.rounds)
 
     def tick(self, records: Sequence[TrialRecord], round_no: int) -> None:
         """New results: redraw if the last redraw is old enough."""

@@ -2,8 +2,8 @@
 
 - plan: the scheduler picks runnable trials (``choose_trial_to_run``) and
   says how far each may run (``next_milestone``);
-- dispatch: segments run on runner actors (:mod:`popflow.flows.backends.dask_pool`; the calls
-  in flight: :mod:`popflow.flows.backends.dask_calls`);
+- dispatch: segments run on a :class:`~popflow.flows.driver.backend.Backend` (runner
+  actors on a Dask cluster, or a simulation on a virtual clock);
 - reduce: results go to the scheduler in a fixed order; its decisions change
   the trial table (:mod:`popflow.flows.experiment.trial_table`);
 - commit: results, derived logs (:mod:`popflow.flows.experiment.trial_logs`) and the
@@ -15,21 +15,22 @@ see results in trial order, so a seeded run is reproducible whatever the
 worker count. Asynchronous ones decide per result as segments finish and
 dispatch the next segment at once; their commits are grouped per
 ``commit_interval`` seconds.
+
+The driver imports no console, Prefect, plots or Dask (an import-linter contract): what
+happened goes out as events (:mod:`popflow.flows.events.run_events`) to whoever
+subscribed, and time is read from the backend's clock.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from popflow.flows.backends.dask_calls import RunnerCalls
-from popflow.flows.backends.dask_pool import RunnerPool
-from popflow.flows.console.live_table import LiveTable
+from popflow.flows.driver.backend import Backend
 from popflow.flows.driver.early_end import EarlyEnd
-from popflow.flows.driver.ending_trials import EndingTrials
+from popflow.flows.driver.ending_trials import TrialEndings
 from popflow.flows.driver.guards import (
     MissingMetric,
     Retries,
@@ -40,21 +41,44 @@ from popflow.flows.driver.packing import pack_size, packs
 from popflow.flows.driver.retention import Janitor, retire_checkpoints
 from popflow.flows.driver.trial_index import TrialIndex, started
 from popflow.flows.events.callbacks import Hooks
-from popflow.flows.experiment.opening import Experiment
+from popflow.flows.events.run_events import (
+    EventBus,
+    Exploited,
+    SegmentReturned,
+    Tick,
+    TrialResult,
+    TrialStarted,
+)
 from popflow.flows.experiment.results import checkpoint_of
 from popflow.flows.experiment.trial_logs import TrialLogs
 from popflow.flows.experiment.trial_table import TrialRecord, TrialTable, clone_into
-from popflow.flows.spec.run_spec import RunSpec
 from popflow.infra.store.json_delta import Changed
 from popflow.schedulers import Action, Exploit, Trial, TrialStatus
-from popflow.tasks.seeding import DRIVER, isolate_dask_sampling, seed_globals, segment_seed
+from popflow.tasks.seeding import DRIVER, seed_globals, segment_seed
 from popflow.tasks.specs import EndReason, SegmentOutcome, SegmentSpec, checkpoint_path
+
+if TYPE_CHECKING:  # types only: the driver runs on what the doors built
+    from popflow.flows.experiment.opening import Experiment
+    from popflow.flows.spec.run_spec import RunSpec
 
 logger = logging.getLogger(__name__)
 
 
-class Controller(EndingTrials):
-    def __init__(self, spec: RunSpec, experiment: Experiment, pool: RunnerPool) -> None:
+class Controller:
+    """Runs ``experiment``'s rounds on ``backend``; says what happened on ``events``.
+
+    ``progress_topic``: where running segments send their latest result as they train
+    (the console's live rows; None: nowhere).
+    """
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        experiment: Experiment,
+        backend: Backend,
+        events: EventBus | None = None,
+        progress_topic: str | None = None,
+    ) -> None:
         self.spec = spec
         self.records = experiment.records
         self.by_id = {r.trial_id: r for r in self.records}
@@ -65,7 +89,10 @@ class Controller(EndingTrials):
         self.scheduler = spec.scheduler
         self.storage = experiment.storage  # the experiment's folder
         self.log = experiment.log
-        self.pool = pool
+        self.backend = backend
+        self.clock = backend.clock
+        self.events = events if events is not None else EventBus()
+        self.progress_topic = progress_topic
         self.seed = experiment.seed
         self.lease = experiment.lease
         resumed = experiment.resumed_from or {}
@@ -76,7 +103,7 @@ class Controller(EndingTrials):
             self.scheduler,
             (r.trial for r in self.records),
             exploit=self._exploit,
-            leave=lambda trial: self._discard_live(self.by_id[trial.trial_id]),
+            leave=lambda trial: self.discard_live(self.by_id[trial.trial_id]),
             before_call=self._seed_user_code,
             ended=self.hooks.trial_complete,
         )
@@ -92,30 +119,23 @@ class Controller(EndingTrials):
             may_write=self.lease.guard() if self.lease is not None else None,
         )
         self.janitor = Janitor(self.storage)
-        self.calls = RunnerCalls(pool, spec.segment_timeout_s, self.lease)
+        backend.on_wait = self._while_waiting
         self._clock = max((r.trial.last_train_time for r in self.records), default=0.0)
-        self._events: list[str] = []  # committed with the round
+        self.notes: list[str] = []  # the round's events, committed with it
         self._decisions: list[str] = []  # the round's exploits in Ray's words, for its log
         self._discards: dict[str, list[str]] = {}  # worker address -> parked tokens to drop
-        self.retries = Retries()
+        self.retries = Retries(self.clock)
         self.missing_metric = MissingMetric(self.scheduler.metric, type(self.scheduler).__name__)
         self.last_commit: dict[str, Any] = {"results": 0, "events": [], "decisions": []}
-        self.early_end = EarlyEnd(spec, resumed)
-        self._display: LiveTable | None = None
-        isolate_dask_sampling()
+        self.early_end = EarlyEnd(spec, resumed, self.clock)
+        self.endings = TrialEndings(self)
         self.hooks.setup(spec.stop, spec.num_samples, len(self.records))
 
-    @property
-    def display(self) -> LiveTable | None:
-        """The console's trial table (:mod:`popflow.flows.console.live_table`), if one is shown."""
-        return self._display
-
-    @display.setter
-    def display(self, table: LiveTable | None) -> None:
-        self._display = table
-        self.calls.while_waiting = (
-            None if table is None else lambda: table.tick(self.records, self.rounds)
-        )
+    def _while_waiting(self) -> None:
+        """While segments run: stop if the lease was lost; let time show passing."""
+        if self.lease is not None:
+            self.lease.check(fresh=False)
+        self.events.emit(Tick(self.records, self.rounds))
 
     @property
     def trials(self) -> list[Trial]:
@@ -130,7 +150,7 @@ class Controller(EndingTrials):
     def _plan(self, limit: int | None) -> list[TrialRecord]:
         """Mark the trials the scheduler picks as running, up to ``limit`` in flight."""
         planned: list[TrialRecord] = []
-        room = None if limit is None else limit - self.calls.running
+        room = None if limit is None else limit - self.backend.running
         if room is not None and room <= 0:
             return planned
         for chosen in self.scheduler.choose_trials_to_run(self._runnable(), room):
@@ -141,6 +161,7 @@ class Controller(EndingTrials):
             rec.trial.status = TrialStatus.RUNNING
             rec.trial.last_train_time = self._clock
             self.hooks.trial_start(rec.trial)
+            self.events.emit(TrialStarted(rec))
             planned.append(rec)
         return planned
 
@@ -167,11 +188,11 @@ class Controller(EndingTrials):
             taken=frozenset(c.name for c in rec.checkpoints) | self.janitor.deleting(rec.dirname),
             live_token=rec.live[0] if rec.live else None,
             lease_epoch=self.lease.epoch if self.lease is not None else 0,
-            progress_topic=self._display.live.topic if self._display is not None else None,
+            progress_topic=self.progress_topic,
         )
 
     def _pack_size(self, slots: int) -> int:
-        return pack_size(self.calls.segment_seconds, self.index.live, slots)
+        return pack_size(self.backend.segment_seconds, self.index.live, slots)
 
     # -- dispatch --------------------------------------------------------------
     def _dispatch(self, recs: list[TrialRecord]) -> None:
@@ -179,11 +200,12 @@ class Controller(EndingTrials):
         # another on its trainables' worker goes to an idle runner (a worker that joined,
         # say) if their checkpoints hold their state; asynchronous PBT time-shares slots
         idle_first = self.scheduler.synchronous or self.scheduler.time_shares_slots
-        runner = self.calls.runner_for(recs, idle_first=idle_first)
+        placement = self.backend.place(recs, idle_first=idle_first)
+        worker = placement.worker if placement is not None else None
         for rec in recs:
-            if rec.live is not None and (runner is None or rec.live[1] != runner.worker):
-                self._discard_live(rec)  # it restores from its checkpoint on that runner
-        self.calls.submit(recs, [self._spec(r) for r in recs], runner)
+            if rec.live is not None and rec.live[1] != worker:
+                self.discard_live(rec)  # it restores from its checkpoint there
+        self.backend.submit(recs, [self._spec(r) for r in recs], placement)
 
     def run_round(self) -> bool:
         """Run one round; return True while work remains.
@@ -200,53 +222,53 @@ class Controller(EndingTrials):
         """
         self.rounds += 1
         self.hooks.step_begin()
-        self.pool.refresh_soon()
+        self.backend.refresh()
         if self.scheduler.synchronous:
             outcomes: list[SegmentOutcome] = []
             while True:
                 planned = self._plan(limit=None)
-                size = math.ceil(len(planned) / self.pool.slots) if planned else 1
-                for pack in packs(planned, size, self.calls.isolated):
+                size = math.ceil(len(planned) / self.backend.slots) if planned else 1
+                for pack in packs(planned, size, self.backend.isolated):
                     self._dispatch(pack)
-                if not self.calls:
-                    if not outcomes and self._await_retry():
+                if not self.backend:
+                    if not outcomes and self.endings.await_retry():
                         continue
                     break
-                outcomes.extend(o for o in self.calls.returned() if not self._falls_back(o))
-                if self.calls and self.early_end.over_budget():
-                    return self._out_of_time()  # the round, cut short, runs again on resume
+                returned = self.backend.returned()
+                outcomes.extend(o for o in returned if not self.endings.falls_back(o))
+                if self.backend and self.early_end.over_budget():
+                    return self.endings.out_of_time()  # the round runs again on resume
             if not outcomes:
                 return False
             self._reduce_all(outcomes)
         else:
-            deadline = time.monotonic() + self.spec.commit_interval
+            deadline = self.clock.monotonic() + self.spec.commit_interval
             while True:
-                slots = self.pool.slots
+                slots = self.backend.slots
                 if self.scheduler.time_shares_slots:  # chosen as a slot frees: no queue
                     size, limit = 1, slots
                 else:
                     size = self._pack_size(slots)
                     limit = 2 * slots * size
-                for pack in packs(self._plan(limit=limit), size, self.calls.isolated):
+                for pack in packs(self._plan(limit=limit), size, self.backend.isolated):
                     self._dispatch(pack)
-                if not self.calls:
-                    if self._await_retry():
+                if not self.backend:
+                    if self.endings.await_retry():
                         continue
                     break
-                self._reduce_all(self.calls.returned())
-                if self.display is not None:
-                    self.display.tick(self.records, self.rounds)
-                if time.monotonic() >= deadline or self.early_end.due:
+                self._reduce_all(self.backend.returned())
+                self.events.emit(Tick(self.records, self.rounds))
+                if self.clock.monotonic() >= deadline or self.early_end.due:
                     break
                 if self.early_end.over_budget():
                     break
         self.early_end.check()
         self.early_end.round_done()
         if self.early_end.due:
-            self._stop_all()
+            self.endings.stop_all()
         elif self._more() and self.early_end.over_budget():
-            return self._out_of_time()
-        self._flush_discards()
+            return self.endings.out_of_time()
+        self.flush_discards()
         self.hooks.step_end()
         more = self._more()
         self.commit(final=not more)
@@ -255,7 +277,9 @@ class Controller(EndingTrials):
     def _more(self) -> bool:
         """Work remains: segments in flight, trials to run, or retries waiting."""
         return (
-            bool(self.calls) or bool(self._runnable()) or bool(self.retries.waiting(self._pending))
+            bool(self.backend)
+            or bool(self._runnable())
+            or bool(self.retries.waiting(self.endings.pending))
         )
 
     # -- reduce ----------------------------------------------------------------
@@ -263,20 +287,19 @@ class Controller(EndingTrials):
         for outcome in sorted(outcomes, key=lambda o: self.by_id[o.trial_id].index):
             self._reduce(outcome)
 
-    def _record(self, rec: TrialRecord, result: dict[str, Any]) -> None:
+    def record(self, rec: TrialRecord, result: dict[str, Any]) -> None:
+        """One result of ``rec``'s trial: logged, told to the callbacks and subscribers."""
         result["config"] = rec.trial.config  # as Ray: the config this result was trained with
         rec.num_results += 1
         rec.trial.last_result = result
         self.logs.add_result(rec, result)
         self.hooks.trial_result(rec.trial, result)
-        if self.display is not None:
-            self.display.result(rec, result)
+        self.events.emit(TrialResult(rec, result))
 
     def _reduce(self, outcome: SegmentOutcome) -> None:
         rec = self.by_id[outcome.trial_id]
         self.index.touch(rec)
-        if self._display is not None:
-            self._display.live.reduced(rec.trial_id)
+        self.events.emit(SegmentReturned(rec.trial_id))
         rec.live = (
             (outcome.live_token, outcome.worker) if outcome.live_token and outcome.worker else None
         )
@@ -293,7 +316,7 @@ class Controller(EndingTrials):
             else:
                 self.missing_metric.look(outcome.trial_id, outcome.results)
         if outcome.reason == EndReason.ERROR:
-            self._on_error(rec, outcome)
+            self.endings.on_error(rec, outcome)
             return
         self.retries.succeeded(rec.trial_id)
         rec.checkpoints.extend(outcome.checkpoints)
@@ -304,7 +327,7 @@ class Controller(EndingTrials):
         terminal = outcome.reason.is_terminal
         action = Action.CONTINUE
         for i, result in enumerate(outcome.results):
-            self._record(rec, result)
+            self.record(rec, result)
             if rec.replays(result):  # decided on before the trial was sent back
                 continue
             if self.early_end.stops(rec.trial_id, result):
@@ -330,7 +353,7 @@ class Controller(EndingTrials):
         self.table.end_segment(rec.trial, action, terminal)
         held = rec.trial.status == TrialStatus.PAUSED and self.scheduler.pause_is_barrier
         if rec.trial.status != TrialStatus.PENDING and not held:
-            self._discard_live(rec)  # paused for long or ended: free the worker's memory
+            self.discard_live(rec)  # paused for long or ended: free the worker's memory
 
     def _seed_user_code(self) -> None:
         """Reseed the driver's global RNGs before a scheduler call.
@@ -342,15 +365,16 @@ class Controller(EndingTrials):
         self.decisions += 1
         seed_globals(segment_seed(self.seed, DRIVER, self.decisions))
 
-    def _discard_live(self, rec: TrialRecord) -> None:
+    def discard_live(self, rec: TrialRecord) -> None:
+        """Drop ``rec``'s parked trainable (at the round's end)."""
         if rec.live is not None:
             token, worker = rec.live
             self._discards.setdefault(worker, []).append(token)
             rec.live = None
 
-    def _flush_discards(self) -> None:
+    def flush_discards(self) -> None:
         for worker, tokens in self._discards.items():
-            self.pool.discard_parked(worker, tokens)
+            self.backend.discard_parked(worker, tokens)
         self._discards = {}
 
     def _exploit(self, exploit: Exploit, reporter: Trial | None) -> None:
@@ -364,11 +388,13 @@ class Controller(EndingTrials):
             )
             return
         if source is not target:
-            self._discard_live(target)  # its state is replaced by the clone
+            self.discard_live(target)  # its state is replaced by the clone
         self.logs.add_exploit(clone_into(target, source, exploit), target)
         self.index.touch(target)
-        self._events.append(exploit.brief())
-        self._decisions.append(exploit.describe())  # the round task logs it, once
+        brief, line = exploit.brief(), exploit.describe()
+        self.notes.append(brief)
+        self._decisions.append(line)  # the round task logs it, once
+        self.events.emit(Exploited(target.trial_id, source.trial_id, brief, line))
 
     # -- commit ----------------------------------------------------------------
     def commit(self, final: bool = False) -> None:
@@ -378,7 +404,7 @@ class Controller(EndingTrials):
         First the lease: a driver that a newer one has taken over raises
         :class:`~popflow.infra.store.lease.LeaseLost` here and writes nothing more.
         """
-        self._check_lease()
+        self.check_lease()
         results, policy = self.logs.end_round(self.log.seq + 1)
         retired = retire_checkpoints(self.records, self.spec.checkpoint_config)
         for dirname, _ in retired:
@@ -393,12 +419,12 @@ class Controller(EndingTrials):
         self.log.commit(
             {
                 "round": self.rounds,
-                "time": time.time(),
+                "time": self.clock.time(),
                 "trials": trials,
                 "scheduler": self.scheduler.get_state(),
                 "decisions": self.decisions,
                 "derived": derived,
-                "events": self._events,
+                "events": self.notes,
                 "deleted": [checkpoint_path(d, name) for d, name in retired],
                 "cuts": self.logs.take_cuts(),
                 "results": results,
@@ -413,10 +439,10 @@ class Controller(EndingTrials):
         self.janitor.committed(retired, wait=final)
         self.last_commit = {
             "results": sum(map(len, results.values())),
-            "events": self._events,
+            "events": self.notes,
             "decisions": self._decisions,
         }
-        self._events, self._decisions = [], []
+        self.notes, self._decisions = [], []
 
     def seal(self) -> None:
         """After the final commit: one more, so the checkpoints it retired can go and the
@@ -424,17 +450,17 @@ class Controller(EndingTrials):
         if self.janitor.pending or self.logs.holding:
             self.commit(final=True)
 
-    def _check_lease(self) -> None:
+    def check_lease(self) -> None:
         if self.lease is not None:
             self.lease.check()
 
     # -- end -------------------------------------------------------------------
     def cancel(self) -> None:
         """Stop what is in flight and release every parked trainable."""
-        self.calls.cancel()
+        self.backend.cancel()
         self.janitor.close()
         self.logs.close()
         self.index.close()
         for rec in self.records:
-            self._discard_live(rec)
-        self._flush_discards()
+            self.discard_live(rec)
+        self.flush_discards()

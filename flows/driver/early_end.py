@@ -17,16 +17,19 @@ they were last committed, and the experiment stays resumable (the next
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from popflow.flows.driver.clock import Clock, SystemClock
 from popflow.flows.experiment.trial_table import TrialRecord
-from popflow.flows.spec.run_spec import RunSpec
 from popflow.schedulers.stoppers import Stopper
+
+if TYPE_CHECKING:
+    from popflow.flows.spec.run_spec import RunSpec
 
 
 class EarlyEnd:
-    def __init__(self, spec: RunSpec, resumed: dict[str, Any]) -> None:
+    def __init__(self, spec: RunSpec, resumed: dict[str, Any], clock: Clock | None = None) -> None:
+        self.clock = clock or SystemClock()
         self.fail_fast = spec.fail_fast
         #: Ray's ``Stopper`` passed as ``stop`` (None: none, or a dict or function,
         #: which the workers apply)
@@ -38,7 +41,7 @@ class EarlyEnd:
         self._stop_all = False
         self.time_budget_s = spec.time_budget_s
         self.max_rounds = spec.max_rounds
-        self._started = time.monotonic()
+        self._started = self.clock.monotonic()
         self._rounds = 0  # rounds this run has finished
         self._spent = False
 
@@ -76,7 +79,7 @@ class EarlyEnd:
             return True
         if self.time_budget_s is None:
             return False
-        return time.monotonic() - self._started >= self.time_budget_s
+        return self.clock.monotonic() - self._started >= self.time_budget_s
 
     @property
     def budget(self) -> str:

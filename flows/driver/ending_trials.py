@@ -1,19 +1,31 @@
-"""How a controller's trials end other than by finishing: a trial's error (retried or
-for good), a checkpoint that failed its check, the experiment stopped early, the run's
-budget spent. A mixin of :class:`popflow.flows.driver.controller.Controller`, whose state it
-uses; split from it to keep one idea per module."""
+"""How a run's trials end other than by finishing: a trial's error (retried or for
+good), a checkpoint that failed its check, the experiment stopped early, the run's
+budget spent.
+
+:class:`TrialEndings` is the driver's collaborator for those ends: it works on the
+driver's state through :class:`RoundState` (what it reads and calls, typed), and says
+what happened on the driver's event bus.
+"""
 
 from __future__ import annotations
 
 import logging
-import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from popflow.flows.driver.backend import Backend
+from popflow.flows.driver.early_end import EarlyEnd
+from popflow.flows.driver.guards import Retries
+from popflow.flows.driver.trial_index import TrialIndex
+from popflow.flows.events.callbacks import Hooks
+from popflow.flows.events.run_events import EventBus, TrialErrored
 from popflow.flows.experiment.trial_logs import ERROR_FILE
-from popflow.flows.experiment.trial_table import TrialRecord, fall_back_from
-from popflow.flows.record.run_log import last_line, run_logger
-from popflow.schedulers import TrialStatus
+from popflow.flows.experiment.trial_table import TrialRecord, TrialTable, fall_back_from
+from popflow.infra.storage.folder import Storage
+from popflow.schedulers import TrialScheduler, TrialStatus
 from popflow.tasks.specs import SegmentOutcome
+
+if TYPE_CHECKING:
+    from popflow.flows.spec.run_spec import RunSpec
 
 logger = logging.getLogger(__name__)
 
@@ -23,40 +35,58 @@ logger = logging.getLogger(__name__)
 LOST_WORKER_RETRIES = 2
 
 
-class EndingTrials:
-    if TYPE_CHECKING:  # the controller's, used here
-        spec: Any
-        storage: Any
-        records: list[TrialRecord]
-        by_id: dict[str, TrialRecord]
-        retries: Any
-        hooks: Any
-        table: Any
-        calls: Any
-        scheduler: Any
-        early_end: Any
-        index: Any
-        _events: list[str]
+def last_line(text: str | None) -> str:
+    r"""A trace's last line: the one-line reason.
 
-        def _record(self, rec: TrialRecord, result: dict[str, Any]) -> None: ...
-        def _check_lease(self) -> None: ...
-        def _discard_live(self, rec: TrialRecord) -> None: ...
-        def _flush_discards(self) -> None: ...
-        def commit(self, final: bool = False) -> None: ...
+    >>> last_line("Traceback ...\n  File x\nValueError: bad lr\n")
+    'ValueError: bad lr'
+    """
+    lines = (text or "").strip().splitlines()
+    return lines[-1] if lines else "?"
 
-    def _pending(self, trial_id: str) -> bool:
-        return self.by_id[trial_id].trial.status == TrialStatus.PENDING
 
-    def _await_retry(self) -> bool:
+class RoundState(Protocol):
+    """What of the driver's state the trials' ends read and change."""
+
+    spec: RunSpec
+    storage: Storage
+    records: list[TrialRecord]
+    by_id: dict[str, TrialRecord]
+    retries: Retries
+    hooks: Hooks
+    table: TrialTable
+    backend: Backend
+    scheduler: TrialScheduler
+    early_end: EarlyEnd
+    index: TrialIndex
+    events: EventBus
+    notes: list[str]  # the round's events, committed with it
+
+    def record(self, rec: TrialRecord, result: dict[str, Any]) -> None: ...
+    def check_lease(self) -> None: ...
+    def discard_live(self, rec: TrialRecord) -> None: ...
+    def flush_discards(self) -> None: ...
+    def commit(self, final: bool = False) -> None: ...
+
+
+class TrialEndings:
+    def __init__(self, state: RoundState) -> None:
+        self.state = state
+
+    def pending(self, trial_id: str) -> bool:
+        return self.state.by_id[trial_id].trial.status == TrialStatus.PENDING
+
+    def await_retry(self) -> bool:
         """Nothing runs, but a failed trial waits out its backoff: sleep until it may
         run again (True), or False if none waits."""
-        waits = self.retries.waiting(self._pending)
+        waits = self.state.retries.waiting(self.pending)
         if not waits:
             return False
-        time.sleep(max(0.0, min(waits) - time.monotonic()))
+        clock = self.state.backend.clock
+        clock.sleep(max(0.0, min(waits) - clock.monotonic()))
         return True
 
-    def _falls_back(self, outcome: SegmentOutcome) -> bool:
+    def falls_back(self, outcome: SegmentOutcome) -> bool:
         """The segment could not restore: its checkpoint failed its check. True if an
         earlier one is used instead (storage's fault, not the trial's: it runs again, in a
         synchronous round within the round, so results reach the scheduler in order)."""
@@ -64,80 +94,83 @@ class EndingTrials:
             return False
         if not self._drop_bad_checkpoint(outcome.bad_checkpoint, outcome.error):
             return False
-        self.by_id[outcome.trial_id].trial.status = TrialStatus.PENDING
+        self.state.by_id[outcome.trial_id].trial.status = TrialStatus.PENDING
         return True
 
-    def _on_error(self, rec: TrialRecord, outcome: SegmentOutcome) -> None:
+    def on_error(self, rec: TrialRecord, outcome: SegmentOutcome) -> None:
+        s = self.state
         for ckpt in outcome.checkpoints:  # never committed: nobody can refer to them
-            self.storage.remove(rec.checkpoint_path(ckpt.name))
+            s.storage.remove(rec.checkpoint_path(ckpt.name))
         # a trainable parked after a segment whose results were refused has trained past
         # them: a retry must start from the checkpoint, not go on from there
-        self._discard_live(rec)
-        if self._falls_back(outcome):
+        s.discard_live(rec)
+        if self.falls_back(outcome):
             return
         rec.num_failures += 1
-        max_failures = self.spec.max_failures
+        max_failures = s.spec.max_failures
         if outcome.lost_worker and max_failures >= 0:  # a process may die of other causes
             max_failures = max(max_failures, LOST_WORKER_RETRIES)
         if max_failures < 0 or rec.num_failures <= max_failures:
-            self.retries.failed(
+            s.retries.failed(
                 rec.trial_id, rec.num_failures, max_failures, outcome.error, rec.restore
             )
             rec.trial.status = TrialStatus.PENDING
-            self.hooks.trial_recover(rec.trial)
+            s.hooks.trial_recover(rec.trial)
             return
         for result in outcome.results:
-            self._record(rec, result)
+            s.record(rec, result)
         rec.error = outcome.error
-        self.table.fail(rec.trial)
-        self._check_lease()
-        self.storage.write_text(outcome.error or "", rec.dirname, ERROR_FILE)
-        self._events.append(f"[error] {rec.trial_id}")
-        run_logger().error("trial %s errored: %s", rec.trial_id, last_line(outcome.error))
+        s.table.fail(rec.trial)
+        s.check_lease()
+        s.storage.write_text(outcome.error or "", rec.dirname, ERROR_FILE)
+        s.notes.append(f"[error] {rec.trial_id}")
+        s.events.emit(TrialErrored(rec, outcome.error or "", last_line(outcome.error)))
         logger.debug("trial %s errored:\n%s", rec.trial_id, outcome.error)
-        self.hooks.trial_error(rec.trial)
-        self.early_end.errored(rec)
+        s.hooks.trial_error(rec.trial)
+        s.early_end.errored(rec)
 
-    def _stop_all(self) -> None:
+    def stop_all(self) -> None:
         """End every live trial where it stands (:mod:`popflow.flows.driver.early_end`)."""
-        self.calls.cancel()  # segments in flight: their results are not taken
-        stopped = [r for r in self.records if r.trial.is_live]
+        s = self.state
+        s.backend.cancel()  # segments in flight: their results are not taken
+        stopped = [r for r in s.records if r.trial.is_live]
         for rec in stopped:
             rec.trial.status = TrialStatus.TERMINATED
-            self.scheduler.on_trial_remove(rec.trial)
-            self._discard_live(rec)
-            self.hooks.trial_complete(rec.trial)
-        why = self.early_end.why
-        self._events.append(f"[stopped] {why}; {len(stopped)} trials stopped")
+            s.scheduler.on_trial_remove(rec.trial)
+            s.discard_live(rec)
+            s.hooks.trial_complete(rec.trial)
+        why = s.early_end.why
+        s.notes.append(f"[stopped] {why}; {len(stopped)} trials stopped")
         logger.warning("%s; stopping the experiment (%d trials stopped)", why, len(stopped))
 
-    def _out_of_time(self) -> bool:
+    def out_of_time(self) -> bool:
         """The run's budget is spent (``time_budget_s``, ``max_rounds``): cancel what
         runs, commit, end the run (not the experiment: its trials wait, as last
         committed, for a resume)."""
-        self.early_end.end_of_budget()
-        self.calls.cancel()
+        s = self.state
+        s.early_end.end_of_budget()
+        s.backend.cancel()
         waiting = 0
-        for rec in self.records:
+        for rec in s.records:
             if rec.trial.status == TrialStatus.RUNNING:
                 rec.trial.status = TrialStatus.PENDING
-                self._discard_live(rec)
+                s.discard_live(rec)
             waiting += rec.trial.is_live
-        self._events.append(f"[budget] {self.early_end.budget} spent; {waiting} trials wait")
-        self._flush_discards()
-        self.hooks.step_end()
-        self.commit(final=True)
+        s.notes.append(f"[budget] {s.early_end.budget} spent; {waiting} trials wait")
+        s.flush_discards()
+        s.hooks.step_end()
+        s.commit(final=True)
         return False
 
     def _drop_bad_checkpoint(self, path: str, error: str | None) -> bool:
         """Stop using a checkpoint that failed its check (False: no earlier one to use)."""
         reason = last_line(error)
-        fallback = fall_back_from(self.records, path)
-        self.index.touch_all()  # any trial may have restored from that checkpoint
+        fallback = fall_back_from(self.state.records, path)
+        self.state.index.touch_all()  # any trial may have restored from that checkpoint
         if fallback is None:
             logger.error("checkpoint %s is corrupt and no earlier one exists: %s", path, reason)
             return False
-        self._events.append(f"[corrupt checkpoint] {path}; using {fallback}")
+        self.state.notes.append(f"[corrupt checkpoint] {path}; using {fallback}")
         logger.error(
             "checkpoint %s failed its check (%s); falling back to %s", path, reason, fallback
         )

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 import numbers
-import time
 from collections.abc import Callable
 from typing import Any
 
+from popflow.flows.driver.clock import Clock, SystemClock
 from popflow.tasks.specs import SegmentOutcome
 
 logger = logging.getLogger(__name__)
@@ -90,8 +90,9 @@ def retry_delay(failures: int) -> float:
 class Retries:
     """When each failed trial may run again, and which errors were said already."""
 
-    def __init__(self) -> None:
-        self._at: dict[str, float] = {}  # trial -> when its retry may start (monotonic)
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock = clock or SystemClock()
+        self._at: dict[str, float] = {}  # trial -> when its retry may start (clock's monotonic)
         self._last_error: dict[str, str] = {}  # trial -> last line of its last error
 
     def failed(
@@ -114,14 +115,14 @@ class Retries:
             delay,
             "" if repeated else " (the same error again is logged at DEBUG)",
         )
-        self._at[trial_id] = time.monotonic() + delay
+        self._at[trial_id] = self.clock.monotonic() + delay
 
     def succeeded(self, trial_id: str) -> None:
         self._at.pop(trial_id, None)
         self._last_error.pop(trial_id, None)
 
     def ready(self, trial_id: str) -> bool:
-        return self._at.get(trial_id, 0.0) <= time.monotonic()
+        return self._at.get(trial_id, 0.0) <= self.clock.monotonic()
 
     def waiting(self, pending: Callable[[str], bool]) -> list[float]:
         """When the trials that are still ``pending`` may retry."""

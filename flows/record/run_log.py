@@ -30,13 +30,3 @@ def run_logger() -> Any:
         return get_run_logger()
     except MissingContextError:
         return logger
-
-
-def last_line(text: str | None) -> str:
-    r"""A trace's last line: the one-line reason.
-
-    >>> last_line("Traceback ...\n  File x\nValueError: bad lr\n")
-    'ValueError: bad lr'
-    """
-    lines = (text or "").strip().splitlines()
-    return lines[-1] if lines else "?"

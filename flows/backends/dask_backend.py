@@ -1,14 +1,17 @@
-"""The runner calls in flight: which trials each one runs, and what comes back.
+"""The Dask backend: segments run on runner actors on a cluster's workers
+(:mod:`popflow.flows.backends.dask_pool`); this module keeps the calls in flight, which
+trials each one runs, and what comes back (the driver's
+:class:`~popflow.flows.driver.backend.Backend`).
 
-The controller submits a call per pack of segments (:meth:`RunnerCalls.submit`)
-and takes the outcomes as calls return (:meth:`RunnerCalls.returned`). A call
+The driver submits a call per pack of segments (:meth:`DaskBackend.submit`)
+and takes the outcomes as calls return (:meth:`DaskBackend.returned`). A call
 that returns nothing puts its trials back to run again from storage:
 
 - its worker died: the trials whose call was only waiting there are not to blame
   and run again elsewhere. Those whose segments were running there are suspects,
   but none is blamed yet (a call that had just finished may not have sent its
   result back before the next one took the process down): each runs its next
-  segment alone, in quarantine (:attr:`RunnerCalls.isolated`): a call of its own
+  segment alone, in quarantine (:attr:`DaskBackend.isolated`): a call of its own
   on a worker where nothing else runs until it returns. A trial whose worker dies
   in quarantine took the process down (``os._exit``, a segfault, its memory): that
   is its failure, retried like any other
@@ -18,8 +21,9 @@ that returns nothing puts its trials back to run again from storage:
 - it could not run there (say, its arguments did not unpickle): a trial whose calls
   fail so ``MAX_CALL_FAILURES`` times in a row errors.
 
-While the driver waits it checks its lease and watches for segments that run far
-longer than their peers (:class:`~popflow.flows.backends.segment_watch.SegmentWatch`).
+While the driver waits (its lease checked, its console ticked: :attr:`DaskBackend.on_wait`)
+the backend watches for segments that run far longer than their peers
+(:class:`~popflow.flows.backends.segment_watch.SegmentWatch`).
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ from collections.abc import Callable
 
 from popflow.flows.backends.dask_pool import CallFailed, Runner, RunnerPool
 from popflow.flows.backends.segment_watch import SegmentWatch
+from popflow.flows.driver.clock import SystemClock
 from popflow.flows.experiment.trial_table import TrialRecord
-from popflow.infra.store.lease import Lease
 from popflow.schedulers import TrialStatus
+from popflow.tasks.dask_sampling import isolate_dask_sampling
 from popflow.tasks.specs import EndReason, SegmentOutcome, SegmentSpec
 
 logger = logging.getLogger(__name__)
@@ -45,9 +50,13 @@ class CodeUnavailable(RuntimeError):
     would fail the same way)."""
 
 
-class RunnerCalls:
-    def __init__(self, pool: RunnerPool, segment_timeout_s: float | None, lease: Lease | None):
+class DaskBackend:
+    """Segments on a cluster's workers, through ``pool``'s runner actors."""
+
+    def __init__(self, pool: RunnerPool, segment_timeout_s: float | None = None) -> None:
         self.pool = pool
+        self.clock = SystemClock()
+        isolate_dask_sampling()  # dask.sizeof's sampling off this driver's seeded streams
         self.in_flight: dict[int, list[TrialRecord]] = {}  # runner call -> its trials
         self._failed: dict[str, int] = {}  # trial -> calls in a row that returned nothing
         #: trials suspected of taking a worker down: their segments run in quarantine
@@ -57,9 +66,22 @@ class RunnerCalls:
         #: moving average of worker time per segment (None: none returned yet)
         self.segment_seconds: float | None = None
         self.watch = SegmentWatch(segment_timeout_s)
-        self._lease = lease
-        #: also run while the driver waits (the console's table, to show time passing)
-        self.while_waiting: Callable[[], None] | None = None
+        #: run first whenever the driver waits (its lease check, the console's tick)
+        self.on_wait: Callable[[], None] | None = None
+
+    @property
+    def slots(self) -> int:
+        return self.pool.slots
+
+    def refresh(self) -> None:
+        """Pick up workers that joined (at most every few seconds)."""
+        self.pool.refresh_soon()
+
+    def discard_parked(self, worker: str, tokens: list[str]) -> None:
+        self.pool.discard_parked(worker, tokens)
+
+    def close(self) -> None:
+        self.pool.close()
 
     def __bool__(self) -> bool:
         return bool(self.in_flight) or bool(self._deferred)
@@ -73,7 +95,7 @@ class RunnerCalls:
     def _alone(self, recs: list[TrialRecord]) -> bool:
         return len(recs) == 1 and recs[0].trial_id in self.isolated
 
-    def runner_for(self, recs: list[TrialRecord], idle_first: bool = False) -> Runner | None:
+    def place(self, recs: list[TrialRecord], idle_first: bool = False) -> Runner | None:
         """Where a call running ``recs`` goes: the worker that parked their trainables (one
         call only holds trials parked on one worker; if that worker is gone, another
         restores them from storage). ``idle_first``: a free runner before a busy one,
@@ -89,7 +111,7 @@ class RunnerCalls:
         self, recs: list[TrialRecord], specs: list[SegmentSpec], runner: Runner | None
     ) -> None:
         """One call on ``runner`` running ``recs``' segments one after the other; with no
-        runner (:meth:`runner_for` found none), it waits and goes once one frees."""
+        runner (:meth:`place` found none), it waits and goes once one frees."""
         if runner is None:
             self._deferred.append((recs, specs))
             return
@@ -99,7 +121,7 @@ class RunnerCalls:
     def _send_deferred(self) -> None:
         waiting, self._deferred = self._deferred, []
         for recs, specs in waiting:
-            self.submit(recs, specs, self.runner_for(recs))
+            self.submit(recs, specs, self.place(recs))
 
     def returned(self) -> list[SegmentOutcome]:
         """Block until some runner calls return; their outcomes."""
@@ -116,10 +138,11 @@ class RunnerCalls:
         self._deferred.clear()
 
     def _waiting(self) -> None:
-        """While the driver waits: stop if the lease was lost, and watch for segments
-        that run far longer than their peers."""
-        if self._lease is not None:
-            self._lease.check(fresh=False)
+        """While the driver waits: its own look first (a lost lease stops it before
+        anything more is sent), then the deferred packs, and segments that run far
+        longer than their peers."""
+        if self.on_wait is not None:
+            self.on_wait()
         self._send_deferred()
         self.watch.look(
             self.pool.started,
@@ -128,8 +151,6 @@ class RunnerCalls:
             self.segment_seconds or 0.0,
             self.pool.restart_worker,
         )
-        if self.while_waiting is not None:
-            self.while_waiting()
 
     def _outcomes(
         self, call: int, value: list[SegmentOutcome] | CallFailed
