@@ -1,14 +1,16 @@
 """``popflow.run``: check the arguments, start the cluster, run the ``tune`` flow.
 
 Ray Tune's legacy ``tune.run`` and ``Tuner.fit`` in one call. The arguments
-are checked into a :class:`~popflow.flows.spec.run_spec.RunSpec` before the cluster
-starts. The training (:mod:`popflow.flows.api.training`) then runs in the calling
-thread at once, while a thread of its own imports Prefect and records the run
-as the ``tune`` flow run (:mod:`popflow.flows.record.prefect_flow`).
+are checked in their groups (Ray's ``TuneConfig``/``RunConfig``, popflow's storage,
+cluster, budget and resume) and put into a :class:`~popflow.flows.spec.run_spec.RunSpec`,
+once, before the cluster starts. The training (:mod:`popflow.flows.api.training`) then
+runs in the calling thread at once, while a thread of its own imports Prefect and
+records the run as the ``tune`` flow run (:mod:`popflow.flows.record.prefect_flow`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -24,7 +26,9 @@ from popflow.flows.api.training import train
 from popflow.flows.experiment.results import ResultGrid
 from popflow.flows.record.flow_parameters import Shown, cluster_view, spec_view
 from popflow.flows.record.prefect_flow import PrefectRecord, is_flow_retry, refuse_crash_loop
-from popflow.flows.spec.config import CheckpointConfig, resources_of
+from popflow.flows.spec.config import CheckpointConfig
+from popflow.flows.spec.groups import BudgetSpec, ClusterSpec, ResumeSpec, StorageSpec
+from popflow.flows.spec.ray_configs import FailureConfig, RunConfig, TuneConfig
 from popflow.flows.spec.run_spec import RunSpec, run_spec
 from popflow.infra.cluster.dask_cluster import ClusterStart
 from popflow.infra.fast_exit import skip_teardown_collections
@@ -117,40 +121,59 @@ def run(
       result.json / progress.csv / pbt_global.txt (each commit holds its own
       results, so nothing is lost in between); local files are appended at once.
     """
-    refuse_crash_loop()
-    spec = run_spec(
+    return run_grouped(
         trainable,
         param_space,
-        scheduler=scheduler,
-        num_samples=num_samples,
-        metric=metric,
-        mode=mode,
-        stop=stop,
-        checkpoint_config=checkpoint_config,
-        storage=Storage(storage, storage_options),
-        name=name,
-        seed=seed,
-        max_failures=max_failures,
-        resources_per_trial=(
-            resources_per_trial if resources_per_trial is not None else resources_of(trainable)
+        TuneConfig(
+            mode=mode,
+            metric=metric,
+            scheduler=scheduler,
+            num_samples=num_samples,
+            max_concurrent_trials=max_concurrent_trials,
+            time_budget_s=time_budget_s,
+            trial_name_creator=trial_name_creator,
+            trial_dirname_creator=trial_dirname_creator,
+            seed=seed,
         ),
-        dask_address=dask_address,
-        n_workers=n_workers,
-        commit_interval=commit_interval,
-        log_flush_interval=log_flush_interval,
-        # a retried flow run that calls run(): pick up its work
-        resume=resume or ("auto" if is_flow_retry() else False),
-        lease_ttl=lease_ttl,
-        segment_timeout_s=segment_timeout_s,
-        fail_fast=fail_fast,
-        time_budget_s=time_budget_s,
-        max_rounds=max_rounds,
-        max_concurrent_trials=max_concurrent_trials,
-        callbacks=callbacks,
-        trial_name_creator=trial_name_creator,
-        trial_dirname_creator=trial_dirname_creator,
-        errored=errored,
-        verbose=verbose,
+        RunConfig(
+            name=name,
+            failure_config=FailureConfig(max_failures=max_failures, fail_fast=fail_fast),
+            checkpoint_config=checkpoint_config,
+            verbose=verbose,
+            stop=stop,
+            callbacks=callbacks,
+        ),
+        StorageSpec(
+            Storage(storage, storage_options),
+            commit_interval=commit_interval,
+            log_flush_interval=log_flush_interval,
+            lease_ttl=lease_ttl,
+        ),
+        ClusterSpec(dask_address, n_workers, resources_per_trial),
+        BudgetSpec(max_rounds=max_rounds, segment_timeout_s=segment_timeout_s),
+        ResumeSpec(resume, errored),
+    )
+
+
+def run_grouped(
+    trainable: type[Trainable] | Callable[[dict[str, Any]], Any],
+    param_space: dict[str, Any] | None,
+    tune_config: TuneConfig,
+    run_config: RunConfig,
+    storage: StorageSpec,
+    cluster: ClusterSpec | None = None,
+    budget: BudgetSpec | None = None,
+    resuming: ResumeSpec | None = None,
+) -> ResultGrid:
+    """:func:`run` with its arguments in their groups, each checked when made (``Tuner.fit``
+    passes Ray's ``TuneConfig`` and ``RunConfig`` as given): the spec is built once, then
+    the cluster, the Prefect record and the training start."""
+    refuse_crash_loop()
+    resuming = resuming or ResumeSpec()
+    if not resuming.resume and is_flow_retry():  # a retried flow run that calls run()
+        resuming = dataclasses.replace(resuming, resume="auto")  # picks up its work
+    spec = run_spec(
+        trainable, param_space, tune_config, run_config, storage, cluster, budget, resuming
     )
     params = parameters_of(spec.trainable)
     if params is not None:  # with_parameters: its objects, once, before any segment is pickled
@@ -158,14 +181,14 @@ def run(
     _ship_by_value(spec.trainable, remote=spec.dask_address is not None)
     skip_teardown_collections()  # the script's exit: ~0.3 s, not ~1.3 s
     # the training starts at once; Prefect records it from a thread of its own
-    cluster = spec.dask_address or ClusterStart(spec.n_workers, spec.resources)
-    record = PrefectRecord(spec, _shown(spec, cluster))
+    workers = spec.dask_address or ClusterStart(spec.n_workers, spec.resources)
+    record = PrefectRecord(spec, _shown(spec, workers))
     record.start()
     try:
-        return train(spec, cluster, spec.resume, record.feed).grid
+        return train(spec, workers, spec.resume, record.feed).grid
     finally:
         # the embedded cluster closes (~0.3 s) while the record catches up
-        closing = _closing(cluster) if isinstance(cluster, ClusterStart) else None
+        closing = _closing(workers) if isinstance(workers, ClusterStart) else None
         record.finish()
         if closing is not None:
             closing.result()

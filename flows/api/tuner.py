@@ -1,132 +1,46 @@
-"""Ray Tune's ``Tuner`` front door over :func:`popflow.run`: ``TuneConfig``, ``RunConfig``,
-``FailureConfig``, ``Tuner.fit``/``restore``/``can_restore``, and ``popflow.init``.
+"""Ray Tune's ``Tuner`` front door over :func:`popflow.run`: ``Tuner.fit``/``restore``/
+``can_restore``, and ``popflow.init``.
 
-Field names and defaults are Ray Tune's (2.x). What Ray accepts and popflow
-does not do yet raises at once, naming the argument (:class:`Unsupported`):
-never ignored in silence. popflow's own extras are keyword fields at the
-end (``TuneConfig.seed``, ``RunConfig.storage_options``).
+``Tuner`` takes Ray's ``TuneConfig`` and ``RunConfig`` (with ``FailureConfig`` and
+``CheckpointConfig``), which check themselves where they are made
+(:mod:`popflow.flows.spec.ray_configs`), and hands them to the run as they are.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from popflow.flows.api.launch import run
+from popflow.flows.api.launch import run, run_grouped
 from popflow.flows.experiment.results import ResultGrid
-from popflow.flows.spec.config import CheckpointConfig, check_verbose
+from popflow.flows.spec.groups import ClusterSpec, ResumeSpec, StorageSpec
+from popflow.flows.spec.ray_configs import (
+    FailureConfig,
+    RunConfig,
+    TuneConfig,
+    Unsupported,
+    refuse,
+)
 from popflow.flows.spec.run_args import load_run_args
 from popflow.infra.cluster.dask_cluster import use_cores
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import ExperimentLog
-from popflow.schedulers import TrialScheduler
+
+__all__ = [
+    "FailureConfig",
+    "RunConfig",
+    "TuneConfig",
+    "Tuner",
+    "Unsupported",
+    "cluster_arguments",
+    "init",
+]
 
 logger = logging.getLogger(__name__)
 
 #: Where results go when ``RunConfig.storage_path`` is None (Ray: ``~/ray_results``).
 DEFAULT_STORAGE = "./results"
-
-
-class Unsupported(ValueError):
-    """A Ray Tune argument popflow cannot honour (yet)."""
-
-    def __init__(self, argument: str, value: Any, what_to_do: str) -> None:
-        super().__init__(f"popflow does not support `{argument}={value!r}`: {what_to_do}")
-        self.argument = argument
-
-
-def _refuse(argument: str, value: Any, default: Any, what_to_do: str) -> None:
-    if value != default:
-        raise Unsupported(argument, value, what_to_do)
-
-
-@dataclass(frozen=True)
-class FailureConfig:
-    """Ray's ``FailureConfig``: ``max_failures`` retries per trial (-1: forever)."""
-
-    max_failures: int = 0
-    fail_fast: bool | str = False  # True: end at the first trial error; "raise": raise it too
-
-
-@dataclass(frozen=True)
-class TuneConfig:
-    """Ray's ``TuneConfig``; ``seed`` (popflow) makes the run repeat exactly."""
-
-    mode: str | None = None
-    metric: str | None = None
-    search_alg: Any = None
-    scheduler: TrialScheduler | None = None
-    num_samples: int = 1
-    max_concurrent_trials: int | None = None
-    time_budget_s: float | None = None
-    # popflow keeps trainables live between segments when it can (``reset_config``)
-    reuse_actors: bool = False
-    trial_name_creator: Callable[..., str] | None = None
-    trial_dirname_creator: Callable[..., str] | None = None
-    seed: int | None = None
-
-    def __post_init__(self) -> None:
-        _refuse(
-            "search_alg",
-            self.search_alg,
-            None,
-            "popflow samples `param_space` itself (random and grid search); drop it",
-        )
-        if not isinstance(self.reuse_actors, bool):
-            raise TypeError(f"`reuse_actors` must be a bool, got {self.reuse_actors!r}")
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """Ray's ``RunConfig``; results go to ``<storage_path>/<name>/`` (a folder or an fsspec
-    URL such as ``s3://bucket/prefix``, with ``storage_options`` for fsspec)."""
-
-    name: str | None = None
-    storage_path: str | None = None
-    storage_filesystem: Any = None
-    failure_config: FailureConfig | None = None
-    checkpoint_config: CheckpointConfig | None = None
-    sync_config: Any = None
-    verbose: int | None = None
-    stop: Mapping[str, Any] | Callable[[str, dict[str, Any]], bool] | None = None
-    callbacks: list[Any] | None = None
-    progress_reporter: Any = None
-    log_to_file: bool | str | tuple[str, str] = False
-    local_dir: str | None = None
-    storage_options: dict[str, Any] | None = field(default=None, repr=False)
-
-    def __post_init__(self) -> None:
-        _refuse(
-            "storage_filesystem",
-            self.storage_filesystem,
-            None,
-            "pass an fsspec URL as `storage_path` and its options as `storage_options`",
-        )
-        _refuse("sync_config", self.sync_config, None, "storage is written directly; drop it")
-        _refuse("local_dir", self.local_dir, None, "use `storage_path`")
-        _refuse(
-            "progress_reporter",
-            self.progress_reporter,
-            None,
-            "popflow draws its own trial table; `verbose` (0-3) sets how much it shows",
-        )
-        _refuse(
-            "log_to_file",
-            self.log_to_file,
-            False,
-            "trial output goes to its Dask worker's log (the embedded cluster's: this "
-            "console); write files into the trial's folder from the trainable instead",
-        )
-        check_verbose(self.verbose)
-        if self.checkpoint_config is not None and not isinstance(
-            self.checkpoint_config, CheckpointConfig
-        ):
-            raise TypeError(
-                "`checkpoint_config` must be a popflow.tune.CheckpointConfig, got "
-                f"{type(self.checkpoint_config).__name__}"
-            )
 
 
 @dataclass
@@ -199,46 +113,30 @@ class Tuner:
         self.tune_config = tune_config or TuneConfig()
         self.run_config = run_config or RunConfig()
         self._restore: dict[str, Any] | None = None  # run()'s arguments, after restore()
-        self._resume: dict[str, Any] = {}  # tune.run(resume=...): run()'s resume, errored
+        self._resume = ResumeSpec()  # tune.run(resume=...): continue, and what errored trials do
 
     def fit(self) -> ResultGrid:
         """Run the experiment (or continue it, after :meth:`restore`); its results."""
-        tc, rc = self.tune_config, self.run_config
-        failure = rc.failure_config or FailureConfig()
+        rc = self.run_config
         if self._restore is not None:
             cluster = cluster_arguments()  # popflow.init's, else the run's own scheduler
             if cluster["dask_address"] is None:
                 cluster["dask_address"] = self._restore.get("dask_address")
             return run(**{**self._restore, **cluster}, verbose=rc.verbose)
-        return run(
+        return run_grouped(
             self.trainable,
             self.param_space,
-            scheduler=tc.scheduler,
-            num_samples=tc.num_samples,
-            metric=tc.metric,
-            mode=tc.mode,
-            stop=rc.stop,
-            checkpoint_config=rc.checkpoint_config,
-            storage=rc.storage_path or DEFAULT_STORAGE,
-            storage_options=rc.storage_options,
-            name=rc.name,
-            seed=tc.seed,
-            max_failures=failure.max_failures,
-            fail_fast=failure.fail_fast,
-            **self._resume,
-            time_budget_s=tc.time_budget_s,
-            max_concurrent_trials=tc.max_concurrent_trials,
-            callbacks=rc.callbacks,
-            verbose=rc.verbose,
-            trial_name_creator=tc.trial_name_creator,
-            trial_dirname_creator=tc.trial_dirname_creator,
-            **cluster_arguments(),
+            self.tune_config,
+            rc,
+            StorageSpec(Storage(rc.storage_path or DEFAULT_STORAGE, rc.storage_options)),
+            ClusterSpec(**cluster_arguments()),
+            resuming=self._resume,
         )
 
     def fit_resuming(self, errored: str = "skip") -> ResultGrid:
         """:meth:`fit`, continuing the experiment if it exists (Ray's ``tune.run(resume=...)``;
         ``errored``: what its errored trials do, as ``run``'s)."""
-        self._resume = {"resume": "auto", "errored": errored}
+        self._resume = ResumeSpec("auto", errored)
         return self.fit()
 
     @classmethod
@@ -254,7 +152,7 @@ class Tuner:
     ) -> Tuner:
         """A Tuner that continues the experiment at ``path`` (``<storage_path>/<name>``)
         from its last commit, with the arguments it was started with."""
-        _refuse("resume_unfinished", resume_unfinished, True, "leave it True")
+        refuse("resume_unfinished", resume_unfinished, True, "leave it True")
         storage = Storage(path, storage_options)
         if ExperimentLog(storage).latest() is None:
             raise ValueError(f"nothing to restore: no committed experiment at {storage.url}")

@@ -33,7 +33,7 @@ import cloudpickle
 
 from popflow.flows.spec.args_codec import ArgsDecodeError, Decoder, Encoder, ImportFailed
 from popflow.flows.spec.config import CheckpointConfig
-from popflow.flows.spec.run_spec import run_spec, trainable_name
+from popflow.flows.spec.run_spec import RUN_ARGUMENTS, trainable_name
 from popflow.flows.spec.trainable_paths import check_trainable, path_of
 from popflow.infra.jsonutil import dumps
 from popflow.infra.storage.folder import Storage
@@ -200,8 +200,7 @@ def _checked(storage: Storage, where: str, args: Any) -> dict[str, Any]:
     (:func:`~popflow.flows.spec.trainable_paths.check_trainable`): JSON can name any."""
     if not isinstance(args, dict) or not all(isinstance(k, str) for k in args):
         raise _bad(storage, where, f"it holds a {type(args).__name__}, not run()'s arguments")
-    known = set(inspect.signature(run_spec).parameters)  # run()'s, less storage_options
-    unknown = sorted(set(args) - known)
+    unknown = sorted(set(args) - set(RUN_ARGUMENTS))  # run()'s, less storage_options
     if unknown or "trainable" not in args:
         raise _bad(storage, where, f"no trainable, or arguments run() does not take: {unknown}")
     trainable = args["trainable"]

@@ -1,84 +1,123 @@
-"""A run's arguments, checked once: :func:`run_spec` turns ``popflow.run``'s keyword
-arguments into a frozen :class:`RunSpec` before Prefect or the cluster starts.
+"""A run's arguments, checked once, in one home: :func:`run_spec` puts their groups
+(Ray's :class:`~popflow.flows.spec.ray_configs.TuneConfig` and
+:class:`~popflow.flows.spec.ray_configs.RunConfig`, popflow's
+:mod:`~popflow.flows.spec.groups`) into a frozen :class:`RunSpec` before Prefect or the
+cluster starts.
 
-Every later layer takes the spec, so no signature is repeated and no argument
-is checked twice; a bad argument fails with a message naming it and its value
-before anything is written.
+Each group checks its own fields when it is made; what only the whole run can
+check (the trainable with its checkpoint settings, metric and mode with the
+scheduler, the experiment's name and path) is checked here. Every later layer
+takes the spec, so no signature is repeated and no argument is checked twice; a bad
+argument fails with a message naming it and its value before anything is written.
+Adding an argument: a field in its group (with its check), and the public doors
+that take it (``popflow.run``, and Ray's ``tune.run`` where Ray has it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
-import math
-import numbers
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from distributed import Client
-
 from popflow.flows.events.callbacks import check_callbacks
-from popflow.flows.spec.config import CheckpointConfig, check_resources, check_verbose
+from popflow.flows.spec.config import CheckpointConfig, resources_of
 from popflow.flows.spec.experiment_name import check_experiment_path, check_name, expand_name
-from popflow.infra.cluster.dask_cluster import dask_resources
+from popflow.flows.spec.groups import BudgetSpec, ClusterSpec, ResumeSpec, StorageSpec
+from popflow.flows.spec.ray_configs import FailureConfig, RunConfig, TuneConfig
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import LOG_DIR
-from popflow.schedulers import FIFOScheduler, TrialScheduler
+from popflow.schedulers import FIFOScheduler
 from popflow.schedulers.domains import Categorical
-from popflow.schedulers.validation import check_real, is_int
-from popflow.tasks.specs import StopCondition
 from popflow.tasks.trainable import Trainable, is_function_trainable
 
-RESUME_VALUES = (False, True, "auto")
+__all__ = ["RUN_ARGUMENTS", "RunSpec", "expand_name", "run_spec", "trainable_name"]
 
 
 def trainable_name(trainable: Any) -> str:
     return getattr(trainable, "__name__", type(trainable).__name__)
 
 
+class Flat:
+    """A run argument read from its group under ``run``'s own name: ``spec.seed`` is
+    ``spec.tune_config.seed``. ``stored``: kept in ``run_args.json`` for a resume."""
+
+    def __init__(self, *path: str, stored: bool = True) -> None:
+        self.path = path
+        self.stored = stored
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.__doc__ = f"``{'.'.join((*self.path, name))}``"
+
+    def __get__(self, spec: Any, owner: type | None = None) -> Any:
+        if spec is None:
+            return self
+        group = spec
+        for part in self.path:
+            group = getattr(group, part)
+        return getattr(group, self.name)
+
+
 @dataclass(frozen=True)
 class RunSpec:
-    """What one experiment runs, as validated from ``popflow.run``'s arguments.
+    """What one experiment runs: the trainable, its space, and the run's checked groups.
 
-    ``storage`` is the root (credentials hidden, see
-    :mod:`popflow.infra.storage.credentials`); the experiment lives at
-    ``storage.child(name)``. ``metric``/``mode`` are the scheduler's.
-    ``resources`` are ``resources_per_trial`` in Dask's names.
+    ``name`` is the experiment's (a template expanded, or made up); it lives at
+    ``storage.child(name)``. ``tune_config`` has its scheduler (FIFO if none was
+    given; ``metric``/``mode`` are the scheduler's); ``run_config`` has its
+    ``failure_config`` and ``checkpoint_config`` and says nothing of where the
+    experiment goes (``name``, ``storage_spec``: no credentials in it). Every
+    argument of ``popflow.run`` reads under its own name (``spec.max_failures``).
     """
 
     trainable: type[Trainable] | Callable[[dict[str, Any]], Any]
     param_space: dict[str, Any]
-    scheduler: TrialScheduler
-    num_samples: int
-    stop: StopCondition
-    checkpoint_config: CheckpointConfig
-    storage: Storage
     name: str
-    seed: int | None
-    max_failures: int
-    resources_per_trial: dict[str, float] | None
-    resources: dict[str, float] | None
-    dask_address: str | Client | None
-    n_workers: int | None
-    commit_interval: float
-    log_flush_interval: float
-    resume: bool | str
-    lease_ttl: float
-    segment_timeout_s: float | None = None
-    fail_fast: bool | str = False
-    time_budget_s: float | None = None
-    max_rounds: int | None = None
-    max_concurrent_trials: int | None = None
+    tune_config: TuneConfig
+    run_config: RunConfig
+    storage_spec: StorageSpec
+    cluster: ClusterSpec
+    budget: BudgetSpec
+    resuming: ResumeSpec
+
+    #: the scheduler the run uses (FIFO if none was given), with metric and mode set
+    scheduler = Flat("tune_config")
+    num_samples = Flat("tune_config")
+    seed = Flat("tune_config")
+    time_budget_s = Flat("tune_config")
+    max_concurrent_trials = Flat("tune_config")
+    trial_name_creator = Flat("tune_config", stored=False)
+    trial_dirname_creator = Flat("tune_config", stored=False)
+    stop = Flat("run_config")
     #: Ray's ``tune.Callback`` objects, called on the driver (never pickled into a commit)
-    callbacks: tuple[Any, ...] = ()
-    trial_name_creator: Callable[[Any], str] | None = None
-    trial_dirname_creator: Callable[[Any], str] | None = None
+    callbacks = Flat("run_config")
+    #: Ray's ``verbose`` as given (None: the default); :mod:`popflow.flows.console.verbose`
+    verbose = Flat("run_config", stored=False)
+    checkpoint_config = Flat("run_config")
+    max_failures = Flat("run_config", "failure_config")
+    fail_fast = Flat("run_config", "failure_config")
+    storage = Flat("storage_spec", stored=False)
+    commit_interval = Flat("storage_spec")
+    log_flush_interval = Flat("storage_spec")
+    lease_ttl = Flat("storage_spec")
+    dask_address = Flat("cluster")
+    n_workers = Flat("cluster", stored=False)
+    resources_per_trial = Flat("cluster")
+    max_rounds = Flat("budget")
+    segment_timeout_s = Flat("budget")
+    resume = Flat("resuming", stored=False)
     #: on resume, errored trials: "skip" (stay errored), "resume" (from their last
     #: checkpoint) or "restart" (from scratch); Ray's ``resume_errored``/``restart_errored``
-    errored: str = "skip"
-    #: Ray's ``verbose`` as given (None: the default); see :mod:`popflow.flows.console.verbose`
-    verbose: int | None = None
+    errored = Flat("resuming", stored=False)
+
+    @property
+    def resources(self) -> dict[str, float] | None:
+        """``resources_per_trial`` in Dask's names."""
+        return self.cluster.resources
 
     @property
     def metric(self) -> str | None:
@@ -100,29 +139,25 @@ class RunSpec:
         return not is_function_trainable(self.trainable)
 
     def run_args(self, seed: int) -> dict[str, Any]:
-        """What ``popflow resume`` passes to ``run`` again (no storage, so no secrets)."""
-        return {  # the scheduler already carries metric and mode
+        """What ``popflow resume`` passes to ``run`` again (no storage, so no secrets;
+        the scheduler already carries metric and mode)."""
+        stored = {name: getattr(self, name) for name in STORED_ARGUMENTS}
+        return {
             "trainable": self.trainable,
             "param_space": self.param_space,
-            "scheduler": self.scheduler,
-            "num_samples": self.num_samples,
-            "stop": self.stop,
-            "checkpoint_config": self.checkpoint_config,
+            **stored,
             "seed": seed,
-            "max_failures": self.max_failures,
-            "resources_per_trial": self.resources_per_trial,
-            "commit_interval": self.commit_interval,
-            "log_flush_interval": self.log_flush_interval,
-            "lease_ttl": self.lease_ttl,
-            "segment_timeout_s": self.segment_timeout_s,
-            "fail_fast": self.fail_fast,
-            "time_budget_s": self.time_budget_s,
-            "max_rounds": self.max_rounds,
-            "max_concurrent_trials": self.max_concurrent_trials,
             "callbacks": list(self.callbacks) or None,
             # an address, not a Client: a Client's cluster may live only as long as its process
             "dask_address": self.dask_address if isinstance(self.dask_address, str) else None,
         }
+
+
+_FLAT = {name: v for name, v in vars(RunSpec).items() if isinstance(v, Flat)}
+#: The arguments ``run_args.json`` keeps, besides the trainable and its space.
+STORED_ARGUMENTS = tuple(name for name, v in _FLAT.items() if v.stored)
+#: ``popflow.run``'s keyword arguments (less ``storage_options``, which a spec never keeps).
+RUN_ARGUMENTS = ("trainable", "param_space", "metric", "mode", "name", *_FLAT)
 
 
 def _check_trainable(trainable: Any) -> None:
@@ -154,26 +189,13 @@ def _check_function_checkpoints(config: CheckpointConfig) -> None:
         )
 
 
-def _check_stop(stop: Any) -> None:
-    if stop is None or (callable(stop) and not isinstance(stop, Mapping)):
-        return
-    if not isinstance(stop, Mapping):
+def _check_param_space(param_space: Any) -> None:
+    if param_space is not None and not isinstance(param_space, Mapping):
         raise TypeError(
-            f"`stop` must be a dict, a callable (trial_id, result) -> bool, or None; got {stop!r}"
+            f"`param_space` is {param_space!r} ({type(param_space).__name__}), but must be a "
+            "dict of hyperparameter names to values or search spaces"
         )
-    for key, bound in stop.items():
-        if not isinstance(key, str):
-            raise TypeError(f"`stop` key {key!r} must be a string (a result key)")
-        if not isinstance(bound, numbers.Real):  # True counts: Ray's {"done": True}
-            raise TypeError(
-                f"`stop[{key!r}]` is {bound!r} ({type(bound).__name__}), but must be a number "
-                "(a trial stops once result[key] >= it)"
-            )
-        if math.isnan(bound):  # no result is >= NaN: the trial would never stop by it
-            raise ValueError(
-                f"`stop[{key!r}]` is {bound!r}, but must be a number, not NaN (a trial stops "
-                "once result[key] >= it; infinity: never by this key)"
-            )
+    _check_keys(param_space, "param_space")
 
 
 def _check_keys(value: Any, where: str) -> None:
@@ -197,71 +219,6 @@ def _check_keys(value: Any, where: str) -> None:
             _check_keys(sub, f"{where}.categories[{i}]")
 
 
-def _check_arguments(
-    trainable: Any,
-    param_space: Any,
-    scheduler: Any,
-    num_samples: Any,
-    metric: Any,
-    mode: Any,
-    stop: Any,
-    checkpoint_config: Any,
-    name: Any,
-    seed: Any,
-    max_failures: Any,
-    dask_address: Any,
-    n_workers: Any,
-    commit_interval: Any,
-    log_flush_interval: Any,
-    resume: Any,
-    lease_ttl: Any,
-    segment_timeout_s: Any,
-) -> None:
-    """Every argument's type and range, before anything starts or is written."""
-    _check_trainable(trainable)
-    if param_space is not None and not isinstance(param_space, Mapping):
-        raise TypeError(
-            f"`param_space` is {param_space!r} ({type(param_space).__name__}), but must be a "
-            "dict of hyperparameter names to values or search spaces"
-        )
-    _check_keys(param_space, "param_space")
-    if not isinstance(scheduler, TrialScheduler):
-        raise TypeError(f"`scheduler` must be a popflow.TrialScheduler, got {scheduler!r}")
-    if not is_int(num_samples) or num_samples < 1:
-        raise ValueError(f"`num_samples` is {num_samples!r}, but must be an int >= 1")
-    if metric is not None and not isinstance(metric, str):
-        raise TypeError(f"`metric` is {metric!r}, but must be a result key (a string) or None")
-    if mode is not None and mode not in ("min", "max"):
-        raise ValueError(f"`mode` is {mode!r}, but must be 'min' or 'max'")
-    _check_stop(stop)
-    if checkpoint_config is not None and not isinstance(checkpoint_config, CheckpointConfig):
-        raise TypeError(
-            f"`checkpoint_config` is {checkpoint_config!r}, but must be a popflow.CheckpointConfig"
-        )
-    if name is not None:
-        check_name(name)
-    if seed is not None and (not is_int(seed) or seed < 0):
-        raise TypeError(f"`seed` is {seed!r}, but must be an int >= 0 or None")
-    if not is_int(max_failures) or max_failures < -1:
-        raise ValueError(
-            f"`max_failures` is {max_failures!r}, but must be an int >= -1 (-1: retry forever)"
-        )
-    if dask_address is not None and not isinstance(dask_address, str | Client):
-        raise TypeError(
-            f"`dask_address` is {dask_address!r}, but must be a scheduler address such as "
-            "'tcp://host:8786', a distributed.Client, or None"
-        )
-    if n_workers is not None and (not is_int(n_workers) or n_workers < 1):
-        raise TypeError(f"`n_workers` is {n_workers!r}, but must be an int >= 1 or None")
-    # a round every `commit_interval` s: infinity would commit nothing until the end
-    check_real("commit_interval", commit_interval, low=0, strict=True, finite=True)
-    check_real("log_flush_interval", log_flush_interval, low=0, strict=False)
-    if not (isinstance(resume, bool) or resume == "auto"):
-        raise ValueError(f"`resume` is {resume!r}, but must be False, True or 'auto'")
-    check_real("lease_ttl", lease_ttl, low=0, strict=True, finite=True)
-    check_real("segment_timeout_s", segment_timeout_s, low=0, strict=True, optional=True)
-
-
 def _check_reachable(storage: Storage, name: str) -> None:
     """On an object store, one listing of the experiment's log folder, the last check:
     a missing bucket, credentials or endpoint fail here, as a StorageError naming what
@@ -274,124 +231,69 @@ def _check_reachable(storage: Storage, name: str) -> None:
 def run_spec(
     trainable: Any,
     param_space: dict[str, Any] | None,
-    *,
-    scheduler: TrialScheduler | None,
-    num_samples: int,
-    metric: str | None,
-    mode: str | None,
-    stop: StopCondition,
-    checkpoint_config: CheckpointConfig | None,
-    storage: Storage,
-    name: str | None,
-    seed: int | None,
-    max_failures: int,
-    resources_per_trial: dict[str, float] | None,
-    dask_address: str | Client | None,
-    n_workers: int | None,
-    commit_interval: float,
-    log_flush_interval: float,
-    resume: bool | str,
-    lease_ttl: float,
-    segment_timeout_s: float | None = None,
-    fail_fast: bool | str = False,
-    time_budget_s: float | None = None,
-    max_rounds: int | None = None,
-    max_concurrent_trials: int | None = None,
-    callbacks: Any = None,
-    trial_name_creator: Callable[[Any], str] | None = None,
-    trial_dirname_creator: Callable[[Any], str] | None = None,
-    errored: str = "skip",
-    verbose: int | None = None,
+    tune_config: TuneConfig,
+    run_config: RunConfig,
+    storage: StorageSpec,
+    cluster: ClusterSpec | None = None,
+    budget: BudgetSpec | None = None,
+    resuming: ResumeSpec | None = None,
 ) -> RunSpec:
-    """Check ``popflow.run``'s arguments (and that an object store's bucket is there);
-    the spec they describe."""
-    scheduler = scheduler if scheduler is not None else FIFOScheduler()
-    _check_arguments(
-        trainable,
-        param_space,
-        scheduler,
-        num_samples,
-        metric,
-        mode,
-        stop,
-        checkpoint_config,
-        name,
-        seed,
-        max_failures,
-        dask_address,
-        n_workers,
-        commit_interval,
-        log_flush_interval,
-        resume,
-        lease_ttl,
-        segment_timeout_s,
-    )
-    if resources_per_trial is not None:
-        check_resources("resources_per_trial", resources_per_trial)
-    if not (isinstance(fail_fast, bool) or fail_fast == "raise"):
-        raise ValueError(f"`fail_fast` is {fail_fast!r}, but must be False, True or 'raise'")
-    check_real("time_budget_s", time_budget_s, low=0, strict=True, optional=True)
-    if max_rounds is not None and (not is_int(max_rounds) or max_rounds < 1):
-        raise ValueError(f"`max_rounds` is {max_rounds!r}, but must be an int >= 1 or None")
-    if max_concurrent_trials is not None and (
-        not is_int(max_concurrent_trials) or max_concurrent_trials < 0
+    """The run's checked groups, and what only the whole run can check (and that an
+    object store's bucket is there), as one spec. ``run_config``'s storage is not read:
+    ``storage`` is where the experiment goes."""
+    _check_trainable(trainable)
+    _check_param_space(param_space)
+    cluster, budget = cluster or ClusterSpec(), budget or BudgetSpec()
+    resuming = resuming or ResumeSpec()
+    for argument, group, kind in (
+        ("tune_config", tune_config, TuneConfig),
+        ("run_config", run_config, RunConfig),
+        ("storage", storage, StorageSpec),
+        ("cluster", cluster, ClusterSpec),
+        ("budget", budget, BudgetSpec),
+        ("resuming", resuming, ResumeSpec),
     ):
-        raise ValueError(
-            f"`max_concurrent_trials` is {max_concurrent_trials!r}, but must be an int >= 1 "
-            "(0 or None: no limit)"
-        )
-    for argument, creator in (
-        ("trial_name_creator", trial_name_creator),
-        ("trial_dirname_creator", trial_dirname_creator),
-    ):
-        if creator is not None and not callable(creator):
-            raise TypeError(f"`{argument}` is {creator!r}, but must be a function of the trial")
-    if checkpoint_config is not None and is_function_trainable(trainable):
-        _check_function_checkpoints(checkpoint_config)
-    if errored not in ("skip", "resume", "restart"):
-        raise ValueError(f"`errored` is {errored!r}, but must be 'skip', 'resume' or 'restart'")
-    check_verbose(verbose)
-    resources = dask_resources(resources_per_trial)
-    if not scheduler.set_search_properties(metric, mode):
+        if not isinstance(group, kind):
+            raise TypeError(f"`{argument}` is {group!r}, but must be a {kind.__name__}")
+    if run_config.checkpoint_config is not None and is_function_trainable(trainable):
+        _check_function_checkpoints(run_config.checkpoint_config)
+    if cluster.resources_per_trial is None and resources_of(trainable) is not None:
+        cluster = dataclasses.replace(cluster, resources_per_trial=resources_of(trainable))
+    scheduler = tune_config.scheduler if tune_config.scheduler is not None else FIFOScheduler()
+    if not scheduler.set_search_properties(tune_config.metric, tune_config.mode):
         raise ValueError(
             "`metric`/`mode` were passed to run() but the scheduler already has its own; "
             "set them in one place only"
         )
+    name = run_config.name
     name = (
         expand_name(name)
         if name
         else f"{trainable_name(trainable)}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     )
     check_name(name)  # a made-up name too: it holds the trainable's name
-    check_experiment_path(storage, name)
-    _check_reachable(storage, name)
+    check_experiment_path(storage.storage, name)
+    _check_reachable(storage.storage, name)
     return RunSpec(
         trainable=trainable,
         param_space=dict(param_space or {}),
-        scheduler=scheduler,
-        num_samples=num_samples,
-        stop=stop,
-        checkpoint_config=checkpoint_config or CheckpointConfig(),
-        storage=storage,
         name=name,
-        seed=seed,
-        max_failures=max_failures,
-        resources_per_trial=resources_per_trial,
-        resources=resources,
-        dask_address=dask_address,
-        n_workers=n_workers,
-        commit_interval=commit_interval,
-        log_flush_interval=log_flush_interval,
-        resume=resume,
-        lease_ttl=lease_ttl,
-        segment_timeout_s=segment_timeout_s,
-        fail_fast=fail_fast,
-        time_budget_s=time_budget_s,
-        max_rounds=max_rounds,
-        max_concurrent_trials=max_concurrent_trials or None,
-        callbacks=check_callbacks(callbacks),
-        trial_name_creator=trial_name_creator,
-        trial_dirname_creator=trial_dirname_creator,
-        errored=errored,
-        verbose=verbose,
+        tune_config=dataclasses.replace(
+            tune_config,
+            scheduler=scheduler,
+            max_concurrent_trials=tune_config.max_concurrent_trials or None,
+        ),
+        run_config=dataclasses.replace(
+            run_config,
+            name=None,  # the spec's own `name` is the experiment's
+            storage_path=None,
+            storage_options=None,  # credentials: only `storage_spec` holds them, hidden
+            failure_config=run_config.failure_config or FailureConfig(),
+            checkpoint_config=run_config.checkpoint_config or CheckpointConfig(),
+            callbacks=check_callbacks(run_config.callbacks),
+        ),
+        storage_spec=storage,
+        cluster=cluster,
+        budget=budget,
+        resuming=resuming,
     )
