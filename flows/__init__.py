@@ -10,6 +10,7 @@ from popflow.infra.lazy_names import lazy_names
 
 if TYPE_CHECKING:
     from popflow.flows.api.launch import run
+    from popflow.flows.api.simulate import Simulation, simulate
     from popflow.flows.experiment.results import Result, ResultGrid
     from popflow.flows.spec.config import CheckpointConfig
 
@@ -19,9 +20,11 @@ _HOMES = {
     "Result": "popflow.flows.experiment.results",
     "ResultGrid": "popflow.flows.experiment.results",
     "run": "popflow.flows.api.launch",
+    "simulate": "popflow.flows.api.simulate",
+    "Simulation": "popflow.flows.api.simulate",
 }
 
 
 __getattr__, __dir__ = lazy_names(__name__, _HOMES)
 
-__all__ = ["CheckpointConfig", "Result", "ResultGrid", "run"]
+__all__ = ["CheckpointConfig", "Result", "ResultGrid", "Simulation", "run", "simulate"]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from popflow.infra.lazy_names import lazy_names
 
 if TYPE_CHECKING:
-    from popflow.flows import CheckpointConfig, Result, ResultGrid, run
+    from popflow.flows import CheckpointConfig, Result, ResultGrid, Simulation, run, simulate
     from popflow.flows.api.tuner import init
     from popflow.schedulers import (
         PB2,
@@ -78,7 +78,10 @@ _SCHEDULERS = (
 _HOMES: dict[str, str] = {
     **dict.fromkeys(_SCHEDULERS, "popflow.schedulers"),
     **dict.fromkeys(("Checkpoint", "Trainable", "get_checkpoint", "report"), "popflow.tasks"),
-    **dict.fromkeys(("CheckpointConfig", "Result", "ResultGrid", "run"), "popflow.flows"),
+    **dict.fromkeys(
+        ("CheckpointConfig", "Result", "ResultGrid", "Simulation", "run", "simulate"),
+        "popflow.flows",
+    ),
     "init": "popflow.flows.api.tuner",
 }
 #: The subpackages, as attributes too (``import popflow; popflow.schedulers``).
@@ -100,6 +103,7 @@ __all__ = [
     "PopulationBasedTrainingReplay",
     "Result",
     "ResultGrid",
+    "Simulation",
     "Trainable",
     "TrialScheduler",
     "choice",
@@ -116,5 +120,6 @@ __all__ = [
     "report",
     "run",
     "sample_from",
+    "simulate",
     "uniform",
 ]

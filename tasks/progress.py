@@ -6,6 +6,7 @@ import datetime
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,11 +49,19 @@ class ProgressClock:
     def start(self) -> None:
         self._last = time.perf_counter()
 
-    def fill(self, metrics: dict[str, Any]) -> dict[str, Any]:
-        """A copy of ``metrics`` with the auto fields of the iteration that just ended."""
+    def fill(
+        self, metrics: dict[str, Any], seconds: Callable[[dict[str, Any]], float] | None = None
+    ) -> dict[str, Any]:
+        """A copy of ``metrics`` with the auto fields of the iteration that just ended;
+        ``seconds``: what it took, from its metrics (a simulation's virtual clock)."""
         now = time.perf_counter()
         elapsed = now - self._last
         self._last = now
+        reported = metrics.get("time_this_iter_s")
+        if seconds is not None:
+            elapsed = float(seconds(metrics))
+        elif isinstance(reported, int | float) and not isinstance(reported, bool) and reported >= 0:
+            elapsed = float(reported)  # as Ray: a trainable may say what its iteration took
         self.iteration += 1
         self.iterations_since_restore += 1
         self.time_total_s += elapsed

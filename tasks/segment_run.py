@@ -68,7 +68,7 @@ class SegmentRun:
         """Record one iteration's metrics; return why the segment ends here, if it does."""
         if not isinstance(metrics, dict):
             raise TypeError(f"reported metrics must be a dict, got {metrics!r}")
-        result = self.clock.fill(metrics)
+        result = self.clock.fill(metrics, self.spec.iteration_seconds)
         self.outcome.results.append(result)
         self._progress.result(result)
         self.reason = self._end_reason(result)

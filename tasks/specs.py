@@ -93,6 +93,8 @@ class SegmentSpec:
     live_token: str | None = None  # continue the trainable this worker parked under it
     lease_epoch: int = 0  # the driver's lease: no checkpoint is published once a newer exists
     progress_topic: str | None = None  # send the latest result meanwhile (tasks.progress_events)
+    #: a simulation's clock: the seconds each iteration took, from its metrics (None: measured)
+    iteration_seconds: Callable[[dict[str, Any]], float] | None = None
 
 
 @dataclass

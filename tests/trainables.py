@@ -245,3 +245,24 @@ class WhereTrainable(GatedTrainable):
     def step(self) -> dict[str, Any]:
         time.sleep(self.config.get("sleep", 0.0))
         return {**super().step(), "cwd": os.getcwd()}
+
+
+class Drifting(Trainable):
+    """``score`` grows by ``lr * (1 - lr)`` plus seeded noise each step; ``cost`` says what
+    an iteration would take (seconds), for a simulated backend's clock."""
+
+    def setup(self, config: dict[str, Any]) -> None:
+        self.score = 0.0
+
+    def step(self) -> dict[str, Any]:
+        import numpy as np
+
+        lr = self.config["lr"]
+        self.score += lr * (1 - lr) + 0.01 * float(np.random.standard_normal())
+        return {"score": self.score, "cost": 1.0 + 3.0 * lr}
+
+    def save_checkpoint(self, checkpoint_dir: str) -> dict[str, Any]:
+        return {"score": self.score}
+
+    def load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.score = checkpoint["score"]

@@ -4,7 +4,8 @@ Each call runs at once, in the driver's thread, through the same code a Dask wor
 runs (:func:`popflow.tasks.segment.run_segments`); the clock then says when it would
 have returned: a call starts when its slot frees and takes the virtual seconds of its
 results (``duration``: a number per result, a result key such as ``"time_this_iter_s"``,
-or a function of the result). :meth:`SimulatedBackend.returned` hands back the calls in
+or a function of the result), which the results' own ``time_this_iter_s`` and
+``time_total_s`` then say. :meth:`SimulatedBackend.returned` hands back the calls in
 the order they would have finished, moving the clock on. No process starts, nothing
 sleeps; the same inputs give the same run.
 
@@ -15,6 +16,7 @@ experiment's learning curves (:mod:`popflow.flows.api.simulate`).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import numbers
@@ -112,12 +114,15 @@ class SimulatedBackend:
         self, recs: list[TrialRecord], specs: list[SegmentSpec], placement: Slot | None
     ) -> None:
         slot = placement if placement is not None else self.place(recs)
-        outcomes = run_segments(specs, SIMULATED_WORKER)
-        seconds = sum(self._duration(r) for o in outcomes for r in o.results)
+        # each iteration's auto-filled times are virtual: time-based schedulers and
+        # stoppers (Ray's default time_attr is time_total_s) see the simulated clock
+        timed = [dataclasses.replace(s, iteration_seconds=self._duration) for s in specs]
+        outcomes = run_segments(timed, SIMULATED_WORKER)
+        for outcome in outcomes:
+            outcome.seconds = sum(r["time_this_iter_s"] for r in outcome.results)
+        seconds = sum(o.seconds for o in outcomes)
         self.results += sum(len(o.results) for o in outcomes)
         self.busy_s += seconds
-        for outcome in outcomes:
-            outcome.seconds = sum(self._duration(r) for r in outcome.results)
         start = max(self.clock.monotonic(), self._free_at[slot.index])
         self._free_at[slot.index] = start + seconds
         heapq.heappush(self._calls, (start + seconds, next(self._seq), outcomes, len(specs)))
