@@ -46,9 +46,10 @@ from popflow.flows.experiment.trial_logs import TrialLogs
 from popflow.flows.experiment.trial_table import TrialRecord, TrialTable, clone_into
 from popflow.flows.spec.run_spec import RunSpec
 from popflow.infra.store.json_delta import Changed
+from popflow.infra.store.layout import checkpoint_path
 from popflow.schedulers import Action, Exploit, Trial, TrialStatus
 from popflow.tasks.seeding import DRIVER, isolate_dask_sampling, seed_globals, segment_seed
-from popflow.tasks.specs import EndReason, SegmentOutcome, SegmentSpec, checkpoint_path
+from popflow.tasks.specs import EndReason, SegmentOutcome, SegmentSpec
 
 logger = logging.getLogger(__name__)
 

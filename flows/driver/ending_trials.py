@@ -9,9 +9,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from popflow.flows.experiment.trial_logs import ERROR_FILE
 from popflow.flows.experiment.trial_table import TrialRecord, fall_back_from
 from popflow.flows.record.run_log import last_line, run_logger
+from popflow.infra.store.layout import ERROR_FILE
 from popflow.schedulers import TrialStatus
 from popflow.tasks.specs import SegmentOutcome
 

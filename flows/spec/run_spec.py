@@ -23,7 +23,7 @@ from popflow.flows.spec.config import CheckpointConfig, check_resources, check_v
 from popflow.flows.spec.experiment_name import check_experiment_path, check_name, expand_name
 from popflow.infra.cluster.dask_cluster import dask_resources
 from popflow.infra.storage.folder import Storage
-from popflow.infra.store.commit_log import LOG_DIR
+from popflow.infra.store.layout import LOG_DIR
 from popflow.schedulers import FIFOScheduler, TrialScheduler
 from popflow.schedulers.domains import Categorical
 from popflow.schedulers.validation import check_real, is_int
