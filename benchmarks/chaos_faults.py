@@ -29,8 +29,9 @@ sys.path.insert(0, TESTS)
 from test_nothing_lost import damage  # noqa: E402
 
 from popflow.infra.storage.folder import Storage  # noqa: E402
-from popflow.infra.store.checkpoints import MANIFEST, CheckpointError, verify_in_place  # noqa: E402
+from popflow.infra.store.checkpoints import CheckpointError, verify_in_place  # noqa: E402
 from popflow.infra.store.commit_log import DamagedCommit, ExperimentLog, decode_commit  # noqa: E402
+from popflow.infra.store.layout import MANIFEST, commit_path  # noqa: E402
 from popflow.infra.store.lease import lease_holder  # noqa: E402
 
 DRIVER = os.path.join(TESTS, "crash_driver.py")
@@ -175,8 +176,7 @@ def damage_newest_commit(experiment: str, rng: random.Random, damaged: set[int])
     numbers = commits(experiment)
     if len(numbers) < 2 or damaged & set(numbers[-2:]):
         return None
-    log = ExperimentLog(Storage(experiment))
-    path = Path(experiment, log.commit_path(numbers[-1]))
+    path = Path(experiment, commit_path(numbers[-1]))
     how = rng.choice(["truncated", "garbage", "empty-json", "edited"])
     before = path.read_bytes()
     damage(path, how)

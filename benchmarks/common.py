@@ -68,6 +68,7 @@ class CommitRecorder:
 
     def __enter__(self) -> CommitRecorder:
         from popflow.infra.store.commit_log import ExperimentLog
+        from popflow.infra.store.layout import commit_path
 
         self._original = original = ExperimentLog.commit
         recorder = self
@@ -79,7 +80,7 @@ class CommitRecorder:
             seq = original(log, payload, **kwargs)
             recorder.seconds.append(time.perf_counter() - start)
             recorder.times.append(float(payload["time"]))
-            recorder.sizes.append(log.storage.size(log.commit_path(seq)))
+            recorder.sizes.append(log.storage.size(commit_path(seq)))
             recorder.results.append(sum(map(len, payload.get("results", {}).values())))
             recorder.rss_mib.append(rss_mib())
             return seq

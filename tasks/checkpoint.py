@@ -14,10 +14,8 @@ from typing import Any
 
 from popflow.infra.storage.credentials import Hidden, without_secrets
 from popflow.infra.storage.folder import Storage
-from popflow.infra.store.checkpoints import MANIFEST, fetch_checkpoint, verify_in_place
-
-#: Where a dict returned by ``Trainable.save_checkpoint`` is kept inside the folder.
-DICT_CHECKPOINT_FILE = "_dict_checkpoint.pkl"
+from popflow.infra.store.checkpoints import fetch_checkpoint, verify_in_place
+from popflow.infra.store.layout import DICT_CHECKPOINT_FILE, MANIFEST
 
 
 class Checkpoint:

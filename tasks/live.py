@@ -31,7 +31,8 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from popflow.infra.store.checkpoints import DigestingWriter
-from popflow.tasks.checkpoint import DICT_CHECKPOINT_FILE, Checkpoint, load_folder
+from popflow.infra.store.layout import DICT_CHECKPOINT_FILE
+from popflow.tasks.checkpoint import Checkpoint, load_folder
 from popflow.tasks.function_api import run_in_session
 from popflow.tasks.progress import ProgressClock
 from popflow.tasks.specs import CheckpointNeed, EndReason

@@ -15,18 +15,13 @@ from __future__ import annotations
 import hashlib
 import inspect
 import posixpath
-import re
 import threading
 from typing import Any
 
 import cloudpickle
 
 from popflow.infra.storage.folder import Storage
-
-#: Where the objects live, inside the experiment's folder.
-PARAMETERS_DIR = ".popflow/parameters"
-#: A stored object's path: named by (the first 32 hex digits of) its pickle's SHA-256.
-_STORED = re.compile(re.escape(PARAMETERS_DIR) + r"/([0-9a-f]{32})\.pkl")
+from popflow.infra.store.layout import PARAMETERS_DIR, is_parameters_path, parameters_path
 
 
 class ParametersMismatch(ValueError):
@@ -36,7 +31,7 @@ class ParametersMismatch(ValueError):
 
 def check_stored_path(path: Any) -> str:
     """``path`` if it is a name :meth:`Parameters.store` gives; else ParametersMismatch."""
-    if not isinstance(path, str) or _STORED.fullmatch(path) is None:
+    if not is_parameters_path(path):
         raise ParametersMismatch(
             f"with_parameters: {path!r} is not a file popflow stores objects in "
             f"({PARAMETERS_DIR}/<SHA-256>.pkl); not loading it"
@@ -76,7 +71,7 @@ class Parameters:
         paths = {}
         for name, obj in self._objects.items():
             data = cloudpickle.dumps(obj)
-            path = f"{PARAMETERS_DIR}/{hashlib.sha256(data).hexdigest()[:32]}.pkl"
+            path = parameters_path(hashlib.sha256(data).hexdigest())
             if not storage.file_exists(path):
                 storage.write_bytes(data, path, durable=True)
             paths[name] = path

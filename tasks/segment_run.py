@@ -17,6 +17,7 @@ from typing import Any
 from popflow.infra.jsonutil import jsonable
 from popflow.infra.storage.errors import FULL_ERRNOS, StorageError
 from popflow.infra.store.checkpoints import publish_checkpoint, staging_folder
+from popflow.infra.store.layout import checkpoint_name, checkpoint_path
 from popflow.infra.store.lease import fence
 from popflow.tasks.progress import ProgressClock
 from popflow.tasks.progress_events import ProgressSender
@@ -27,8 +28,6 @@ from popflow.tasks.specs import (
     SegmentOutcome,
     SegmentSpec,
     StopCondition,
-    checkpoint_name,
-    checkpoint_path,
 )
 from popflow.tasks.uploads import Uploads
 

@@ -3,12 +3,12 @@
 A segment runs one trial from a checkpoint up to a decision point. The driver
 sends a :class:`SegmentSpec` (picklable), the worker answers a
 :class:`SegmentOutcome` whose ``reason`` is an :class:`EndReason`.
-Checkpoints live at :func:`checkpoint_path` under the experiment's storage.
+Checkpoints live at :func:`popflow.infra.store.layout.checkpoint_path` under the experiment's
+storage.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
@@ -46,30 +46,6 @@ class CheckpointNeed(Enum):
 
     REQUIRED = "required"  # asked for by the user (frequency, at end): saving must work
     OPTIONAL = "optional"  # at a decision point: a trainable that cannot save continues live
-
-
-def checkpoint_path(trial_dir: str, name: str) -> str:
-    """Where a trial's checkpoint lives, relative to the experiment's storage."""
-    return f"{trial_dir}/{name}"
-
-
-def checkpoint_name(iteration: int, taken: frozenset[str] | set[str]) -> str:
-    """``checkpoint_000010``; a suffix when a restarted lineage reaches a used iteration."""
-    name = f"checkpoint_{iteration:06d}"
-    k = 1
-    while name in taken:
-        name = f"checkpoint_{iteration:06d}_{k}"
-        k += 1
-    return name
-
-
-#: What :func:`checkpoint_name` makes; a name read back from storage must look so.
-_CHECKPOINT_NAME = re.compile(r"checkpoint_[0-9]{6,}(_[0-9]+)?")
-
-
-def is_checkpoint_name(name: object) -> bool:
-    """``name`` is one :func:`checkpoint_name` could have made (``checkpoint_000010_2``)."""
-    return isinstance(name, str) and _CHECKPOINT_NAME.fullmatch(name) is not None
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,12 @@ import pytest
 
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.checkpoints import (
-    MANIFEST,
     CheckpointError,
     fetch_checkpoint,
     publish_checkpoint,
     read_manifest,
 )
+from popflow.infra.store.layout import MANIFEST
 
 FILES = {
     "model.bin": bytes(range(256)) * 40,

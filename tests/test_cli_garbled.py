@@ -20,6 +20,7 @@ from popflow import grid_search, run
 from popflow.flows.api.cli import main
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import STATE_KEYS, ExperimentLog, encode_commit
+from popflow.infra.store.layout import commit_path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -58,8 +59,8 @@ def forge_commit(path: Path, change: Any) -> str:
     record = {k: v for k, v in latest.items() if k not in state}
     record["seq"] = seq = latest["seq"] + 1
     change(record, state)
-    storage.write_bytes(encode_commit(record, json.dumps(state)), log.commit_path(seq))
-    return storage.full_url(log.commit_path(seq))
+    storage.write_bytes(encode_commit(record, json.dumps(state)), commit_path(seq))
+    return storage.full_url(commit_path(seq))
 
 
 def trial(state: dict[str, Any]) -> dict[str, Any]:

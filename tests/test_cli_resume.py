@@ -97,7 +97,7 @@ def test_a_forged_lease_is_refused_until_force_takeover(prefect_server, tmp_path
     import json
 
     from popflow.infra.storage.folder import Storage
-    from popflow.infra.store.lease import lease_path
+    from popflow.infra.store.layout import lease_path
 
     project = tmp_path / "project"
     project.mkdir()

@@ -19,6 +19,7 @@ from popflow.infra.store.commit_log import (
     encode_commit,
 )
 from popflow.infra.store.json_delta import Changed, diff, patch
+from popflow.infra.store.layout import commit_path
 from popflow.infra.store.state_text import StateText
 
 json_values = st.recursive(
@@ -86,7 +87,7 @@ def write_rounds(storage: Storage, rounds: int) -> tuple[ExperimentLog, list[int
     sizes = []
     for r in range(1, rounds + 1):
         seq = log.commit(payload(r))
-        sizes.append(storage.size(log.commit_path(seq)))
+        sizes.append(storage.size(commit_path(seq)))
     return log, sizes
 
 
@@ -128,7 +129,7 @@ def test_a_damaged_newest_snapshot_falls_back_to_the_delta_before_it(tmp_path):
         seq = log.commit(payload(seq + 1))
     snap = log.commit(payload(seq + 1))
     assert "state" in log.read_record(snap) and "delta" in log.read_record(snap - 1)
-    (tmp_path / log.commit_path(snap)).write_bytes(b"torn")
+    (tmp_path / commit_path(snap)).write_bytes(b"torn")
     found = ExperimentLog(storage).find_latest()
     assert found.damaged == snap
     committed(found.commit, snap - 1)
@@ -144,7 +145,7 @@ def test_a_damaged_commit_right_after_the_pruning_falls_back_to_the_snapshot(tmp
     snap = log.commit(payload(seq + 1))
     after = log.commit(payload(snap + 1))
     assert log.commit_numbers() == [snap, after]  # everything before the snapshot went
-    (tmp_path / log.commit_path(after)).write_bytes(b"{}")
+    (tmp_path / commit_path(after)).write_bytes(b"{}")
     found = ExperimentLog(storage).find_latest()
     assert found.damaged == after
     committed(found.commit, snap)
@@ -157,7 +158,7 @@ def test_a_damaged_delta_under_the_newest_stops_reading_and_names_it(tmp_path):
     for r in range(40, 45):  # a large table: deltas are small beside its snapshot
         log.commit(payload(r))
     assert log.read_record(5)["base"] == 1
-    path = tmp_path / log.commit_path(4)
+    path = tmp_path / commit_path(4)
     path.write_bytes(path.read_bytes()[:-10])
     before = {p.name: p.read_bytes() for p in (tmp_path / ".popflow" / "commits").iterdir()}
     with pytest.raises(DamagedLog, match=r"commit 4 .*which commit 5 builds on"):
@@ -174,7 +175,7 @@ def test_a_snapshot_is_written_at_least_every_max_deltas_commits(tmp_path, monke
     kinds = []
     for _ in range(12):
         seq = log.commit(same)
-        kinds.append("state" in decode_commit((tmp_path / log.commit_path(seq)).read_bytes()))
+        kinds.append("state" in decode_commit((tmp_path / commit_path(seq)).read_bytes()))
     assert kinds == [True] + [False] * 10 + [True]
 
 

@@ -15,8 +15,8 @@ from popflow.flows.experiment.trial_logs import TrialLogs, csv_prefix_size
 from popflow.flows.experiment.trial_table import TrialRecord
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import ExperimentLog
+from popflow.infra.store.layout import DICT_CHECKPOINT_FILE
 from popflow.schedulers import Trial
-from popflow.tasks.checkpoint import DICT_CHECKPOINT_FILE
 
 
 def iterations(result) -> list[int]:

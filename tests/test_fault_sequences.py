@@ -20,6 +20,7 @@ from test_resume import DRIVER, drive, read_experiment
 
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import ExperimentLog
+from popflow.infra.store.layout import commit_path
 from popflow.infra.store.lease import lease_holder
 
 KEEP_2 = ["--num-to-keep", "2"]  # a damaged checkpoint has an earlier one to fall back to
@@ -104,7 +105,7 @@ def test_falling_back_over_a_damaged_commit_cuts_the_logs_written_after_it(
     storage, experiment = str(tmp_path), str(tmp_path / "exp")
     assert drive(storage, "exp", "asha", "commit-before:4", extra=KEEP_2) != 0
     log = ExperimentLog(Storage(experiment))
-    damage(Path(experiment, log.commit_path(log.commit_numbers()[-1])), "truncated")
+    damage(Path(experiment, commit_path(log.commit_numbers()[-1])), "truncated")
     drive(storage, "exp", "asha", extra=KEEP_2)
     for its in iterations(experiment).values():
         assert its == list(range(1, len(its) + 1)), its

@@ -16,6 +16,7 @@ from test_resume import DRIVER, drive, read_experiment
 
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import CommitConflict, ExperimentLog
+from popflow.infra.store.layout import lease_path
 from popflow.infra.store.lease import (
     Lease,
     LeaseHeldError,
@@ -23,7 +24,6 @@ from popflow.infra.store.lease import (
     fence,
     lease_epochs,
     lease_holder,
-    lease_path,
 )
 
 TRIES = 30

@@ -18,6 +18,7 @@ from popflow.infra.store.commit_log import (
     decode_commit,
     encode_commit,
 )
+from popflow.infra.store.layout import commit_path
 
 KEEP_ONE = ["--num-to-keep", "1"]
 
@@ -67,7 +68,7 @@ def test_resume_falls_back_over_a_damaged_newest_commit(prefect_server, referenc
     log = ExperimentLog(Storage(os.path.join(storage, "exp")))
     newest = log.commit_numbers()[-1]
     assert newest == 8
-    damage(tmp_path / "exp" / log.commit_path(newest), how)
+    damage(tmp_path / "exp" / commit_path(newest), how)
     drive(storage, "exp", "pbt_synch", extra=KEEP_ONE)  # num_to_keep=1: the fallback's
     final = read_experiment(os.path.join(storage, "exp"))  # checkpoints were kept for it
     assert set(final["status"]) == {"TERMINATED"} and final["checkpoints_ok"]
@@ -81,7 +82,7 @@ def test_two_damaged_commits_stop_resume_with_a_clear_error_and_delete_nothing(
     assert drive(storage, "exp", "pbt_synch", kill_at="commit-after:8", extra=KEEP_ONE) != 0
     log = ExperimentLog(Storage(os.path.join(storage, "exp")))
     for seq in log.commit_numbers()[-2:]:
-        damage(tmp_path / "exp" / log.commit_path(seq), "truncated")
+        damage(tmp_path / "exp" / commit_path(seq), "truncated")
     before = files_of(tmp_path / "exp")
     proc = subprocess.run(
         [sys.executable, DRIVER, storage, "exp", "pbt_synch", *KEEP_ONE],

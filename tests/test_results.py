@@ -14,7 +14,8 @@ import pytest
 
 from popflow.flows.experiment.results import Result, ResultGrid
 from popflow.flows.spec.config import CheckpointConfig
-from popflow.tasks.checkpoint import DICT_CHECKPOINT_FILE, Checkpoint
+from popflow.infra.store.layout import DICT_CHECKPOINT_FILE
+from popflow.tasks.checkpoint import Checkpoint
 
 NAN, INF = math.nan, math.inf
 

@@ -18,7 +18,8 @@ import pytest
 
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import ExperimentLog
-from popflow.infra.store.lease import lease_holder, lease_path
+from popflow.infra.store.layout import lease_path
+from popflow.infra.store.lease import lease_holder
 from popflow.tasks.progress import comparable
 
 HERE = os.path.dirname(os.path.abspath(__file__))

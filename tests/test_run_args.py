@@ -29,25 +29,19 @@ from popflow import (
 from popflow.flows.api.cli import main
 from popflow.flows.experiment.trial_table import TrialRecord
 from popflow.flows.spec.args_codec import constructor_arguments
-from popflow.flows.spec.run_args import (
-    OLD_RUN_ARGS_FILE,
-    PICKLED_ARGS_FILE,
-    RUN_ARGS_FILE,
-    BadRunArgs,
-    load_run_args,
-    save_run_args,
-)
+from popflow.flows.spec.run_args import BadRunArgs, load_run_args, save_run_args
 from popflow.infra.jsonutil import jsonable
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.checkpoints import CheckpointError
 from popflow.infra.store.commit_log import ExperimentLog
-from popflow.schedulers import PopulationBasedTraining, Trial
-from popflow.tasks.parameters import (
+from popflow.infra.store.layout import (
+    OLD_RUN_ARGS_FILE,
     PARAMETERS_DIR,
-    ParametersMismatch,
-    with_parameters,
-    with_stored_parameters,
+    PICKLED_ARGS_FILE,
+    RUN_ARGS_FILE,
 )
+from popflow.schedulers import PopulationBasedTraining, Trial
+from popflow.tasks.parameters import ParametersMismatch, with_parameters, with_stored_parameters
 
 
 class Plant:

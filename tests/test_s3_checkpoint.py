@@ -10,12 +10,12 @@ from test_s3 import FAST, BrokenFS, FlakyFS, read_tree, write_tree
 
 from popflow.infra.storage.folder import Storage, StorageError
 from popflow.infra.store.checkpoints import (
-    MANIFEST,
     CheckpointError,
     fetch_checkpoint,
     publish_checkpoint,
     read_manifest,
 )
+from popflow.infra.store.layout import MANIFEST
 
 FILES = {
     "model.bin": bytes(range(256)) * 400,

@@ -11,8 +11,9 @@ from trainables import ParityTrainable
 
 from popflow import CheckpointConfig, run
 from popflow.infra.storage.folder import Storage
-from popflow.infra.store.checkpoints import MANIFEST, fetch_checkpoint
+from popflow.infra.store.checkpoints import fetch_checkpoint
 from popflow.infra.store.commit_log import ExperimentLog
+from popflow.infra.store.layout import MANIFEST
 from popflow.infra.store.lease import lease_holder
 from popflow.schedulers import PopulationBasedTraining, sample_from
 

@@ -14,11 +14,11 @@ import pytest
 
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.checkpoints import read_manifest
+from popflow.infra.store.layout import DICT_CHECKPOINT_FILE, checkpoint_name
 from popflow.tasks import Checkpoint, Trainable, get_checkpoint, report
-from popflow.tasks.checkpoint import DICT_CHECKPOINT_FILE
 from popflow.tasks.segment import run_segment
 from popflow.tasks.segment_run import should_stop
-from popflow.tasks.specs import SegmentOutcome, SegmentSpec, checkpoint_name
+from popflow.tasks.specs import SegmentOutcome, SegmentSpec
 
 TRIAL_DIR = "Counter_t0"
 

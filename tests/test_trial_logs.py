@@ -10,10 +10,11 @@ import threading
 
 import pytest
 
-from popflow.flows.experiment.trial_logs import PARAMS, RESULTS, TrialLogs
+from popflow.flows.experiment.trial_logs import TrialLogs
 from popflow.flows.experiment.trial_table import TrialRecord
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.json_delta import Changed
+from popflow.infra.store.layout import PARAMS, RESULTS
 from popflow.infra.store.lease import LeaseLost
 from popflow.schedulers import Trial
 

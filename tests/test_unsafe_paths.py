@@ -24,8 +24,9 @@ from popflow.flows.experiment.trial_table import TrialRecord
 from popflow.infra.jsonutil import jsonable
 from popflow.infra.storage.folder import Storage
 from popflow.infra.storage.safe_paths import UnsafePath
-from popflow.infra.store.checkpoints import MANIFEST, CheckpointError, fetch_checkpoint
+from popflow.infra.store.checkpoints import CheckpointError, fetch_checkpoint
 from popflow.infra.store.commit_log import STATE_KEYS, ExperimentLog
+from popflow.infra.store.layout import MANIFEST, commit_path
 from popflow.schedulers import PopulationBasedTraining, Trial
 from popflow.tasks.specs import CheckpointRecord
 
@@ -40,7 +41,7 @@ def forge_newest_commit(storage: Storage, edit: Callable[[dict, dict], None]) ->
     edit(state, commit)
     body = json.dumps({**commit, "state": state})
     digest = hashlib.sha256(body.encode()).hexdigest()
-    storage.write_bytes(f"{body}\n{digest}\n".encode(), log.commit_path(seq))
+    storage.write_bytes(f"{body}\n{digest}\n".encode(), commit_path(seq))
 
 
 def escape(state: dict, _record: dict) -> None:

@@ -96,7 +96,7 @@ def storage_error(e: StorageError) -> UserError:
 
 def experiments_in(storage: Storage, limit: int = 20) -> list[str]:
     """The experiments directly under ``storage`` (a storage root given for an experiment)."""
-    from popflow.infra.store.commit_log import EXPERIMENT_FILE
+    from popflow.infra.store.layout import EXPERIMENT_FILE
 
     try:
         names = storage.listdir()[:limit]

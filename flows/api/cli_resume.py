@@ -200,7 +200,7 @@ def ended_lines(
 def _check_resumable(experiment: CommittedExperiment, run_args: dict[str, Any]) -> None:
     """What a resume reads besides the trial table, tried before anything is written: the
     seed, and the commit's scheduler state, given to a copy of the run's scheduler."""
-    from popflow.infra.store.commit_log import EXPERIMENT_FILE, ExperimentLog
+    from popflow.infra.store.layout import EXPERIMENT_FILE, commit_path
 
     if experiment.seed is None:
         raise UserError(
@@ -213,7 +213,7 @@ def _check_resumable(experiment: CommittedExperiment, run_args: dict[str, Any]) 
         scheduler.set_state(experiment.scheduler_state)
     except (LookupError, TypeError, ValueError, AttributeError) as e:
         seq = experiment.commit["seq"]
-        commit = experiment.storage.full_url(ExperimentLog(experiment.storage).commit_path(seq))
+        commit = experiment.storage.full_url(commit_path(seq))
         raise UserError(
             f"{commit} holds a scheduler state {type(scheduler).__name__} cannot take "
             f"({type(e).__name__}: {e}); nothing was changed"

@@ -53,9 +53,10 @@ from popflow.flows.experiment.results import checkpoint_of
 from popflow.flows.experiment.trial_logs import TrialLogs
 from popflow.flows.experiment.trial_table import TrialRecord, TrialTable, clone_into
 from popflow.infra.store.json_delta import Changed
+from popflow.infra.store.layout import checkpoint_path
 from popflow.schedulers import Action, Exploit, Trial, TrialStatus
 from popflow.tasks.seeding import DRIVER, seed_globals, segment_seed
-from popflow.tasks.specs import EndReason, SegmentOutcome, SegmentSpec, checkpoint_path
+from popflow.tasks.specs import EndReason, SegmentOutcome, SegmentSpec
 
 if TYPE_CHECKING:  # types only: the driver runs on what the doors built
     from popflow.flows.experiment.opening import Experiment

@@ -18,9 +18,9 @@ from popflow.flows.driver.guards import Retries
 from popflow.flows.driver.trial_index import TrialIndex
 from popflow.flows.events.callbacks import Hooks
 from popflow.flows.events.run_events import EventBus, TrialErrored
-from popflow.flows.experiment.trial_logs import ERROR_FILE
 from popflow.flows.experiment.trial_table import TrialRecord, TrialTable, fall_back_from
 from popflow.infra.storage.folder import Storage
+from popflow.infra.store.layout import ERROR_FILE
 from popflow.schedulers import TrialScheduler, TrialStatus
 from popflow.tasks.specs import SegmentOutcome
 

@@ -18,9 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from popflow.flows.experiment.trial_logs import GLOBAL_POLICY, LOGS
 from popflow.infra.storage.safe_paths import UnsafePath, is_name
-from popflow.tasks.specs import is_checkpoint_name
+from popflow.infra.store.layout import GLOBAL_POLICY, LOGS, is_checkpoint_name
 
 __all__ = ["UnsafePath", "check_commit_paths"]
 

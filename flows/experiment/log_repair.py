@@ -15,17 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from popflow.flows.experiment.trial_logs import (
-    GLOBAL_POLICY,
-    PROGRESS,
-    RESULTS,
-    csv_row,
-    lines_of,
-    policy_file,
-)
+from popflow.flows.experiment.trial_logs import csv_row, lines_of
 from popflow.flows.experiment.trial_table import TrialRecord
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import DamagedCommit, ExperimentLog
+from popflow.infra.store.layout import GLOBAL_POLICY, PROGRESS, RESULTS, policy_file
 
 
 def _count_lines(storage: Storage, *parts: str) -> int:

@@ -28,28 +28,30 @@ import numpy as np
 
 from popflow.flows.experiment.commit_shape import check_commit
 from popflow.flows.experiment.log_repair import rebuild_tails, rewrite_policy_files
-from popflow.flows.experiment.trial_logs import (
-    ERROR_FILE,
-    GLOBAL_POLICY,
-    LOGS,
-    PARAMS,
-    last_result,
-    params_text,
-)
+from popflow.flows.experiment.trial_logs import last_result, params_text
 from popflow.flows.experiment.trial_table import TrialRecord, is_finished
 from popflow.flows.spec.run_args import save_code_origin, save_run_args
 from popflow.flows.spec.run_spec import RunSpec, trainable_name
 from popflow.infra.storage.folder import Storage
-from popflow.infra.store.commit_log import EXPERIMENT_FILE, CommitConflict, ExperimentLog
+from popflow.infra.store.commit_log import CommitConflict, ExperimentLog
+from popflow.infra.store.layout import (
+    CHECKPOINT_PREFIX,
+    ERROR_FILE,
+    EXPERIMENT_FILE,
+    GLOBAL_POLICY,
+    LOGS,
+    PARAMS,
+    commit_path,
+    is_scratch,
+    restarted_trial_dir,
+    trial_dir,
+)
 from popflow.infra.store.lease import Lease, LeaseLost
 from popflow.schedulers import Trial, TrialScheduler, TrialStatus
 from popflow.schedulers.variants import resolve_variants
 from popflow.tasks.seeding import experiment_generators
 
 logger = logging.getLogger(__name__)
-
-#: Suffixes of half-published checkpoint folders (see popflow.infra.store.checkpoints).
-_SCRATCH = (".tmp-", ".old-")
 
 
 @dataclass
@@ -91,7 +93,7 @@ def open_experiment(spec: RunSpec, resume: bool | str) -> Iterator[Experiment]:
     if latest is None and resume is True:
         raise ValueError(f"nothing to resume: no committed experiment at {storage.url}")
     if latest is not None:  # used below: refuse a forged or wrong-shaped one before the lease
-        check_commit(latest, storage.full_url(log.commit_path(latest["seq"])), storage.url)
+        check_commit(latest, storage.full_url(commit_path(latest["seq"])), storage.url)
     requeue = spec.errored != "skip" and any(
         t["status"] == TrialStatus.ERROR.value for t in (latest or {}).get("trials", [])
     )
@@ -150,9 +152,7 @@ def _take_over(log: ExperimentLog) -> tuple[dict[str, Any], bool]:
         assert found is not None  # the caller saw a commit, and commits are never deleted
         previous = found.commit
         # a newer one than the caller checked
-        check_commit(
-            previous, log.storage.full_url(log.commit_path(previous["seq"])), log.storage.url
-        )
+        check_commit(previous, log.storage.full_url(commit_path(previous["seq"])), log.storage.url)
         marker = {k: v for k, v in previous.items() if k not in ("seq", "epoch")}
         marker.update(
             time=time.time(),
@@ -213,7 +213,9 @@ def _requeue_errored(
                 trainable_name=old.trainable_name,
                 custom_name=f"{old.custom_name}_r{restarts}" if old.custom_name else None,
             )
-            new = TrialRecord(trial=trial, index=rec.index, dirname=f"{rec.dirname}_r{restarts}")
+            new = TrialRecord(
+                trial=trial, index=rec.index, dirname=restarted_trial_dir(rec.dirname, restarts)
+            )
         spec.scheduler.on_trial_add(new.trial)
         logger.info("%s: %s errored trial %s", spec.name, spec.errored, rec.trial_id)
         out.append(new)
@@ -269,7 +271,9 @@ def sample_population(spec: RunSpec, seed: int) -> list[TrialRecord]:
         trial.custom_name = _created("trial_name_creator", spec.trial_name_creator, trial)
         dirname = _created("trial_dirname_creator", spec.trial_dirname_creator, trial)
         records.append(
-            TrialRecord(trial=trial, index=variant.index, dirname=dirname or f"{name}_{trial_id}")
+            TrialRecord(
+                trial=trial, index=variant.index, dirname=dirname or trial_dir(name, trial_id)
+            )
         )
     dirnames = [r.dirname for r in records]
     if len(set(dirnames)) < len(dirnames):
@@ -354,10 +358,8 @@ def remove_uncommitted(
         listed = (names or {}).get(rec.dirname)
         names_here = storage.listdir(rec.dirname) if listed is None else listed
         for name in names_here:
-            orphan = orphans and name.startswith("checkpoint_") and name not in kept
-            if (orphan and rec.checkpoint_path(name) not in referenced) or any(
-                s in name for s in _SCRATCH
-            ):
+            orphan = orphans and name.startswith(CHECKPOINT_PREFIX) and name not in kept
+            if (orphan and rec.checkpoint_path(name) not in referenced) or is_scratch(name):
                 logger.info("removing uncommitted %s/%s", rec.dirname, name)
                 guard()
                 storage.remove(rec.dirname, name)

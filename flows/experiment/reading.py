@@ -23,7 +23,8 @@ from popflow.flows.experiment.log_repair import committed_rows
 from popflow.flows.experiment.trial_logs import result_lines
 from popflow.flows.experiment.trial_table import TrialRecord, is_finished
 from popflow.infra.storage.folder import Storage
-from popflow.infra.store.commit_log import EXPERIMENT_FILE, ExperimentLog
+from popflow.infra.store.commit_log import ExperimentLog
+from popflow.infra.store.layout import EXPERIMENT_FILE, commit_path
 
 
 class NoExperiment(FileNotFoundError):
@@ -70,7 +71,7 @@ def read_committed(
     commit = log.latest()
     if commit is None:
         raise NoExperiment(f"no committed experiment at {storage.url}")
-    check_commit(commit, storage.full_url(log.commit_path(commit["seq"])), storage.url)
+    check_commit(commit, storage.full_url(commit_path(commit["seq"])), storage.url)
     info = read_info(storage)
     state = commit.get("scheduler") or {}
     last = _last_results(storage, log, commit)

@@ -26,20 +26,9 @@ from popflow.flows.experiment.trial_table import TrialRecord
 from popflow.infra.jsonutil import dumps
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.json_delta import Changed
+from popflow.infra.store.layout import GLOBAL_POLICY, PARAMS, PROGRESS, RESULTS, policy_file
 
 logger = logging.getLogger(__name__)
-
-GLOBAL_POLICY = "pbt_global.txt"
-#: A trial's results, a JSON line each, in its folder (Ray's name)
-RESULTS = "result.json"
-#: A trial's results as CSV, in its folder (Ray's name)
-PROGRESS = "progress.csv"
-#: A trial's derived logs, in its folder
-LOGS = (RESULTS, PROGRESS)
-#: A trial's config, in its folder (Ray's name)
-PARAMS = "params.json"
-#: A trial's error (its trace), in its folder
-ERROR_FILE = "error.txt"
 
 
 def params_text(config: dict[str, Any]) -> str:
@@ -52,10 +41,6 @@ def csv_row(values: list[Any]) -> str:
     buf = io.StringIO()
     csv.writer(buf).writerow(values)
     return buf.getvalue()
-
-
-def policy_file(trial_id: str) -> str:
-    return f"pbt_policy_{trial_id}.txt"
 
 
 def lines_of(entries: list[Any]) -> str:

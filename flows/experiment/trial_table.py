@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from popflow.infra.jsonutil import jsonable
+from popflow.infra.store.layout import checkpoint_path
 from popflow.schedulers import Action, Decision, Exploit, Trial, TrialScheduler, TrialStatus
-from popflow.tasks.specs import CheckpointRecord, checkpoint_path
+from popflow.tasks.specs import CheckpointRecord
 
 logger = logging.getLogger(__name__)
 

@@ -23,6 +23,7 @@ from fsspec.implementations.local import LocalFileSystem
 from popflow.flows.events.callbacks import LoggerCallback
 from popflow.flows.experiment.results import flatten
 from popflow.infra.storage.errors import is_storage_failure
+from popflow.infra.store.layout import TENSORBOARD_EVENTS
 from popflow.schedulers import Trial
 
 logger = logging.getLogger(__name__)
@@ -31,7 +32,6 @@ logger = logging.getLogger(__name__)
 TAG_PREFIX = "ray/tune/"
 #: result keys Ray does not log to TensorBoard
 NOT_LOGGED = ("config", "pid", "timestamp", "time_total_s", "training_iteration")
-EVENT_FILE = "events.out.tfevents."
 
 
 def require(module: str, extra: str, who: str) -> Any:
@@ -184,7 +184,7 @@ class TBXLoggerCallback(LoggerCallback):
             return True
         fs, folder, staged = self._remote[trial_id]
         names = os.listdir(staged) if os.path.isdir(staged) else []
-        for name in sorted(n for n in names if n.startswith(EVENT_FILE)):
+        for name in sorted(n for n in names if n.startswith(TENSORBOARD_EVENTS)):
             local = os.path.join(staged, name)
             size = os.path.getsize(local)
             if self._uploaded.get(local) == size:

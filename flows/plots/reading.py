@@ -18,9 +18,8 @@ from typing import Any
 
 from popflow.flows.experiment.reading import NoExperiment, read_committed
 from popflow.flows.experiment.results import ResultGrid, committed_results, flatten
-from popflow.flows.experiment.trial_logs import GLOBAL_POLICY
-from popflow.flows.spec.run_args import RUN_ARGS_FILE
 from popflow.infra.storage.folder import Storage
+from popflow.infra.store.layout import GLOBAL_POLICY, RUN_ARGS_FILE
 
 __all__ = ["ExperimentSnapshot", "NoExperiment", "read_experiment"]
 

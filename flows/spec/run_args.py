@@ -37,18 +37,16 @@ from popflow.flows.spec.run_spec import RUN_ARGUMENTS, trainable_name
 from popflow.flows.spec.trainable_paths import check_trainable, path_of
 from popflow.infra.jsonutil import dumps
 from popflow.infra.storage.folder import Storage
+from popflow.infra.store.layout import (
+    CODE_FILE,
+    OLD_RUN_ARGS_FILE,
+    PICKLED_ARGS_FILE,
+    RUN_ARGS_FILE,
+)
 from popflow.schedulers import TrialScheduler
 
 logger = logging.getLogger(__name__)
 
-#: The run's arguments as JSON (no storage options: no secrets).
-RUN_ARGS_FILE = ".popflow/run_args.json"
-#: What JSON cannot say, pickled (written only when there is some).
-PICKLED_ARGS_FILE = ".popflow/run_args.pkl"
-#: Where experiments written before this format kept all of them, pickled.
-OLD_RUN_ARGS_FILE = ".popflow/tune_args.pkl"
-#: Where the trainable's code came from (for ``popflow resume`` in another folder).
-CODE_FILE = ".popflow/code.json"
 FORMAT = 1
 
 

@@ -28,7 +28,7 @@ from popflow.flows.spec.experiment_name import check_experiment_path, check_name
 from popflow.flows.spec.groups import BudgetSpec, ClusterSpec, ResumeSpec, StorageSpec
 from popflow.flows.spec.ray_configs import FailureConfig, RunConfig, TuneConfig
 from popflow.infra.storage.folder import Storage
-from popflow.infra.store.commit_log import LOG_DIR
+from popflow.infra.store.layout import LOG_DIR
 from popflow.schedulers import FIFOScheduler
 from popflow.schedulers.domains import Categorical
 from popflow.tasks.trainable import Trainable, is_function_trainable

@@ -1,1 +1,2 @@
-"""The experiment folder's layout and its atomic commits: commit log, lease, checkpoints."""
+"""The experiment folder: its layout (every path in it, named by ``layout``) and its atomic
+commits: commit log, lease, checkpoints."""

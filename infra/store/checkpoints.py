@@ -15,14 +15,12 @@ import errno
 import hashlib
 import json
 import os
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
 
 from popflow.infra.storage.folder import Storage, StorageError
 from popflow.infra.storage.safe_paths import is_relative_file
-
-MANIFEST = ".popflow_manifest.json"
+from popflow.infra.store.layout import MANIFEST, save_folder, staging_path, trash_path
 
 
 class CheckpointError(RuntimeError):
@@ -81,7 +79,7 @@ def staging_folder(storage: Storage, trial_dir: str) -> str | None:
     copy, no temporary folder elsewhere. None on object stores."""
     if not storage.is_local:
         return None
-    folder = f"{trial_dir}/save.tmp-{uuid.uuid4().hex[:8]}"
+    folder = save_folder(trial_dir)
     storage.make_folder(folder)
     return folder
 
@@ -115,7 +113,7 @@ def publish_checkpoint(
     manifest = {"files": _local_files(local_dir, known), "metadata": metadata}
     manifest_bytes = json.dumps(manifest, sort_keys=True).encode()
     if storage.is_local:
-        tmp = staged or f"{rel_path}.tmp-{uuid.uuid4().hex[:8]}"
+        tmp = staged or staging_path(rel_path)
         try:
             if not staged:
                 storage.put_dir(local_dir, tmp)
@@ -134,7 +132,7 @@ def publish_checkpoint(
         except StorageError as e:  # published before (a retried segment): replace it
             if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                 raise
-            trash = f"{rel_path}.old-{uuid.uuid4().hex[:8]}"
+            trash = trash_path(rel_path)
             storage.rename((rel_path,), (trash,))
             storage.remove(trash)
             storage.rename((tmp,), (rel_path,))

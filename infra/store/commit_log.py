@@ -34,14 +34,11 @@ from typing import Any
 from popflow.infra.jsonutil import dumps
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.json_delta import patch
+from popflow.infra.store.layout import COMMITS, EXPERIMENT_FILE, commit_path, commit_seqs
 from popflow.infra.store.lease import LeaseLost
 from popflow.infra.store.state_text import StateText
 
 logger = logging.getLogger(__name__)
-
-LOG_DIR = ".popflow"
-COMMITS = f"{LOG_DIR}/commits"
-EXPERIMENT_FILE = f"{LOG_DIR}/experiment.json"
 
 #: What a commit carries forward (in full in a snapshot, as a delta otherwise);
 #: everything else in a commit is about its own round.
@@ -140,9 +137,6 @@ class ExperimentLog:
         """The state of the newest commit this log wrote (as JSON reads it; None: none)."""
         return None if self._state is None else self._state.value()
 
-    def commit_path(self, seq: int) -> str:
-        return f"{COMMITS}/{seq:08d}.json"
-
     def write_experiment(self, info: dict[str, Any]) -> None:
         self.storage.write_text(dumps(info, indent=2, sort_keys=True), EXPERIMENT_FILE)
 
@@ -183,7 +177,7 @@ class ExperimentLog:
         else:
             record.update(base=self._base, delta=delta)
             data = encode_commit(record)
-        if not self.storage.create_bytes(data, self.commit_path(seq), durable=True):
+        if not self.storage.create_bytes(data, commit_path(seq), durable=True):
             other = self._epoch_of(seq)
             raise CommitConflict(
                 f"commit {seq} of {self.storage.url} was written by driver epoch {other}, "
@@ -215,7 +209,7 @@ class ExperimentLog:
         if not doomed:
             return
         try:
-            self.storage.remove_files([self.commit_path(s) for s in doomed])
+            self.storage.remove_files([commit_path(s) for s in doomed])
         except Exception as exc:  # old commits are garbage, not data: the run goes on
             logger.warning("could not delete old commits of %s: %s", self.storage.url, exc)
             return
@@ -228,15 +222,12 @@ class ExperimentLog:
             return None
 
     def commit_numbers(self) -> list[int]:
-        names = self.storage.listdir(COMMITS)
-        return sorted(
-            int(n.split(".")[0]) for n in names if n.endswith(".json") and n[:8].isdigit()
-        )
+        return commit_seqs(self.storage.listdir(COMMITS))
 
     def read_record(self, seq: int) -> dict[str, Any]:
         """Commit ``seq`` as stored: its round's own fields, and its state or delta."""
         try:
-            record = decode_commit(self.storage.read_bytes(self.commit_path(seq)))
+            record = decode_commit(self.storage.read_bytes(commit_path(seq)))
         except DamagedCommit as e:
             raise DamagedCommit(str(e), seq) from None
         if record["seq"] != seq:

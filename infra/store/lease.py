@@ -51,10 +51,10 @@ from collections.abc import Callable
 from typing import Any
 
 from popflow.infra.storage.folder import Storage
+from popflow.infra.store.layout import LEASE_DIR, lease_epochs_in, lease_path
 
 logger = logging.getLogger(__name__)
 
-LEASE_DIR = ".popflow/lease"
 #: Lease files older than the newest by more than this are removed.
 _KEEP_EPOCHS = 2
 #: A lease lapses at most this many ttls after its file was last written (see above).
@@ -73,15 +73,10 @@ class LeaseLost(RuntimeError):
     """A newer driver took the experiment over; this one must write nothing more."""
 
 
-def lease_path(epoch: int) -> str:
-    return f"{LEASE_DIR}/{epoch:08d}.json"
-
-
 def lease_epochs(storage: Storage) -> list[int]:
     """The epochs of the lease files in ``storage``'s experiment, oldest first (one
     listing: one request on an object store)."""
-    names = storage.listdir(LEASE_DIR)
-    return sorted(int(n[:8]) for n in names if n.endswith(".json") and n[:8].isdigit())
+    return lease_epochs_in(storage.listdir(LEASE_DIR))
 
 
 def newer_epoch(storage: Storage, epoch: int) -> int | None:

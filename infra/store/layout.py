@@ -1,0 +1,193 @@
+"""Every path popflow reads or writes inside an experiment folder, ``<storage>/<name>/``.
+
+The folder is a format: experiments written by earlier versions resume, so these names
+never change. Paths are relative to the experiment folder, ``/``-separated (local
+disk and object stores alike)::
+
+    <storage>/<name>/
+    ├── pbt_global.txt                     GLOBAL_POLICY: every exploit, a line each (Ray's)
+    ├── pbt_policy_<trial_id>.txt          policy_file(): a trial's lineage (Ray's)
+    ├── <trial_dir>/                       trial_dir(): "<trainable>_<trial_id>", or what
+    │   │                                  trial_dirname_creator returns; restarted_trial_dir()
+    │   │                                  adds "_r<k>" for an errored trial started again
+    │   ├── params.json                    PARAMS: its config (Ray's)
+    │   ├── result.json                    RESULTS: its results, a JSON line each (Ray's)
+    │   ├── progress.csv                   PROGRESS: the same as CSV (Ray's)
+    │   ├── error.txt                      ERROR_FILE: the trace of its last error
+    │   ├── events.out.tfevents.*          TENSORBOARD_EVENTS: TBXLoggerCallback's files
+    │   ├── checkpoint_000010/             checkpoint_path(trial_dir, checkpoint_name(10, ...))
+    │   │   ├── .popflow_manifest.json     MANIFEST: its files' sizes and SHA-256; it exists
+    │   │   │                              once this does
+    │   │   ├── _dict_checkpoint.pkl       DICT_CHECKPOINT_FILE: save_checkpoint's dict
+    │   │   └── ...                        or the trainable's own files
+    │   ├── checkpoint_000010_1/           the same iteration reached again by a restarted lineage
+    │   └── *.tmp-<hex>, *.old-<hex>       scratch (SCRATCH_MARKERS): half-published
+    │                                      checkpoints, staging_path() save_folder() trash_path();
+    │                                      nothing reads them and a resume removes them
+    └── .popflow/                          LOG_DIR: popflow's own state
+        ├── experiment.json                EXPERIMENT_FILE: name, scheduler, seed, metric, mode
+        ├── commits/00000001.json          commit_path(seq): the commit log (COMMITS)
+        ├── lease/00000001.json            lease_path(epoch): the driver's lease (LEASE_DIR)
+        ├── run_args.json                  RUN_ARGS_FILE: the run's arguments, for resume
+        ├── run_args.pkl                   PICKLED_ARGS_FILE: the arguments JSON cannot hold
+        ├── tune_args.pkl                  OLD_RUN_ARGS_FILE: older versions' arguments (read)
+        ├── code.json                      CODE_FILE: where the trainable's code was loaded from
+        └── parameters/<sha256>.pkl        parameters_path(): with_parameters' objects
+
+``commit_seqs`` and ``lease_epochs_in`` read the numbers back from a listing.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterable
+
+#: popflow's own state, beside the trials' folders
+LOG_DIR = ".popflow"
+#: The run's name, scheduler, seed, metric and mode
+EXPERIMENT_FILE = f"{LOG_DIR}/experiment.json"
+#: The commit log: one numbered file per commit (:func:`commit_path`)
+COMMITS = f"{LOG_DIR}/commits"
+#: The driver's lease: one numbered file per epoch (:func:`lease_path`)
+LEASE_DIR = f"{LOG_DIR}/lease"
+#: The run's arguments as JSON, for ``popflow resume`` and ``Tuner.restore`` (no storage
+#: options: no secrets)
+RUN_ARGS_FILE = f"{LOG_DIR}/run_args.json"
+#: The arguments JSON cannot hold, pickled (written only when there are some; its SHA-256
+#: is in :data:`RUN_ARGS_FILE`)
+PICKLED_ARGS_FILE = f"{LOG_DIR}/run_args.pkl"
+#: Older versions kept every argument pickled here; still read when there is no JSON
+OLD_RUN_ARGS_FILE = f"{LOG_DIR}/tune_args.pkl"
+#: Where the trainable's code came from (for ``popflow resume`` in another folder)
+CODE_FILE = f"{LOG_DIR}/code.json"
+#: ``with_parameters``' objects, each named by its pickle's SHA-256
+PARAMETERS_DIR = f"{LOG_DIR}/parameters"
+
+#: Every exploit, a line each (Ray's name), at the top of the experiment folder
+GLOBAL_POLICY = "pbt_global.txt"
+#: A trial's results, a JSON line each, in its folder (Ray's name)
+RESULTS = "result.json"
+#: A trial's results as CSV, in its folder (Ray's name)
+PROGRESS = "progress.csv"
+#: A trial's derived logs, in its folder
+LOGS = (RESULTS, PROGRESS)
+#: A trial's config, in its folder (Ray's name)
+PARAMS = "params.json"
+#: A trial's error (its trace), in its folder
+ERROR_FILE = "error.txt"
+#: How tensorboardX names its event files (``TBXLoggerCallback`` writes them in a trial's folder)
+TENSORBOARD_EVENTS = "events.out.tfevents."
+
+#: Every checkpoint folder's name starts so
+CHECKPOINT_PREFIX = "checkpoint_"
+#: A checkpoint's manifest, in its folder: the checkpoint exists once this does
+MANIFEST = ".popflow_manifest.json"
+#: The dict a class trainable's ``save_checkpoint`` returned, pickled in its checkpoint
+DICT_CHECKPOINT_FILE = "_dict_checkpoint.pkl"
+#: In the names of folders being published or thrown away: never read, removed by a resume
+SCRATCH_MARKERS = (".tmp-", ".old-")
+
+#: What :func:`checkpoint_name` makes; a name read back from storage must look so.
+_CHECKPOINT_NAME = re.compile(re.escape(CHECKPOINT_PREFIX) + r"[0-9]{6,}(_[0-9]+)?")
+#: What :func:`parameters_path` makes: the first 32 hex digits of the pickle's SHA-256.
+_PARAMETERS_PATH = re.compile(re.escape(PARAMETERS_DIR) + r"/([0-9a-f]{32})\.pkl")
+#: Digits of the numbered files of :data:`COMMITS` and :data:`LEASE_DIR`.
+_NUMBER_DIGITS = 8
+
+
+def _numbered(folder: str, number: int) -> str:
+    return f"{folder}/{number:0{_NUMBER_DIGITS}d}.json"
+
+
+def commit_path(seq: int) -> str:
+    """Commit ``seq``'s file (``.popflow/commits/00000012.json``)."""
+    return _numbered(COMMITS, seq)
+
+
+def lease_path(epoch: int) -> str:
+    """The lease file of driver epoch ``epoch`` (``.popflow/lease/00000003.json``)."""
+    return _numbered(LEASE_DIR, epoch)
+
+
+def _is_numbered(name: str) -> bool:
+    return name.endswith(".json") and name[:_NUMBER_DIGITS].isdigit()
+
+
+def commit_seqs(names: Iterable[str]) -> list[int]:
+    """The commit numbers among the names a listing of :data:`COMMITS` gave, in order."""
+    return sorted(int(n.split(".")[0]) for n in names if _is_numbered(n))
+
+
+def lease_epochs_in(names: Iterable[str]) -> list[int]:
+    """The epochs among the names a listing of :data:`LEASE_DIR` gave, oldest first."""
+    return sorted(int(n[:_NUMBER_DIGITS]) for n in names if _is_numbered(n))
+
+
+def trial_dir(trainable_name: str, trial_id: str) -> str:
+    """A trial's folder unless ``trial_dirname_creator`` names it (``Parity_ab12c_00001``)."""
+    return f"{trainable_name}_{trial_id}"
+
+
+def restarted_trial_dir(dirname: str, restarts: int) -> str:
+    """The folder of an errored trial started again from scratch (the old one stays)."""
+    return f"{dirname}_r{restarts}"
+
+
+def policy_file(trial_id: str) -> str:
+    """A trial's lineage (Ray's ``pbt_policy_<trial_id>.txt``), at the top of the folder."""
+    return f"pbt_policy_{trial_id}.txt"
+
+
+def checkpoint_path(trial_dir: str, name: str) -> str:
+    """Where a trial's checkpoint lives, relative to the experiment's storage."""
+    return f"{trial_dir}/{name}"
+
+
+def checkpoint_name(iteration: int, taken: frozenset[str] | set[str]) -> str:
+    """``checkpoint_000010``; a suffix when a restarted lineage reaches a used iteration."""
+    name = f"{CHECKPOINT_PREFIX}{iteration:06d}"
+    k = 1
+    while name in taken:
+        name = f"{CHECKPOINT_PREFIX}{iteration:06d}_{k}"
+        k += 1
+    return name
+
+
+def is_checkpoint_name(name: object) -> bool:
+    """``name`` is one :func:`checkpoint_name` could have made (``checkpoint_000010_2``)."""
+    return isinstance(name, str) and _CHECKPOINT_NAME.fullmatch(name) is not None
+
+
+def is_scratch(name: str) -> bool:
+    """``name`` (in a trial's folder) is a folder being published or thrown away."""
+    return any(marker in name for marker in SCRATCH_MARKERS)
+
+
+def _suffix() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def staging_path(path: str) -> str:
+    """A new scratch name beside ``path``, to build it in and publish it by a rename."""
+    return f"{path}{SCRATCH_MARKERS[0]}{_suffix()}"
+
+
+def trash_path(path: str) -> str:
+    """A new scratch name beside ``path``, to move it out of the way before removing it."""
+    return f"{path}{SCRATCH_MARKERS[1]}{_suffix()}"
+
+
+def save_folder(trial_dir: str) -> str:
+    """A new scratch folder in a trial's folder for a checkpoint to be saved into."""
+    return staging_path(f"{trial_dir}/save")
+
+
+def parameters_path(sha256_hex: str) -> str:
+    """Where a ``with_parameters`` object whose pickle has this SHA-256 is stored."""
+    return f"{PARAMETERS_DIR}/{sha256_hex[:32]}.pkl"
+
+
+def is_parameters_path(path: object) -> bool:
+    """``path`` is one :func:`parameters_path` could have made."""
+    return isinstance(path, str) and _PARAMETERS_PATH.fullmatch(path) is not None
