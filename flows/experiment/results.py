@@ -14,6 +14,7 @@ from popflow.flows.experiment.trial_logs import result_lines
 from popflow.flows.experiment.trial_table import TrialRecord
 from popflow.infra.storage.credentials import Hidden, without_secrets
 from popflow.infra.storage.folder import Storage, StorageError
+from popflow.infra.store.layout import RESULTS
 from popflow.tasks.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ class ResultLog:
         except FileNotFoundError:
             raise FileNotFoundError(
                 f"{storage.full_url(self.dirname)} is gone: a trial's history is read from its "
-                "result.json when first used, so keep the experiment's folder while you read it"
+                f"{RESULTS} when first used, so keep the experiment's folder while you read it"
             ) from None
         except StorageError as e:
             if not self._stripped:

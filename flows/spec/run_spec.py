@@ -28,7 +28,7 @@ from popflow.flows.spec.experiment_name import check_experiment_path, check_name
 from popflow.flows.spec.groups import BudgetSpec, ClusterSpec, ResumeSpec, StorageSpec
 from popflow.flows.spec.ray_configs import FailureConfig, RunConfig, TuneConfig
 from popflow.infra.storage.folder import Storage
-from popflow.infra.store.layout import LOG_DIR
+from popflow.infra.store.layout import LOG_DIR, PARAMS
 from popflow.schedulers import FIFOScheduler
 from popflow.schedulers.domains import Categorical
 from popflow.tasks.trainable import Trainable, is_function_trainable
@@ -207,7 +207,7 @@ def _check_keys(value: Any, where: str) -> None:
             if not isinstance(key, str):
                 raise TypeError(
                     f"`{where}` has the key {key!r} ({type(key).__name__}), but every key in "
-                    "`param_space` must be a string (params.json and a resume keep string "
+                    f"`param_space` must be a string ({PARAMS} and a resume keep string "
                     "keys only)"
                 )
             _check_keys(sub, f"{where}[{key!r}]")
