@@ -6,6 +6,7 @@ client, which ``popflow status`` and ``popflow --help`` have no use for.
 
 from typing import TYPE_CHECKING
 
+from popflow.flows.moved_modules import install as _install_old_names
 from popflow.infra.lazy_names import lazy_names
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ _HOMES = {
 }
 
 
+_install_old_names()  # experiments and pickles from before the subpackages name old modules
 __getattr__, __dir__ = lazy_names(__name__, _HOMES)
 
 __all__ = ["CheckpointConfig", "Result", "ResultGrid", "Simulation", "run", "simulate"]
