@@ -201,17 +201,14 @@ def test_a_segment_sends_its_latest_result_to_the_driver_as_it_trains(dask_clust
     live.close()
 
 
-def test_through_a_pipe_a_long_run_prints_its_status_line_every_interval(monkeypatch):
+def test_through_a_pipe_a_long_run_prints_its_status_line_every_interval():
     """Plain output is periodic: a status line when the interval has passed, none before;
     the table once, at the end (a pipe keeps every print: ``make demo 2>&1 | wc -l``)."""
-    from popflow.flows.console import live_table
-
     now = [1000.0]
-    monkeypatch.setattr(live_table.time, "monotonic", lambda: now[0])
     out = io.StringIO()
     table = LiveTable(
         2, name="long", path="/x/long", seed=0, scheduler="PBT", metric="score", mode="max",
-        file=out, interval_s=30.0,
+        file=out, interval_s=30.0, clock=lambda: now[0],
     )  # fmt: skip
     records = _records(3)
     table.start(None)

@@ -19,7 +19,7 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any
 
@@ -67,9 +67,11 @@ class LiveTable:
         file: IO[str] | None = None,
         interval_s: float | None = None,
         width: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``width``: the console's columns (default: the terminal's; a pipe's
-        ``PLAIN_WIDTH``)."""
+        ``PLAIN_WIDTH``); ``clock``: seconds that never go back (when to redraw)."""
+        self.clock = clock
         from rich.console import Console
 
         self.verbose = verbose
@@ -84,7 +86,7 @@ class LiveTable:
         self.interval = interval_s or (TTY_REFRESH_S if self.tty else PLAIN_INTERVAL_S)
         self.dashboard: str | None = None
         self.round = 0
-        self._t0 = time.monotonic()
+        self._t0 = self.clock()
         self._due = self._t0 + self.interval
         self._live: Any = None
         self._restore: list[tuple[Any, str, Any]] = []
@@ -126,7 +128,7 @@ class LiveTable:
     def tick(self, records: Sequence[TrialRecord], round_no: int) -> None:
         """New results: redraw if the last redraw is old enough."""
         self.round = round_no
-        now = time.monotonic()
+        now = self.clock()
         if now < self._due:
             return
         self._due = now + self.interval
@@ -197,9 +199,7 @@ class LiveTable:
         for rec in records:
             counts[rec.trial.status.value] = counts.get(rec.trial.status.value, 0) + 1
         states = " | ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-        line = (
-            f"Trial status: {states} · round {self.round} · {_elapsed(time.monotonic() - self._t0)}"
-        )
+        line = f"Trial status: {states} · round {self.round} · {_elapsed(self.clock() - self._t0)}"
         best = self._best(records)
         if best is not None and self.metric:
             value = self._result(best).get(self.metric)
