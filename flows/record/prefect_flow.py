@@ -33,12 +33,12 @@ from popflow.flows.record.heartbeat import engine_heartbeats_off, heartbeats
 from popflow.flows.record.plot_artifacts import PlotRefresh
 from popflow.flows.record.round_runs import RoundRuns, late_start_line, log_at
 from popflow.flows.record.run_feed import Line, Resumed, RoundBegins, RoundDone, RunEnd, RunFeed
-from popflow.flows.record.run_log import run_logger
+from popflow.flows.record.run_log import popflow_logger, run_logger
 from popflow.flows.record.stale_runs import close_stale_runs
 from popflow.flows.spec.run_spec import RunSpec
 from popflow.infra import local_server
 
-logger = logging.getLogger("popflow")
+logger = logging.getLogger(__name__)
 
 
 def is_flow_retry() -> bool:
@@ -330,7 +330,7 @@ class PrefectRecord:
             lines = event.lines if isinstance(event, RoundDone) else [event]
             for line in lines:
                 if isinstance(line, Line) and not line.detail:
-                    logger.log(line.level, line.message)
+                    popflow_logger.log(line.level, line.message)
 
 
 @contextmanager
