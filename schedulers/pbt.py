@@ -212,7 +212,7 @@ class PopulationBasedTraining(TrialScheduler):
 
     def _all_waiting(self) -> bool:
         """Every live trial waits at the barrier (only live trials wait): O(1) per
-        result, where a 256-member round asked 256 times over 256 trials."""
+        result, not a pass over every trial per result (quadratic in a round's size)."""
         return len(self._waiting) == self._num_live
 
     # -- results -------------------------------------------------------------
