@@ -3,8 +3,8 @@
 While CPython tears an interpreter down it runs the cyclic garbage collector
 over every tracked object several times (once after the ``atexit`` handlers,
 then again as it clears ``sys.modules`` and the modules' dicts). With Prefect,
-Dask and pydantic imported that is ~175,000 objects a pass: ~1.2 s of a
-2-core machine's time after the last result is in, on every script.
+Dask and pydantic imported each pass traverses every object they keep alive, on
+every script, after its last result is in.
 
 :func:`skip_teardown_collections` registers one ``atexit`` handler. It runs one
 ordinary full collection first, so what is already unreachable is finalised
@@ -36,4 +36,4 @@ def skip_teardown_collections() -> None:
 
 def _freeze_at_exit() -> None:
     gc.collect()  # what is garbage now is finalised, as at any collection
-    gc.freeze()  # what is alive now is left to the OS, not traversed ~3 more times
+    gc.freeze()  # what is alive now is left to the OS, not traversed by the teardown's passes

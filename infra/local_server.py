@@ -2,8 +2,8 @@
 started by the first run that needs it and reused by the runs after it.
 
 Prefect's own embedded default starts a temporary server inside every script
-and stops it at the script's end (5-6 s each time on 2 cores, 17 s for a new
-database). popflow instead starts one on 127.0.0.1 in the background, with the
+and stops it at the script's end (seconds each time, more for a new database:
+benchmarks/RESULTS.md). popflow instead starts one on 127.0.0.1 in the background, with the
 ``PREFECT_HOME``'s database, and leaves it running: a later run finds it in
 ``<PREFECT_HOME>/popflow-server.json`` and uses it at once, and its UI outlives
 the script. ``popflow server stop`` stops it (by its PID).
@@ -35,8 +35,8 @@ logger = logging.getLogger(__name__)
 #: How the embedded default gets its Prefect server: "local" (popflow's, reused) or
 #: "temporary" (Prefect's own, started and stopped by each script).
 MODE_VARIABLE = "POPFLOW_PREFECT_SERVER"
-#: Seconds a new server may take to answer (a new database is migrated first: 17 s
-#: on a quiet 2-core machine; the Dask workers start beside it).
+#: Seconds a new server may take to answer: a new database is migrated first, while the
+#: Dask workers start beside it, and a loaded machine is slower still.
 STARTUP_TIMEOUT_S = 120.0
 RECORD = "popflow-server.json"
 

@@ -16,7 +16,7 @@ Every public name is imported on first use (PEP 562): ``import popflow`` imports
 no numpy, fsspec, Dask or Prefect, so the ``popflow`` command answers ``--help``
 at once, and a Dask worker, which imports the user's trainable and with it
 popflow, imports the worker side but never the driver's flows layer and its
-Dask client (a fifth of a second at each worker's start).
+Dask client (an import each worker would pay at its start).
 """
 
 from typing import TYPE_CHECKING

@@ -1,6 +1,7 @@
 """Asynchronous Successive Halving (ASHA), Ray Tune's ``AsyncHyperBandScheduler``.
 
-Li et al., "A System for Massively Parallel Hyperparameter Tuning" (arXiv 1810.05934).
+Li et al., "A System for Massively Parallel Hyperparameter Tuning" (2018),
+https://arxiv.org/abs/1810.05934.
 
 Each bracket ``s`` (``0 <= s < brackets``) has rungs at ``r * η**(k + s)`` for
 ``k = 0, 1, ...`` while the rung stays within ``R``, where ``r`` is the minimum

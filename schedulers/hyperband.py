@@ -1,5 +1,8 @@
 """Synchronous HyperBand (Li et al., JMLR 2018, Algorithm 1), Ray Tune's ``HyperBandScheduler``.
 
+Li et al., "Hyperband: A Novel Bandit-Based Approach to Hyperparameter Optimization"
+(2016; JMLR 2018), https://arxiv.org/abs/1603.06560.
+
 With maximum resource ``R`` (``max_t``) and reduction factor ``η``, HyperBand runs
 brackets ``s = s_max .. 0`` with ``s_max = floor(log_η R)``. Bracket ``s`` starts
 ``n = ceil((s_max + 1) / (s + 1) * η**s)`` trials at ``r = R * η**-s`` and runs

@@ -1,5 +1,8 @@
 """The median stopping rule (Golovin et al., "Google Vizier", KDD 2017), as Ray Tune's.
 
+Golovin et al., "Google Vizier: A Service for Black-Box Optimization" (KDD 2017),
+https://dl.acm.org/doi/10.1145/3097983.3098043.
+
 A trial is stopped at time ``t`` (``t >= grace_period``) when its best score so far
 is strictly worse than the median of the finite running means of the other trials
 that have reached ``t`` (last recorded time ``>= t``): a trial's running mean is

@@ -1,5 +1,8 @@
 """Population Based Bandits (PB2; Parker-Holder et al. 2020), with Ray Tune's arguments.
 
+Parker-Holder et al., "Provably Efficient Online Hyperparameter Optimization with
+Population-Based Bandits" (NeurIPS 2020), https://arxiv.org/abs/2002.02518.
+
 PB2 is PBT whose explore step is a GP bandit. Exploit is PBT's, unchanged: at
 every ``perturbation_interval`` a trial in the bottom ``quantile_fraction``
 restarts from a trial of the top ``quantile_fraction``. Its new config is then
@@ -9,7 +12,8 @@ restarts from a trial of the top ``quantile_fraction``. Its new config is then
    hyperparameters ``h`` the trial trained with, its score ``r``). Consecutive
    rows of one trial with the same ``h`` give an observation: the reward change
    per unit time ``y = Δr / Δt`` at inputs ``x = [t, r_before, h]``.
-2. A GP with the time-varying kernel of TV-GP-UCB (Bogunovic et al. 2016)
+2. A GP with the time-varying kernel of TV-GP-UCB (Bogunovic et al. 2016,
+   https://arxiv.org/abs/1601.06650)
    ``k(x, x') = σ² exp(-‖x̃ - x̃'‖² / λ) (1 - ε)^(|t - t'| / 2)`` (λ: the
    lengthscale; ``x̃``: ``x`` without ``t``) is fitted to the last 1,000
    observations (fewer when a window of ≥ 200 rows has a higher marginal

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 # scipy is imported where it is used: ``import popflow`` (a script's, each Dask
-# worker's) would spend ~0.2-0.3 s on it for PB2 alone
+# worker's) would pay scipy's import for PB2 alone
 
 __all__ = [
     "GPFitError",

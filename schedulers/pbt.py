@@ -1,5 +1,8 @@
 """Population Based Training (Jaderberg et al. 2017), with Ray Tune's arguments.
 
+Jaderberg et al., "Population Based Training of Neural Networks" (2017),
+https://arxiv.org/abs/1711.09846.
+
 Every ``perturbation_interval`` units of ``time_attr`` a trial reaches a
 perturbation point. The live population is ranked by score; a trial in the
 bottom ``quantile_fraction`` *exploits* a trial picked uniformly from the top
@@ -212,7 +215,7 @@ class PopulationBasedTraining(TrialScheduler):
 
     def _all_waiting(self) -> bool:
         """Every live trial waits at the barrier (only live trials wait): O(1) per
-        result, where a 256-member round asked 256 times over 256 trials."""
+        result, not a pass over every trial per result (quadratic in a round's size)."""
         return len(self._waiting) == self._num_live
 
     # -- results -------------------------------------------------------------

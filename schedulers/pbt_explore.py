@@ -1,5 +1,8 @@
 """PBT's explore step and the helpers around ``hyperparam_mutations``.
 
+Explore as in Jaderberg et al., "Population Based Training of Neural Networks"
+(2017), https://arxiv.org/abs/1711.09846: perturb or resample the copied config.
+
 A mutation spec maps each hyperparameter to how it may change (Ray Tune's format):
 
 - ``dict``: nested hyperparameters, explored recursively;

@@ -13,7 +13,7 @@ def isolate_dask_sampling() -> None:
     Dask estimates the size of large lists by sampling them with the global
     ``random``, from its own threads, while a segment runs: that shifts the
     stream a seeded trainable draws from and breaks reproducibility (seen on
-    this project's benchmark: one segment in ~400 diverged).
+    this project's benchmark: now and then a seeded segment diverged).
     """
     sizeof = sys.modules.get("dask.sizeof")
     if sizeof is None:

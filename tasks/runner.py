@@ -1,13 +1,13 @@
 """The segment runner: a Dask actor that runs segments on its worker.
 
 A Dask task goes client -> scheduler -> worker -> scheduler -> client and
-back for its result: ~15 ms each way on a busy two-core machine, more than a
-short segment takes. The driver instead keeps one runner per trial slot on
+back for its result: on a busy machine that round trip can take longer than a
+short segment trains. The driver instead keeps one runner per trial slot on
 every worker and calls it directly (a Dask actor call goes from the client to
-the worker and back, ~1 ms), much as Ray Tune keeps an actor per trial. A
-runner runs its calls one at a time, so a worker holding k slots runs k
-segments at once; its trainables stay parked on the worker between segments
-(:mod:`popflow.tasks.live`).
+the worker and back, with no scheduler between), much as Ray Tune keeps an
+actor per trial. A runner runs its calls one at a time, so a worker holding k
+slots runs k segments at once; its trainables stay parked on the worker between
+segments (:mod:`popflow.tasks.live`).
 
 Each runner's slot is a Dask task, :func:`hold_slot`, which the driver submits
 with the trial's resources: it holds a worker thread and those resources for as
@@ -148,10 +148,11 @@ def pack_specs(specs: list[SegmentSpec]) -> bytes:
     """Pickle a call's specs on the driver; the worker unpickles them inside the call,
     so that a failure comes back as an error of the call, not of the connection.
 
-    Plain pickle when it can (30x faster); cloudpickle for a trainable from
-    ``__main__`` or from a module registered to travel by value (plain pickle
-    would send it by name, which the worker may not import), and for what
-    plain pickle cannot take (a lambda as stop condition).
+    Plain pickle when it can (faster: cloudpickle calls back into Python for each
+    object); cloudpickle for a trainable from ``__main__`` or from a module
+    registered to travel by value (plain pickle would send it by name, which the
+    worker may not import), and for what plain pickle cannot take (a lambda as
+    stop condition).
     """
     by_value = {"__main__", *cloudpickle.list_registry_pickle_by_value()}
     if not any(getattr(spec.trainable, "__module__", None) in by_value for spec in specs):

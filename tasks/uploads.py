@@ -1,7 +1,7 @@
 """Checkpoint transfers beside training, within one runner call.
 
-On an object store a checkpoint upload takes a few requests (tens of ms for
-1 MB). A runner call with several segments does not wait for each: the
+On an object store a checkpoint upload takes a few requests, each a round
+trip. A runner call with several segments does not wait for each: the
 checkpoint is copied to a staging folder (the trainable's own folder is gone
 or rewritten once ``save_checkpoint`` returns) and uploaded by a small pool
 of threads while the call's next segment trains. The call returns only when

@@ -39,7 +39,7 @@ from popflow.flows.api.cli_resume import add_resume_arguments
 from popflow.infra.storage.options_cli import add_storage_arguments
 
 # Each command imports what it needs when it runs: `popflow --help` imports no fsspec,
-# numpy, Dask or Prefect (they took seconds), and `status`/`show` no Dask or Prefect.
+# numpy, Dask or Prefect (heavy imports), and `status`/`show` no Dask or Prefect.
 
 # -- the commands ----------------------------------------------------------------------
 

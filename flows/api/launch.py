@@ -179,7 +179,7 @@ def run_grouped(
     if params is not None:  # with_parameters: its objects, once, before any segment is pickled
         params.store(spec.experiment_storage)
     _ship_by_value(spec.trainable, remote=spec.dask_address is not None)
-    skip_teardown_collections()  # the script's exit: ~0.3 s, not ~1.3 s
+    skip_teardown_collections()  # the script exits without the teardown's collections
     # the training starts at once; Prefect records it from a thread of its own
     workers = spec.dask_address or ClusterStart(spec.n_workers, spec.resources)
     record = PrefectRecord(spec, _shown(spec, workers))
@@ -187,7 +187,7 @@ def run_grouped(
     try:
         return train(spec, workers, spec.resume, record.feed).grid
     finally:
-        # the embedded cluster closes (~0.3 s) while the record catches up
+        # the embedded cluster closes while the record catches up
         closing = _closing(workers) if isinstance(workers, ClusterStart) else None
         record.finish()
         if closing is not None:

@@ -27,7 +27,7 @@ HTTP_LOGGERS = ("httpx", "httpcore")
 
 
 def quiet_http_requests() -> None:
-    """Keep Prefect's per-request lines off the console at any ``verbose``: 20-27 of
+    """Keep Prefect's per-request lines off the console at any ``verbose``: dozens of
     them per run in a script with ``logging.basicConfig(level=logging.INFO)``. A level
     the user set on those loggers is kept."""
     for name in HTTP_LOGGERS:

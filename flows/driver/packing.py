@@ -1,8 +1,8 @@
 """How segments are packed into runner calls.
 
-A runner call costs a few milliseconds of CPU, on the driver and on the worker,
-and its round trip more on a loaded machine: 10,000 trials of 0.05 s, a call
-each, kept two cores busy and left slots waiting for their next call.
+A runner call costs CPU on the driver and on the worker, and its round trip
+more on a loaded machine: ``benchmarks/bookkeeping.py``'s many short trials, a
+call each, kept the cores busy and left slots waiting for their next call.
 Asynchronous dispatch packs segments measured shorter than
 ``PACK_BELOW_SECONDS`` into one call, up to that much work per call; and a
 call only holds trials whose trainables are parked on one worker (the call
@@ -18,7 +18,8 @@ from collections.abc import Collection
 
 from popflow.flows.experiment.trial_table import TrialRecord
 
-#: chosen on benchmarks/bookkeeping.py's 0.05 s trials, where 0.05 s packed none of them
+#: chosen on benchmarks/bookkeeping.py's short trials: a threshold of their own length
+#: packed none of them
 PACK_BELOW_SECONDS = 0.2
 
 

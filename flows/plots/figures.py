@@ -19,8 +19,8 @@ is written but the PNGs, so a running experiment can be plotted as it goes.
   trials stopped), a cross at the last point of each trial stopped early;
   ``log_y`` puts the metric on a log scale.
 
-Lines are drawn as one collection per panel, so a run with thousands of
-segments draws in about a second.
+Lines are drawn as one collection per panel, not one artist per segment, so a
+run with thousands of segments draws quickly.
 
 :func:`~popflow.flows.plots.data.plot_data` is the pure part (experiment in,
 series out, in :mod:`popflow.flows.plots.data`; read by :mod:`popflow.flows.plots.reading`);

@@ -163,7 +163,7 @@ class RunArtifacts:
         self._sent: list[Future[None]] = []
         self.plots = plots
         #: the newest round's rows not yet sent: a record behind the training sends the
-        #: latest leaderboard, not one per round it missed (57 of them took 14 s under load)
+        #: latest leaderboard, not one per round it missed (a backlog took seconds under load)
         self._latest: tuple[list[dict[str, Any]], float, int, str] | None = None
         self._latest_lock = threading.Lock()
 

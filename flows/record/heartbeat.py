@@ -3,7 +3,7 @@
 Prefect's flow engine emits ``prefect.flow-run.heartbeat`` events (what an
 automation that spots zombie flow runs watches) from a thread that sleeps in
 1 s steps, and joins that thread when the flow ends: every ``popflow.run``
-waited 0.5-1 s for it after its last round (measured between the run's last
+waited for the rest of a step after its last round (seen between the run's last
 log line and Prefect's "Finished in state"). So the ``tune`` flow runs with
 the engine's heartbeats off (:func:`engine_heartbeats_off`) and emits the same
 events itself (:func:`heartbeats`), at the interval the user's Prefect

@@ -10,7 +10,7 @@ does not wait for any of it; the run's end waits until all is recorded.
 
 Dask workers never talk to Prefect. The flow and its task are made on first use
 (:func:`prefect_objects`): every Dask worker imports popflow, and Prefect's
-import would cost each ~1 s of CPU and ~45 MB for nothing.
+import would cost each CPU time and memory for nothing.
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ from popflow.flows.record.heartbeat import engine_heartbeats_off, heartbeats
 from popflow.flows.record.plot_artifacts import PlotRefresh
 from popflow.flows.record.round_runs import RoundRuns, late_start_line, log_at
 from popflow.flows.record.run_feed import Line, Resumed, RoundBegins, RoundDone, RunEnd, RunFeed
-from popflow.flows.record.run_log import run_logger
+from popflow.flows.record.run_log import popflow_logger, run_logger
 from popflow.flows.record.stale_runs import close_stale_runs
 from popflow.flows.spec.run_spec import RunSpec
 from popflow.infra import local_server
 
-logger = logging.getLogger("popflow")
+logger = logging.getLogger(__name__)
 
 
 def is_flow_retry() -> bool:
@@ -53,7 +53,7 @@ def is_flow_retry() -> bool:
 
 def _flow_run_context() -> Any:
     """The Prefect flow run this thread runs in, if any. A script that has not imported
-    Prefect runs in none: the answer costs no import (Prefect's takes ~1.6 s)."""
+    Prefect runs in none: the answer costs no import (Prefect's is a heavy one)."""
     if "prefect.context" not in sys.modules:
         return None
     from prefect.context import FlowRunContext
@@ -88,7 +88,7 @@ def refuse_crash_loop() -> None:
 ANALYTICS = "PREFECT_SERVER_ANALYTICS_ENABLED"
 #: Prefect's setting for how long it waits for its embedded server to answer.
 STARTUP_TIMEOUT = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
-#: popflow's wait (Prefect's is 20 s, which a loaded 2-core machine overran: the
+#: popflow's wait (Prefect's is 20 s, which a loaded small machine overran: the
 #: server's first start migrates its database while the Dask workers start).
 EMBEDDED_STARTUP_TIMEOUT_S = 90
 
@@ -244,9 +244,9 @@ EVENTS_WAIT_S = 10.0
 
 def _send_events() -> None:
     """Send the run's queued Prefect events before ``run()`` returns. Prefect's own
-    heartbeat thread used to hold the flow's end for 0.5-1 s, time in which they went
-    out; without it a script's exit found them queued ("EventsWorker - Still processing
-    items")."""
+    heartbeat thread used to hold the flow's end for the rest of its step, time in which
+    they went out; without it a script's exit found them queued ("EventsWorker - Still
+    processing items")."""
     from prefect.events.worker import EventsWorker
 
     # Prefect's progress note while a drain waits ("Still processing items: 6 items
@@ -330,7 +330,7 @@ class PrefectRecord:
             lines = event.lines if isinstance(event, RoundDone) else [event]
             for line in lines:
                 if isinstance(line, Line) and not line.detail:
-                    logger.log(line.level, line.message)
+                    popflow_logger.log(line.level, line.message)
 
 
 @contextmanager

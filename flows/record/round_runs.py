@@ -3,8 +3,8 @@
 The record replays the training's feed (:mod:`popflow.flows.record.run_feed`) and can
 start seconds after the training: Prefect's import, a server's first start. Run
 through Prefect's task engine, a round's task run took the time the record took
-to replay it: in a 12 s PBT run every round was recorded within 0.2 s after the
-training ended, each 3-24 ms long. Here each round's task run is written through
+to replay it: in a short PBT run every round was recorded after the training
+ended, each as long as its replay, not its round. Here each round's task run is written through
 Prefect's client with the times the feed carries: Running when the round began,
 Completed (or Failed) when it committed; its lines carry the times they were
 said. A round recorded more than :data:`LATE_S` after it ended says so in its

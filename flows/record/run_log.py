@@ -11,7 +11,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-logger = logging.getLogger("popflow")
+#: popflow's own logger, by its fixed name rather than this module's: the lines it takes
+#: are the run's (start, rounds, errors, end) when no Prefect run takes them, and it is
+#: the parent of every ``popflow.*`` module logger, so a user configures one name
+popflow_logger = logging.getLogger("popflow")
 
 
 def run_logger() -> Any:
@@ -29,4 +32,4 @@ def run_logger() -> Any:
     try:
         return get_run_logger()
     except MissingContextError:
-        return logger
+        return popflow_logger

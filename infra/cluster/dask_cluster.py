@@ -134,8 +134,8 @@ CLOSE_LOGS_MODULE = "popflow.infra.cluster.worker_close_logs"
 
 #: Dask settings of the embedded cluster's workers. Dask's defaults sample every
 #: thread's stack each 10 ms for the dashboard's Profile page and read the process's
-#: memory each 100 ms: with one worker per core on a small machine, that took a tenth
-#: of a core per worker, and segments waited for CPU. The Profile page still works at
+#: memory each 100 ms: with one worker per core on a small machine, that took a share
+#: of each worker's core, and segments waited for CPU. The Profile page still works at
 #: 100 ms; a user's own cluster (``dask_address``) keeps its own settings.
 EMBEDDED_WORKER_CONFIG = {
     "distributed.worker.profile.interval": "100ms",
@@ -196,7 +196,7 @@ def _local_cluster(size: EmbeddedSize) -> LocalCluster:
 
 
 #: Seconds an idle embedded worker process gets to exit when the cluster closes before
-#: its nanny kills it (0.8 of it; Dask's default is 4 s: on a loaded 2-core machine the
+#: its nanny kills it (0.8 of it; Dask's default is 4 s: on a loaded small machine the
 #: exits overran it and each printed "Worker process still alive after 4.0 seconds,
 #: killing" after a run that went well).
 IDLE_WORKER_CLOSE_S = 30.0
@@ -225,7 +225,7 @@ class ClusterStart:
     """The embedded LocalCluster, starting in a background thread.
 
     ``popflow.run`` starts it before it creates its Prefect flow run, so the workers'
-    start-up (~0.7-1.3 s here) overlaps the flow run's creation; the flow
+    start-up overlaps the flow run's creation; the flow
     waits for it when it first needs the cluster. The starter closes it.
     """
 

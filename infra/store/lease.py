@@ -60,7 +60,7 @@ _KEEP_EPOCHS = 2
 #: A lease lapses at most this many ttls after its file was last written (see above).
 _EXPIRY_CAP_TTLS = 2.0
 #: :meth:`Lease.guard` looks in storage at most this often. A look is a listing, and one
-#: per file cost ~0.1 s of each round of 256 trials (about 600 files) on local disk; a
+#: per file written lists the folder once for each of a large round's hundreds of files; a
 #: driver taken over had stalled past its lease, far longer than this.
 LOOK_EVERY_S = 0.05
 

@@ -2,7 +2,7 @@
 trial table cost what its round changed.
 
 A commit is a delta from the state before it, or now and then the whole state
-(a snapshot; :mod:`popflow.infra.store.commit_log`). With 10,000 trials, parsing and
+(a snapshot; :mod:`popflow.infra.store.commit_log`). With a large population, parsing and
 encoding the whole table each time took most of a commit: here the large parts
 (the trial table, the derived logs' sizes) are kept item by item as JSON text, and an
 item that is a dict (a trial's row) field by field. A round's changed items
