@@ -266,3 +266,21 @@ class Drifting(Trainable):
 
     def load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.score = checkpoint["score"]
+
+
+def trial_index(trial_id: str) -> int:
+    """A fresh trial's index (its variant's position), from its id ``<prefix>_<index>``:
+    what belongs to the trial itself, not to the config an exploit clones."""
+    return int(trial_id.rsplit("_", 1)[1])
+
+
+class ParityFailing(ParityTrainable):
+    """:class:`ParityTrainable` whose trials raise at an iteration: ``fail_at`` maps a
+    trial's index to it (a class attribute, set on a subclass)."""
+
+    fail_at: dict[int, int] = {}
+
+    def step(self) -> dict[str, Any]:
+        if self.fail_at.get(trial_index(self.trial_id)) == self.iteration + 1:
+            raise RuntimeError(f"boom at iteration {self.iteration + 1}")
+        return super().step()
