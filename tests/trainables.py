@@ -284,3 +284,29 @@ class ParityFailing(ParityTrainable):
         if self.fail_at.get(trial_index(self.trial_id)) == self.iteration + 1:
             raise RuntimeError(f"boom at iteration {self.iteration + 1}")
         return super().step()
+
+
+def objective(config: dict[str, Any], t: float) -> float:
+    """Fixed score of a config at time t; rankings change over time."""
+    import math
+
+    return config["a"] * math.log1p(t) - config["b"] * math.sqrt(t) + config["c"]
+
+
+class Objective(Trainable):
+    """Reports ``score = objective(config, t)`` at iteration ``t``; a trial raises at its
+    iteration in ``errors`` (by trial index; a class attribute, set on a subclass)."""
+
+    errors: dict[int, float] = {}
+
+    def step(self) -> dict[str, Any]:
+        t = self.iteration + 1
+        if self.errors.get(trial_index(self.trial_id)) == t:
+            raise RuntimeError(f"boom at iteration {t}")
+        return {"score": objective(self.config, t)}
+
+    def save_checkpoint(self, checkpoint_dir: str) -> dict[str, Any]:
+        return {}  # the iteration is all its state, and the checkpoint keeps it
+
+    def load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        pass

@@ -8,6 +8,7 @@ test_pb2: the round loop under test is the one :func:`popflow.run` uses.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,10 @@ from popflow.flows.events.run_events import (
     TrialStarted,
 )
 from popflow.schedulers import Decision, Exploit, Trial, TrialScheduler
+
+#: where runs without a ``storage`` write: memory, where there is a tmpfs (runs write a
+#: checkpoint per segment; on a busy disk that is most of their time)
+SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
 @dataclass
@@ -117,7 +122,7 @@ def simulated(
             trainable, param_space, scheduler=scheduler, subscribers=[follow], **kwargs
         )
     else:  # what a test reads came by events: the folder goes with the run
-        with tempfile.TemporaryDirectory(prefix="popflow-test-") as storage:
+        with tempfile.TemporaryDirectory(prefix="popflow-test-", dir=SCRATCH) as storage:
             run.sim = popflow.simulate(
                 trainable,
                 param_space,
