@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from support.simulated import simulated
+from support.simulated import simulated, space_of
 from trainables import Objective, objective, trial_index
 
 from popflow.schedulers import (
@@ -20,7 +20,6 @@ from popflow.schedulers import (
     hyperband_plan,
 )
 from popflow.schedulers.hyperband import Rung
-from popflow.schedulers.search_space import grid_search, sample_from
 
 # Li et al. 2018, Table 1: R=81, η=3; (n_i, r_i) per bracket, s = 4 .. 0.
 PAPER_TABLE_81_3 = [
@@ -309,13 +308,10 @@ def run_hyperband(
         {"a": float(rng.uniform(0, 2)), "b": float(rng.uniform(0, 1)), "c": float(i % 7)}
         for i in range(n_trials)
     ]
-    space = {"i": grid_search(list(range(n_trials)))} | {
-        key: sample_from(lambda spec, key=key: configs[spec["i"]][key]) for key in "abc"
-    }
     fails = {int(k[1:]): v for k, v in (errors or {}).items()}
     run = simulated(
         type("Objective", (Objective,), {"errors": fails}),
-        space,
+        space_of(configs),
         sched,
         label="t{:03d}",
         swap_after=swap_after,

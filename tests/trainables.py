@@ -310,3 +310,38 @@ class Objective(Trainable):
 
     def load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         pass
+
+
+def gain(config: dict[str, Any], iteration: int, index: int) -> float:
+    """Reward per iteration: best at lr = 0.07 and many layers, plus fixed wiggles."""
+    import math
+
+    lr = config["lr"]
+    return (
+        1
+        - 100 * (lr - 0.07) ** 2
+        + 0.02 * config["layers"]
+        + 0.01 * math.sin(1.7 * iteration + index)
+    )
+
+
+class Gaining(Trainable):
+    """``score`` grows by ``reward(config, iteration, index)`` each iteration (``index``:
+    the trial's own, not cloned with its config), with ``score`` in the checkpoint;
+    ``reward`` is :func:`gain` unless a subclass sets another (a staticmethod)."""
+
+    reward = staticmethod(gain)
+
+    def setup(self, config: dict[str, Any]) -> None:
+        self.score = 0.0
+
+    def step(self) -> dict[str, Any]:
+        iteration = self.iteration + 1
+        self.score += self.reward(self.config, iteration, trial_index(self.trial_id))
+        return {"score": self.score}
+
+    def save_checkpoint(self, checkpoint_dir: str) -> dict[str, Any]:
+        return {"score": self.score}
+
+    def load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.score = checkpoint["score"]

@@ -27,10 +27,20 @@ from popflow.flows.events.run_events import (
     TrialStarted,
 )
 from popflow.schedulers import Decision, Exploit, Trial, TrialScheduler
+from popflow.schedulers.search_space import grid_search, sample_from
 
 #: where runs without a ``storage`` write: memory, where there is a tmpfs (runs write a
 #: checkpoint per segment; on a busy disk that is most of their time)
 SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+def space_of(configs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A param space whose trial ``i`` has ``configs[i]`` (and ``variant: i``)."""
+    keys = {key for config in configs for key in config}
+    return {"variant": grid_search(list(range(len(configs))))} | {
+        key: sample_from(lambda spec, key=key: configs[spec["variant"]][key])
+        for key in sorted(keys)
+    }
 
 
 @dataclass
