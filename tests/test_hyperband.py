@@ -1,18 +1,19 @@
-"""Synchronous HyperBand: the paper's plan, cohort halving, exact budget on a fake backend."""
+"""Synchronous HyperBand: the paper's plan, cohort halving, and the exact budget of whole
+runs of the real driver on the simulated backend."""
 
 from __future__ import annotations
 
-import json
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from support.simulated import simulated, space_of
+from trainables import Objective, objective, trial_index
 
-from popflow.flows.experiment.trial_table import TrialTable
 from popflow.schedulers import (
     Action,
     Decision,
-    Exploit,
     HyperBandScheduler,
     Trial,
     TrialStatus,
@@ -275,89 +276,64 @@ def test_debug_string():
     assert "Bracket(s=2, rung 1/2: n=3, r=3): members=9 live=3 reported=0 stopped=6" in text
 
 
-# -- fake backend --------------------------------------------------------------
+# -- whole runs: the real driver on the simulated backend -----------------------
 
 
-def objective(config: dict, t: float) -> float:
-    """Fixed score of a config at time t; rankings change over time."""
-    return config["a"] * math.log1p(t) - config["b"] * math.sqrt(t) + config["c"]
+@dataclass
+class Run:
+    """What a HyperBand run did: its trials by name (``t000``...), the iterations each
+    bracket spent, and per segment (trial, milestone, action, others) as decided at the
+    milestone, or "ERROR" where the trial raised on its way there."""
 
-
-def _no_exploits(exploit: Exploit, reporter: Trial | None) -> None:
-    raise AssertionError(f"HyperBand never exploits: {exploit}")
-
-
-class FakeBackend:
-    """Plays the controller (flows/driver/controller.py) in memory, one segment at a time,
-    applying decisions through the controller's own trial table.
-
-    Trials resume from their checkpoints, so a segment costs ``target - time``.
-    ``errors`` maps a trial id to the milestone at which its segment fails.
-    """
-
-    def __init__(
-        self,
-        scheduler: HyperBandScheduler,
-        n_trials: int,
-        seed: int = 0,
-        errors: dict[str, float] | None = None,
-    ):
-        rng = np.random.default_rng(seed)
-        self.errors = errors or {}
-        self.trials = [
-            Trial(
-                f"t{i:03d}",
-                {"a": float(rng.uniform(0, 2)), "b": float(rng.uniform(0, 1)), "c": float(i % 7)},
-            )
-            for i in range(n_trials)
-        ]
-        self.by_id = {t.trial_id: t for t in self.trials}
-        self.time = {t.trial_id: 0.0 for t in self.trials}
-        self.spent: dict[int, float] = {}
-        self.log: list[tuple] = []
-        self.clock = 0
-        for t in self.trials:
-            scheduler.on_trial_add(t)
-        self.table = TrialTable(scheduler, self.trials, exploit=_no_exploits)
+    trials: dict[str, Trial]
+    spent: dict[int, float]
+    log: list[tuple]
 
     @property
-    def s(self) -> HyperBandScheduler:
-        return self.table.scheduler  # type: ignore[return-value]
+    def by_id(self) -> dict[str, Trial]:
+        return self.trials
 
-    @s.setter
-    def s(self, scheduler: HyperBandScheduler) -> None:  # a restored scheduler takes over
-        self.table.scheduler = scheduler
 
-    def step(self) -> bool:
-        """Run one segment of the scheduler's choice; False when nothing is runnable."""
-        runnable = [t for t in self.trials if t.status in (TrialStatus.PENDING, TrialStatus.PAUSED)]
-        trial = self.s.choose_trial_to_run(runnable)
-        if trial is None:
-            return False
-        target = self.s.next_milestone(trial)
-        assert target is not None and target > self.time[trial.trial_id]
-        bracket = self.s.bracket_of(trial)
-        self.spent[bracket] = self.spent.get(bracket, 0.0) + target - self.time[trial.trial_id]
-        self.time[trial.trial_id] = target
-        self.clock += 1
-        trial.status = TrialStatus.RUNNING
-        trial.last_train_time = self.clock
-        if self.errors.get(trial.trial_id) == target:
-            self.log.append((trial.trial_id, target, "ERROR", []))
-            self.table.fail(trial)
-            return True
-        result = res(target, objective(trial.config, target))
-        trial.last_result = result
-        decision = self.table.report(trial, result)
-        self.log.append((trial.trial_id, target, decision.action, sorted(decision.others.items())))
-        self.table.end_segment(trial, decision.action, terminal=False)
-        return True
+def run_hyperband(
+    sched: HyperBandScheduler,
+    n_trials: int,
+    seed: int = 0,
+    errors: dict[str, float] | None = None,
+    swap_after: int | None = None,
+) -> Run:
+    """``n_trials`` trials with fixed random configs (by ``seed``) of :func:`objective`,
+    trial ``t<i>`` raising at its iteration in ``errors``; segments run one at a time."""
+    rng = np.random.default_rng(seed)
+    configs = [
+        {"a": float(rng.uniform(0, 2)), "b": float(rng.uniform(0, 1)), "c": float(i % 7)}
+        for i in range(n_trials)
+    ]
+    fails = {int(k[1:]): v for k, v in (errors or {}).items()}
+    run = simulated(
+        type("Objective", (Objective,), {"errors": fails}),
+        space_of(configs),
+        sched,
+        label="t{:03d}",
+        swap_after=swap_after,
+        fresh=make,
+    )
+    plan = sched._plan
+    spent: dict[int, float] = {}
+    log: list[tuple] = []
+    for label, _ in run.results:
+        bracket = sched.bracket_of(run.trials[label])
+        spent[bracket] = spent.get(bracket, 0.0) + 1  # each result is one iteration
+    for label, result, decision in run.decisions:
+        t = result["training_iteration"]
+        if t in {r for _, r in plan[sched.bracket_of(run.trials[label]) % len(plan)]}:
+            log.append((label, t, decision.action, sorted(decision.others.items())))
+    log += [(label, fails[int(label[1:])], "ERROR", []) for label in run.errored]
+    return Run(run.trials, spent, log)
 
-    def run(self, max_steps: int = 100_000) -> None:
-        for _ in range(max_steps):
-            if not self.step():
-                return
-        raise AssertionError("did not finish")
+
+def name(trial: Trial) -> str:
+    """A trial's name in a run's log: ``t<index>``, as the runs above label them."""
+    return f"t{trial_index(trial.trial_id):03d}"
 
 
 def expected_run(plan, members: list[Trial], mode: str):
@@ -369,22 +345,21 @@ def expected_run(plan, members: list[Trial], mode: str):
         if i > 0:
             k = min(n, len(alive))
             alive = sorted(alive, key=lambda t: -sign * objective(t.config, prev_r))[:k]
-        survivors.append({t.trial_id for t in alive})
+        survivors.append({name(t) for t in alive})
         budget += len(alive) * (r - prev_r)
         prev_r = r
     return budget, survivors
 
 
 @pytest.mark.parametrize("mode", ["max", "min"])
-def test_fake_backend_spends_exactly_the_planned_budget(mode):
+def test_a_run_spends_exactly_the_planned_budget(mode):
     sched = make(mode=mode)
-    backend = FakeBackend(sched, 143)
-    backend.run()
+    backend = run_hyperband(sched, 143)
     plan = hyperband_plan(81, 3)
     for b, bracket in enumerate(plan):
         planned = sum(n * (r - (bracket[i - 1].r if i else 0)) for i, (n, r) in enumerate(bracket))
         assert backend.spent[b] == planned  # e.g. s=4: 81*1 + 27*2 + 9*6 + 3*18 + 1*54
-        members = [t for t in backend.trials if sched.bracket_of(t) == b]
+        members = [t for t in backend.trials.values() if sched.bracket_of(t) == b]
         assert len(members) == bracket[0].n
         budget, survivors = expected_run(bracket, members, mode)
         assert budget == planned
@@ -397,37 +372,30 @@ def test_fake_backend_spends_exactly_the_planned_budget(mode):
             for _, r in bracket
         ]
         assert reached == survivors
-    assert all(t.status == TrialStatus.TERMINATED for t in backend.trials)
+    assert all(t.status == TrialStatus.TERMINATED for t in backend.trials.values())
     assert sched.num_stopped == 143
 
 
-def test_fake_backend_partial_second_band():
+def test_a_partial_second_band():
     sched = make()
-    backend = FakeBackend(sched, 143 + 20, seed=5)
-    backend.run()
-    members = [t for t in backend.trials if sched.bracket_of(t) == 5]
+    backend = run_hyperband(sched, 143 + 20, seed=5)
+    members = [t for t in backend.trials.values() if sched.bracket_of(t) == 5]
     assert len(members) == 20
     budget, survivors = expected_run(hyperband_plan(81, 3)[0], members, "max")
     assert backend.spent[5] == budget == 20 * 1 + 20 * 2 + 9 * 6 + 3 * 18 + 1 * 54
     assert {
-        tid for tid, t, _, _ in backend.log if t == 81 and tid in {m.trial_id for m in members}
+        tid for tid, t, _, _ in backend.log if t == 81 and tid in {name(m) for m in members}
     } == (survivors[-1])
 
 
 def test_state_round_trip_gives_identical_decisions():
-    reference = FakeBackend(make(), 143 + 10, seed=2)
-    reference.run()
-    for split in (1, 60, 150, 220):
-        backend = FakeBackend(make(), 143 + 10, seed=2)
-        for _ in range(split):
-            assert backend.step()
-        text = json.dumps(backend.s.get_state())
-        restored = make()
-        restored.set_state(json.loads(text))
-        assert json.dumps(restored.get_state()) == text
-        backend.s = restored
-        backend.run()
-        assert len(reference.log) > split
+    """After ``split`` results (mid-round too), the driver's scheduler is replaced by a
+    fresh one restored from a JSON round trip of its state: the run goes on the same."""
+    reference = run_hyperband(make(), 143 + 10, seed=2)
+    results = sum(reference.spent.values())
+    for split in (1, 60, 150, 220, 1400):
+        backend = run_hyperband(make(), 143 + 10, seed=2, swap_after=split)
+        assert results > split
         assert backend.log == reference.log
         assert backend.spent == reference.spent
 
@@ -436,14 +404,14 @@ def test_errors_and_early_completion_never_hang_a_cohort():
     plan = hyperband_plan(81, 3)
     sched = make()
     # t000..t080 form bracket s=4; the best few error at various rungs
-    probe = FakeBackend(make(), 143)
-    probe.run()
+    probe = run_hyperband(make(), 143)
     finalists = [tid for tid, t, a, _ in probe.log if t == 27 and tid < "t081"]
     errors = {finalists[0]: 27.0, "t000": 1.0, "t001": 1.0}
-    backend = FakeBackend(sched, 143, errors=errors)
-    backend.run()
-    assert all(t.status in (TrialStatus.TERMINATED, TrialStatus.ERROR) for t in backend.trials)
-    assert {t.trial_id for t in backend.trials if t.status == TrialStatus.ERROR} == set(errors)
+    backend = run_hyperband(sched, 143, errors=errors)
+    statuses = (TrialStatus.TERMINATED, TrialStatus.ERROR)
+    assert all(t.status in statuses for t in backend.trials.values())
+    errored = {tid for tid, t in backend.trials.items() if t.status == TrialStatus.ERROR}
+    assert errored == set(errors)
     for b, bracket in enumerate(plan):
         planned = sum(n * (r - (bracket[i - 1].r if i else 0)) for i, (n, r) in enumerate(bracket))
         assert backend.spent[b] <= planned

@@ -1,8 +1,8 @@
-"""PB2: the GP's pure parts on fixed data, and the scheduler driven by an in-memory fake."""
+"""PB2: the GP's pure parts on fixed data, and whole runs of the real driver on the
+simulated backend."""
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import math
@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.linalg import LinAlgError
 from scipy.optimize import approx_fprime, minimize
+from support.simulated import SimulatedRun, simulated, space_of
+from trainables import Gaining, gain
 
-from popflow.flows.experiment.trial_table import TrialTable
 from popflow.schedulers import pb2 as pb2_module
 from popflow.schedulers import pb2_gp as gp_module
 from popflow.schedulers.pb2 import PB2
@@ -45,7 +46,7 @@ from popflow.schedulers.search_space import (
     uniform,
 )
 from popflow.schedulers.trial import Trial, TrialStatus
-from popflow.schedulers.trial_scheduler import Action, Decision, Exploit
+from popflow.schedulers.trial_scheduler import Action, Exploit
 
 
 def rng(seed: int = 0) -> np.random.Generator:
@@ -377,7 +378,7 @@ def test_type_keeping() -> None:
     assert typed(0.5, 1.5, 0, 1) == 1.0  # clipped to the bounds
 
 
-# -- the scheduler, driven by a fake backend ----------------------------------------
+# -- the scheduler, driving the real driver on the simulated backend ----------------------------------------
 BOUNDS = {"lr": [0.0, 0.1], "layers": [1, 8]}
 
 
@@ -396,92 +397,33 @@ def make_pb2(**kwargs: Any) -> PB2:
     return PB2(**args)
 
 
-def gain(config: dict[str, Any], iteration: int, index: int) -> float:
-    """Reward per iteration: best at lr = 0.07 and many layers, plus fixed wiggles."""
-    lr = config["lr"]
-    return (
-        1
-        - 100 * (lr - 0.07) ** 2
-        + 0.02 * config["layers"]
-        + 0.01 * math.sin(1.7 * iteration + index)
+def run_pb2(
+    pb2: PB2,
+    configs: list[dict[str, Any]],
+    stop_at: int = 12,
+    swap_after: int | None = None,
+    reward: Any = gain,
+    seed: int = 1,
+) -> SimulatedRun:
+    """Synch rounds of the real driver on the simulated backend: trial ``t<i>`` starts
+    with ``configs[i]`` and its score grows by ``reward(config, iteration, i)`` each
+    iteration, the score in its checkpoint; an exploit clones the source's. After
+    ``swap_after`` results the driver's scheduler is replaced by a fresh one restored
+    from a JSON round trip of its state.
+
+    The driver draws PB2's choices from the experiment's generator (by ``seed``): seed 1
+    gives the sources the first test below describes (seed 0 has both t = 4 exploits
+    clone the one trial cloned at t = 2)."""
+    trainable = type("Gaining", (Gaining,), {"reward": staticmethod(reward)})
+    return simulated(
+        trainable,
+        space_of(configs),
+        pb2,
+        stop={"training_iteration": stop_at},
+        swap_after=swap_after,
+        fresh=lambda: make_pb2(rng=rng(12345)),  # its own generator state is overwritten
+        seed=seed,
     )
-
-
-class FakeBackend:
-    """Synch rounds: every live trial trains to its milestone, results fed in trial order.
-
-    A model is ``{"iter", "score"}``; an exploit copies the source's checkpointed
-    model into the target and sets the new config. ``swap_after`` results, the
-    scheduler is replaced by a fresh one restored from a JSON round trip of its state.
-    """
-
-    def __init__(
-        self,
-        scheduler: PB2,
-        configs: list[dict[str, Any]],
-        stop_at: int = 12,
-        swap_after: int | None = None,
-        reward: Any = gain,
-    ) -> None:
-        self.sched = scheduler
-        self.trials = []
-        for i, config in enumerate(configs):
-            trial = Trial(f"t{i}", scheduler.complete_config(config), experiment_tag=str(i))
-            scheduler.on_trial_add(trial)
-            self.trials.append(trial)
-        self.model = {t.trial_id: {"iter": 0, "score": 0.0} for t in self.trials}
-        self.checkpoint = copy.deepcopy(self.model)
-        self.stop_at = stop_at
-        self.swap_after = swap_after
-        self.reward = reward
-        self.results = 0
-        self.decisions: list[Decision] = []
-        self.table = TrialTable(scheduler, self.trials, exploit=self.exploit)
-
-    def exploit(self, ex: Exploit, reporter: Trial | None) -> None:
-        target = next(t for t in self.trials if t.trial_id == ex.trial_id)
-        self.model[ex.trial_id] = dict(self.checkpoint[ex.source_trial_id])
-        target.config = copy.deepcopy(ex.new_config)
-
-    def segment(self, trial: Trial) -> dict[str, Any]:
-        model = self.model[trial.trial_id]
-        target = min(self.sched.next_milestone(trial), self.stop_at)
-        index = int(trial.trial_id[1:])
-        while model["iter"] < target:
-            model["iter"] += 1
-            model["score"] += self.reward(trial.config, model["iter"], index)
-        self.checkpoint[trial.trial_id] = dict(model)
-        return {"training_iteration": model["iter"], "score": model["score"]}
-
-    def swap(self) -> None:
-        restored = make_pb2(rng=rng(12345))  # its own generator state is overwritten
-        restored.set_state(json.loads(json.dumps(self.sched.get_state())))
-        for trial in self.trials:
-            restored.on_trial_add(trial)  # re-adding after set_state keeps the state
-        self.sched = self.table.scheduler = restored
-
-    def run(self) -> None:
-        for _ in range(100):
-            runnable = [
-                t for t in self.trials if t.status in (TrialStatus.PENDING, TrialStatus.RUNNING)
-            ]
-            if not runnable:
-                return
-            results = {t.trial_id: self.segment(t) for t in runnable}
-            for trial in runnable:
-                result = results[trial.trial_id]
-                trial.last_result = result
-                terminal = result["training_iteration"] >= self.stop_at
-                if terminal:
-                    self.table.end_segment(trial, Action.CONTINUE, terminal=True)
-                else:
-                    decision = self.table.report(trial, result)
-                    self.decisions.append(decision)
-                    self.table.end_segment(trial, decision.action, terminal=False)
-                self.results += 1
-                if self.results == self.swap_after:
-                    self.swap()
-        raise AssertionError("did not finish")
 
 
 CONFIGS = [
@@ -489,16 +431,15 @@ CONFIGS = [
 ]
 
 
-def exploits(backend: FakeBackend) -> list[Exploit]:
-    return [ex for d in backend.decisions for ex in d.exploits]
+def exploits(backend: SimulatedRun) -> list[Exploit]:
+    return backend.decided_exploits
 
 
 KEEP = "keep (no GP data yet)"
 
 
 def test_a_synch_run_uses_the_gp_once_the_source_has_observations() -> None:
-    backend = FakeBackend(make_pb2(), CONFIGS)
-    backend.run()
+    backend = run_pb2(make_pb2(), CONFIGS)
     done = exploits(backend)
     assert len(done) == 2 * 5  # two bottom trials at each of the barriers 2, 4, ..., 10
     # At t = 2 no trial has an observation (a pair of rows): the source's values are
@@ -512,13 +453,12 @@ def test_a_synch_run_uses_the_gp_once_the_source_has_observations() -> None:
         assert 0.0 <= ex.new_config["lr"] <= 0.1
         assert type(ex.new_config["layers"]) is int and 1 <= ex.new_config["layers"] <= 8
     assert len({ex.new_config["lr"] for ex in done}) > 3
-    assert all(t.status == TrialStatus.TERMINATED for t in backend.trials)
+    assert all(t.status == TrialStatus.TERMINATED for t in backend.trials.values())
 
 
 def test_every_perturbation_point_and_gp_exploit_logs_a_data_row() -> None:
     pb2 = make_pb2()
-    backend = FakeBackend(pb2, CONFIGS, stop_at=7)
-    backend.run()
+    backend = run_pb2(pb2, CONFIGS, stop_at=7)
     state = pb2.get_state()["pb2"]
     rows, row_trials = state["rows"], state["row_trials"]
     chosen = [ex for ex in exploits(backend) if ex.operations["lr"] == "gp-ucb"]
@@ -550,22 +490,21 @@ def test_mode_min_logs_negated_rewards() -> None:
 def test_same_seed_same_decisions_and_a_new_seed_differs() -> None:
     runs = []
     for seed in (7, 7, 8):
-        backend = FakeBackend(make_pb2(rng=rng(seed)), CONFIGS)
-        backend.run()
-        runs.append(backend.decisions)
+        backend = run_pb2(make_pb2(rng=rng(seed)), CONFIGS, seed=seed)
+        runs.append(backend.decided)
     assert runs[0] == runs[1]
     assert runs[0] != runs[2]
 
 
-@pytest.mark.parametrize("cut", [1, 4, 9, 14, 18])
+@pytest.mark.parametrize("cut", [2, 8, 18, 28, 36])  # each iteration reports: 48 results
 def test_state_round_trip_mid_run_gives_identical_decisions(cut: int) -> None:
     """Snapshot after any result (mid-round too), restore into a fresh PB2, go on."""
-    uninterrupted = FakeBackend(make_pb2(), CONFIGS)
-    uninterrupted.run()
-    resumed = FakeBackend(make_pb2(), CONFIGS, swap_after=cut)
-    resumed.run()
-    assert resumed.decisions == uninterrupted.decisions
-    assert json.dumps(resumed.sched.get_state()) == json.dumps(uninterrupted.sched.get_state())
+    uninterrupted = run_pb2(make_pb2(), CONFIGS)
+    resumed = run_pb2(make_pb2(), CONFIGS, swap_after=cut)
+    assert resumed.decided == uninterrupted.decided
+    assert json.dumps(resumed.scheduler.get_state()) == json.dumps(
+        uninterrupted.scheduler.get_state()
+    )
 
 
 def test_state_is_strict_json_with_non_finite_rewards() -> None:
@@ -591,13 +530,12 @@ def test_an_infinite_reward_drops_out_of_the_gp_data(caplog: pytest.LogCaptureFi
     def exploding(config: dict[str, Any], iteration: int, index: int) -> float:
         return math.inf if (index, iteration) == (1, 3) else gain(config, iteration, index)
 
-    backend = FakeBackend(make_pb2(), CONFIGS, reward=exploding)
     with caplog.at_level(logging.WARNING, logger="popflow.schedulers.pb2"):
-        backend.run()
+        backend = run_pb2(make_pb2(), CONFIGS, reward=exploding)
     assert "PB2 could not fit its GP" not in caplog.text
     chosen = [ex for ex in exploits(backend) if ex.operations["lr"] == "gp-ucb"]
     assert chosen and not [ex for ex in exploits(backend) if "fallback" in ex.operations["lr"]]
-    assert all(t.status == TrialStatus.TERMINATED for t in backend.trials)
+    assert all(t.status == TrialStatus.TERMINATED for t in backend.trials.values())
     changes = reward_changes(["a", "a", "a"], np.array([[1, 0.1, 1.0], [2, 0.1, np.inf],
                                                           [3, 0.1, 2.0]]), [0])  # fmt: skip
     assert len(changes.y) == 0  # both pairs touch the infinite reward
@@ -610,9 +548,9 @@ def test_a_singular_kernel_matrix_falls_back_too(
         raise LinAlgError("2-th leading minor not positive definite")
 
     monkeypatch.setattr(gp_module, "fit_gp", singular)
-    backend = FakeBackend(make_pb2(), CONFIGS, stop_at=5)
     with caplog.at_level(logging.WARNING, logger="popflow.schedulers.pb2"):
-        backend.run()
+        # seed 2: neither t = 4 source is a clone of t = 2 (both have GP data to fall back from)
+        backend = run_pb2(make_pb2(), CONFIGS, stop_at=5, seed=2)
     assert "LinAlgError: 2-th leading minor" in caplog.text
     later = exploits(backend)[2:]
     assert later and all("(GP fallback)" in ex.operations["lr"] for ex in later)
@@ -626,8 +564,8 @@ def test_categorical_hyperparameters_use_pbt_explore() -> None:
         flat = {"lr": config["lr"], "layers": config["opt"]["layers"]}
         return gain(flat, iteration, index) + 0.1 * (config["opt"]["act"] == "gelu")
 
-    backend = FakeBackend(make_pb2(hyperparam_bounds=bounds), configs, reward=reward)
-    backend.run()
+    # seed 3: neither t = 4 source is a clone of t = 2 (both have GP data)
+    backend = run_pb2(make_pb2(hyperparam_bounds=bounds), configs, reward=reward, seed=3)
     later = exploits(backend)[2:]
     assert later
     for ex in later:
@@ -640,16 +578,15 @@ def test_categorical_hyperparameters_use_pbt_explore() -> None:
         assert ex.new_config["opt"]["act"] in ("relu", "tanh", "gelu")
         assert type(ex.new_config["opt"]["layers"]) is int
     # the GP sees lr and layers; rows log act by its index in the list
-    rows = backend.sched.get_state()["pb2"]["rows"]
+    rows = backend.scheduler.get_state()["pb2"]["rows"]
     assert {row[3] for row in rows} <= {0.0, 1.0, 2.0} and len(rows[0]) == 5
 
 
 def test_categorical_only_bounds_need_no_gp() -> None:
     pb2 = make_pb2(hyperparam_bounds={"act": ["relu", "tanh", "gelu"]})
-    backend = FakeBackend(
+    backend = run_pb2(
         pb2, [{"act": a} for a in ["relu", "tanh", "gelu", "tanh"]], reward=lambda c, i, k: k
     )
-    backend.run()
     assert exploits(backend) and all(set(ex.operations) == {"act"} for ex in exploits(backend))
 
 
@@ -657,11 +594,10 @@ def test_custom_explore_fn_runs_last() -> None:
     def halve_layers(config: dict[str, Any]) -> dict[str, Any]:
         return {**config, "layers": max(1, config["layers"] // 2), "seen": True}
 
-    backend = FakeBackend(make_pb2(custom_explore_fn=halve_layers), CONFIGS, stop_at=5)
-    backend.run()
+    backend = run_pb2(make_pb2(custom_explore_fn=halve_layers), CONFIGS, stop_at=5)
     assert all(ex.new_config["seen"] for ex in exploits(backend))
     with pytest.raises(TypeError, match=r"`custom_explore_fn` returned None"):
-        FakeBackend(make_pb2(custom_explore_fn=lambda c: None), CONFIGS, stop_at=5).run()
+        run_pb2(make_pb2(custom_explore_fn=lambda c: None), CONFIGS, stop_at=5)
 
 
 def test_async_exploit_decides_per_result() -> None:

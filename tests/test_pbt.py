@@ -1,25 +1,25 @@
-"""PopulationBasedTraining driven by an in-memory fake backend (no cluster, no disk)."""
+"""PopulationBasedTraining: its pure parts, and whole runs of the real driver on the
+simulated backend (in this process, on a virtual clock; no cluster)."""
 
 from __future__ import annotations
 
 import copy
-import heapq
 import json
 import logging
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.simulated import SimulatedRun, simulated
+from trainables import ParityFailing, trial_index
 
-from popflow.flows.experiment.trial_table import TrialTable
 from popflow.schedulers.pbt import PopulationBasedTraining, explore, quantiles
-from popflow.schedulers.search_space import sample_from, uniform
+from popflow.schedulers.search_space import grid_search, sample_from, uniform
 from popflow.schedulers.trial import Trial, TrialStatus
-from popflow.schedulers.trial_scheduler import Action, Decision, Exploit
+from popflow.schedulers.trial_scheduler import Action, Decision
 
 
 def make_pbt(**kwargs: Any) -> PopulationBasedTraining:
@@ -35,112 +35,32 @@ def make_pbt(**kwargs: Any) -> PopulationBasedTraining:
     return PopulationBasedTraining(**args)
 
 
-class FakeBackend:
-    """The controller in miniature.
-
-    A trial's model state is ``{"iter", "a"}``; it reports
-    ``mean_accuracy = iter + a`` at the end of each segment (run up to
-    ``next_milestone``) and saves a checkpoint there. An exploit copies the
-    source's checkpoint into the target and sets the new config and tag.
-    """
-
-    def __init__(
-        self,
-        scheduler: PopulationBasedTraining,
-        a_values: list[int],
-        stop_at: int = 3,
-        stop_overrides: dict[str, int] | None = None,
-        fail_at: dict[str, int] | None = None,
-    ) -> None:
-        self.sched = scheduler
-        self.trials: list[Trial] = []
-        self.model: dict[str, dict[str, Any]] = {}
-        for i, a in enumerate(a_values):
-            config = scheduler.complete_config({"a": a, "c": 1})
-            trial = Trial(trial_id=f"t{i}", config=config, experiment_tag=f"{i}_a={a}")
-            scheduler.on_trial_add(trial)
-            self.trials.append(trial)
-            self.model[trial.trial_id] = {"iter": 0, "a": a}
-        self.checkpoint = copy.deepcopy(self.model)
-        self.stop_at = {t.trial_id: stop_at for t in self.trials} | (stop_overrides or {})
-        self.fail_at = fail_at or {}
-        self.decisions: list[Decision] = []
-        self.final: dict[str, float] = {}
-        self.table = TrialTable(scheduler, self.trials, exploit=self.exploit)
-
-    def by_id(self, trial_id: str) -> Trial:
-        return next(t for t in self.trials if t.trial_id == trial_id)
-
-    def run_segment(self, trial: Trial) -> dict[str, Any] | None:
-        """Train up to the milestone; None if the trial errors on the way."""
-        model = self.model[trial.trial_id]
-        target = min(self.sched.next_milestone(trial), self.stop_at[trial.trial_id])
-        while model["iter"] < target:
-            model["iter"] += 1
-            if model["iter"] == self.fail_at.get(trial.trial_id):
-                return None
-        self.checkpoint[trial.trial_id] = dict(model)
-        return {"training_iteration": model["iter"], "mean_accuracy": model["iter"] + model["a"]}
-
-    def report(self, trial: Trial, result: dict[str, Any] | None) -> None:
-        """The controller's reduce, through the shared trial table."""
-        if result is None:
-            self.table.fail(trial)
-            return
-        trial.last_result = result
-        if result["training_iteration"] >= self.stop_at[trial.trial_id]:
-            self.final[trial.trial_id] = result["mean_accuracy"]
-            self.table.end_segment(trial, Action.CONTINUE, terminal=True)
-            return
-        decision = self.table.report(trial, result)
-        self.decisions.append(decision)
-        self.table.end_segment(trial, decision.action, terminal=False)
-
-    def exploit(self, ex: Exploit, reporter: Trial | None) -> None:
-        """Clone the source's checkpointed model into the target."""
-        target = self.by_id(ex.trial_id)
-        self.model[ex.trial_id] = dict(self.checkpoint[ex.source_trial_id])
-        target.config = copy.deepcopy(ex.new_config)
-        target.experiment_tag = ex.new_tag
-
-    def run_synch(self, max_rounds: int = 50) -> None:
-        """Every live trial runs its segment; results are fed in trial order."""
-        for _ in range(max_rounds):
-            runnable = [
-                t for t in self.trials if t.status in (TrialStatus.PENDING, TrialStatus.RUNNING)
-            ]
-            if not runnable:
-                paused = [t.trial_id for t in self.trials if t.status == TrialStatus.PAUSED]
-                assert not paused, f"synch barrier hangs: {paused} are never released"
-                return
-            results = {t.trial_id: self.run_segment(t) for t in runnable}
-            for trial in runnable:
-                self.report(trial, results[trial.trial_id])
-        raise AssertionError("did not finish")
-
-    def run_async(self, step_seconds: Callable[[dict[str, Any]], float]) -> None:
-        """Virtual clock: a segment takes step_seconds(model) per iteration; results
-        are fed one at a time in completion order (Dask as_completed)."""
-        queue: list[tuple[float, int, str]] = []
-        seq = 0
-
-        def dispatch(trial: Trial, now: float) -> None:
-            nonlocal seq
-            model = self.model[trial.trial_id]
-            target = min(self.sched.next_milestone(trial), self.stop_at[trial.trial_id])
-            done = now + (target - model["iter"]) * step_seconds(model)
-            heapq.heappush(queue, (done, seq, trial.trial_id))
-            seq += 1
-
-        for trial in self.trials:
-            dispatch(trial, 0.0)
-        while queue:
-            now, _, trial_id = heapq.heappop(queue)
-            trial = self.by_id(trial_id)
-            self.report(trial, self.run_segment(trial))
-            assert trial.status != TrialStatus.PAUSED, "async PBT never pauses"
-            if trial.status == TrialStatus.PENDING:
-                dispatch(trial, now)
+def run_pbt(
+    pbt: PopulationBasedTraining,
+    a_values: list[int],
+    stop_at: int = 3,
+    stop_overrides: dict[str, int] | None = None,
+    fail_at: dict[str, int] | None = None,
+    slots: int = 1,
+    duration: Any = 1.0,
+) -> SimulatedRun:
+    """The real driver on the simulated backend: trial ``t<i>`` has ``a = a_values[i]``
+    and reports ``mean_accuracy = iteration + a`` each iteration, with ``a`` in its
+    checkpoint (Ray's PBT test trainable); it ends at ``stop_at`` (or its own in
+    ``stop_overrides``) and raises at its iteration in ``fail_at``."""
+    stops = {int(k[1:]): v for k, v in (stop_overrides or {}).items()}
+    fails = {int(k[1:]): v for k, v in (fail_at or {}).items()}
+    trainable = type("Parity", (ParityFailing,), {"fail_at": fails})
+    return simulated(
+        trainable,
+        {"a": grid_search(a_values), "c": 1},
+        pbt,
+        stop=lambda trial_id, result: (
+            result["training_iteration"] >= stops.get(trial_index(trial_id), stop_at)
+        ),
+        slots=slots,
+        duration=duration,
+    )
 
 
 # -- validation ----------------------------------------------------------------
@@ -544,23 +464,32 @@ def test_choosing_many_at_once_picks_what_choosing_one_by_one_picks(members, syn
 # -- Ray parity: test_trial_scheduler_pbt.py's synch scenario -------------------
 @pytest.mark.parametrize(("a_values", "final"), [([10, 20, 40], 43), ([30, 20, 10], 33)])
 def test_synch_exploits_the_whole_cohort_like_ray(a_values: list[int], final: int) -> None:
-    backend = FakeBackend(make_pbt(synch=True), a_values)
-    backend.run_synch()
-    assert backend.final == {"t0": final, "t1": final, "t2": final}
-    assert all(t.status == TrialStatus.TERMINATED for t in backend.trials)
-    pauses = [d for d in backend.decisions if d == Action.PAUSE]
+    run = run_pbt(make_pbt(synch=True), a_values)
+    assert run.final == {"t0": final, "t1": final, "t2": final}
+    assert all(t.status == TrialStatus.TERMINATED for t in run.trials.values())
+    pauses = [d for d in run.decided if d == Action.PAUSE]
     assert len(pauses) == 4  # two trials wait at each of the two barriers
 
 
 def test_async_judges_each_result_as_it_arrives() -> None:
     """Ray's testAsynchFail: trials step a/20 s per iteration, so the fast, weak
     t1 finishes before it is judged against the slow, strong t2, while t0 keeps
-    copying the best checkpoint available when its own results arrive."""
-    backend = FakeBackend(make_pbt(synch=False), [10, 20, 40])
-    backend.run_async(lambda model: model["a"] / 20)
-    assert backend.final == {"t0": 43, "t1": 23, "t2": 43}
-    exploits = [(ex.trial_id, ex.source_trial_id) for d in backend.decisions for ex in d.exploits]
+    copying the best checkpoint available when its own results arrive.
+
+    Each iteration takes 1 ms more than a/20 s, so that no two results arrive at the same
+    virtual moment: results that do are reduced together, in trial order (t0's second
+    before t1's first here); the extra 1 ms orders them as they were sent."""
+    run = run_pbt(
+        make_pbt(synch=False), [10, 20, 40], slots=3, duration=lambda r: r["a"] / 20 + 0.001
+    )
+    assert run.final == {"t0": 43, "t1": 23, "t2": 43}
+    exploits = [
+        (name, f"t{trial_index(ex.source_trial_id)}")
+        for name, _, d in run.decisions
+        for ex in d.exploits
+    ]
     assert exploits == [("t0", "t1"), ("t0", "t2"), ("t0", "t2")]
+    assert run.exploits == exploits  # each one carried out
 
 
 # -- synch barrier: leaving trials never hang the cohort ------------------------
@@ -624,11 +553,12 @@ def test_synch_release_when_the_awaited_trial_completes() -> None:
     ],
 )
 def test_synch_cohort_finishes_when_a_trial_leaves(leaver: dict[str, Any]) -> None:
-    backend = FakeBackend(make_pbt(synch=True), [10, 20, 40], stop_at=4, **leaver)
-    backend.run_synch()
+    run = run_pbt(make_pbt(synch=True), [10, 20, 40], stop_at=4, **leaver)
     left = set(leaver.get("stop_overrides", {})) | set(leaver.get("fail_at", {}))
-    stayed = {t.trial_id for t in backend.trials} - left
-    assert {tid: backend.final[tid] for tid in stayed} == dict.fromkeys(stayed, 44)
+    stayed = set(run.trials) - left
+    assert {tid: run.final[tid] for tid in stayed} == dict.fromkeys(stayed, 44)
+    # none hangs: every trial ended (the synch barrier released the rest)
+    assert all(t.status in (TrialStatus.TERMINATED, TrialStatus.ERROR) for t in run.trials.values())
 
 
 def test_async_mode_needs_no_release() -> None:

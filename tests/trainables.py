@@ -266,3 +266,82 @@ class Drifting(Trainable):
 
     def load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.score = checkpoint["score"]
+
+
+def trial_index(trial_id: str) -> int:
+    """A fresh trial's index (its variant's position), from its id ``<prefix>_<index>``:
+    what belongs to the trial itself, not to the config an exploit clones."""
+    return int(trial_id.rsplit("_", 1)[1])
+
+
+class ParityFailing(ParityTrainable):
+    """:class:`ParityTrainable` whose trials raise at an iteration: ``fail_at`` maps a
+    trial's index to it (a class attribute, set on a subclass)."""
+
+    fail_at: dict[int, int] = {}
+
+    def step(self) -> dict[str, Any]:
+        if self.fail_at.get(trial_index(self.trial_id)) == self.iteration + 1:
+            raise RuntimeError(f"boom at iteration {self.iteration + 1}")
+        return super().step()
+
+
+def objective(config: dict[str, Any], t: float) -> float:
+    """Fixed score of a config at time t; rankings change over time."""
+    import math
+
+    return config["a"] * math.log1p(t) - config["b"] * math.sqrt(t) + config["c"]
+
+
+class Objective(Trainable):
+    """Reports ``score = objective(config, t)`` at iteration ``t``; a trial raises at its
+    iteration in ``errors`` (by trial index; a class attribute, set on a subclass)."""
+
+    errors: dict[int, float] = {}
+
+    def step(self) -> dict[str, Any]:
+        t = self.iteration + 1
+        if self.errors.get(trial_index(self.trial_id)) == t:
+            raise RuntimeError(f"boom at iteration {t}")
+        return {"score": objective(self.config, t)}
+
+    def save_checkpoint(self, checkpoint_dir: str) -> dict[str, Any]:
+        return {}  # the iteration is all its state, and the checkpoint keeps it
+
+    def load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        pass
+
+
+def gain(config: dict[str, Any], iteration: int, index: int) -> float:
+    """Reward per iteration: best at lr = 0.07 and many layers, plus fixed wiggles."""
+    import math
+
+    lr = config["lr"]
+    return (
+        1
+        - 100 * (lr - 0.07) ** 2
+        + 0.02 * config["layers"]
+        + 0.01 * math.sin(1.7 * iteration + index)
+    )
+
+
+class Gaining(Trainable):
+    """``score`` grows by ``reward(config, iteration, index)`` each iteration (``index``:
+    the trial's own, not cloned with its config), with ``score`` in the checkpoint;
+    ``reward`` is :func:`gain` unless a subclass sets another (a staticmethod)."""
+
+    reward = staticmethod(gain)
+
+    def setup(self, config: dict[str, Any]) -> None:
+        self.score = 0.0
+
+    def step(self) -> dict[str, Any]:
+        iteration = self.iteration + 1
+        self.score += self.reward(self.config, iteration, trial_index(self.trial_id))
+        return {"score": self.score}
+
+    def save_checkpoint(self, checkpoint_dir: str) -> dict[str, Any]:
+        return {"score": self.score}
+
+    def load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.score = checkpoint["score"]

@@ -22,7 +22,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ import pandas as pd
 
 from popflow.flows.backends.simulated import Duration, SimulatedBackend
 from popflow.flows.driver.controller import Controller
+from popflow.flows.events.run_events import EventBus, Subscriber
 from popflow.flows.experiment.opening import open_experiment
 from popflow.flows.experiment.results import ResultGrid, results_of
 from popflow.flows.spec.config import CheckpointConfig
@@ -141,6 +142,7 @@ def simulate(
     storage: str | os.PathLike[str] | None = None,
     name: str = "simulation",
     seed: int = 0,
+    subscribers: Sequence[Subscriber] = (),
 ) -> Simulation:
     """Run ``scheduler`` over ``trainable`` (or the curves of the finished experiment at
     ``curves_from``) on ``slots`` simulated slots; what it did and cost.
@@ -149,7 +151,8 @@ def simulate(
     trainable reports), or a function of the result. Default: 1 per result for a
     trainable, the recorded ``time_this_iter_s`` for replayed curves. ``commit_interval``
     is virtual seconds too. Results go to ``storage`` (default: a new temporary folder,
-    kept so the grid can read its trials' histories). The other arguments are
+    kept so the grid can read its trials' histories). ``subscribers`` follow the driver's
+    events (:mod:`popflow.flows.events.run_events`). The other arguments are
     :func:`popflow.run`'s.
     """
     table_extra: dict[str, dict[str, Any]] = {}
@@ -196,7 +199,7 @@ def simulate(
     )
     backend = SimulatedBackend(slots, 1.0 if duration is None else duration)
     with open_experiment(spec, resume=False) as experiment:
-        controller = Controller(spec, experiment, backend)
+        controller = Controller(spec, experiment, backend, EventBus(*subscribers))
         controller.commit()  # round 0, as a run commits it
         try:
             while controller.run_round():

@@ -42,6 +42,7 @@ from popflow.flows.driver.retention import Janitor, retire_checkpoints
 from popflow.flows.driver.trial_index import TrialIndex, started
 from popflow.flows.events.callbacks import Hooks
 from popflow.flows.events.run_events import (
+    Decided,
     EventBus,
     Exploited,
     SegmentReturned,
@@ -341,7 +342,9 @@ class Controller:
                 break
             if terminal and i == len(outcome.results) - 1:
                 break  # Ray: a result meeting a stop condition goes to on_trial_complete only
-            action = self.table.report(rec.trial, result).action
+            decision = self.table.report(rec.trial, result)
+            self.events.emit(Decided(rec.trial_id, result, decision))
+            action = decision.action
             if action == Action.STOP:
                 dropped = len(outcome.results) - i - 1
                 if dropped:

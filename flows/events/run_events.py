@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from popflow.flows.experiment.trial_table import TrialRecord
+    from popflow.schedulers import Decision
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,16 @@ class TrialResult:
 
     record: TrialRecord
     result: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Decided:
+    """The scheduler's ``decision`` on ``trial_id``'s ``result``, as it said it (the exploits
+    the driver carried out went out before it as :class:`Exploited`)."""
+
+    trial_id: str
+    result: dict[str, Any]
+    decision: Decision
 
 
 @dataclass(frozen=True)
@@ -85,7 +96,14 @@ class RoundCommitted:
 
 
 Event = (
-    TrialStarted | SegmentReturned | TrialResult | Exploited | TrialErrored | Tick | RoundCommitted
+    TrialStarted
+    | SegmentReturned
+    | TrialResult
+    | Decided
+    | Exploited
+    | TrialErrored
+    | Tick
+    | RoundCommitted
 )
 Subscriber = Callable[[Event], None]
 
