@@ -170,6 +170,26 @@ def test_a_duration_key_the_results_lack_errors_the_trials_saying_so(tmp_path):
     assert "`duration` is 'nope', but a result has nope=None" in sim.grid[0].error
 
 
+def test_the_replay_example_prints_each_schedulers_cost(tmp_path):
+    """examples/replay_schedulers.py on a finished experiment's folder: a line per scheduler."""
+    import subprocess
+    import sys
+
+    popflow.simulate(
+        Drifting, SPACE, metric="score", mode="max", num_samples=6,
+        stop={"training_iteration": 8}, storage=str(tmp_path), name="done", seed=3,
+    )  # fmt: skip
+    example = Path(__file__).resolve().parent.parent / "examples" / "replay_schedulers.py"
+    out = subprocess.run(
+        [sys.executable, str(example), str(tmp_path / "done")],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    lines = {line.split("  ")[0]: line.split() for line in out.splitlines()[2:]}
+    assert set(lines) == {"as recorded (FIFO)", "ASHA", "HyperBand", "median stopping"}, out
+    assert lines["as recorded (FIFO)"][3] == "48"  # every recorded iteration, replayed
+    assert int(lines["HyperBand"][1]) < 48, out
+
+
 def test_synch_pbt_decides_the_same_on_the_simulated_backend_as_on_dask(tune_env, tmp_path):
     """The driver is the same on both backends: a seeded synchronous PBT run gives the same
     results, the same exploits (Ray's pbt_global.txt and policy logs) and the same final

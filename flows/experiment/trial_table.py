@@ -4,9 +4,8 @@
 :class:`TrialTable` applies decisions to the trials' statuses and calls the
 scheduler's follow-up hooks (``on_trial_remove``, ``on_trial_complete``,
 ``release_paused``). It touches no storage and no cluster: the controller
-and the schedulers' test fakes share this one rule, and pass in what an
-exploit means to them (the controller points the target at the source's
-checkpoint).
+owns this one rule on every backend, and passes in what an exploit means
+(it points the target at the source's checkpoint).
 """
 
 from __future__ import annotations
