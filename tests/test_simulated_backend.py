@@ -170,6 +170,27 @@ def test_a_duration_key_the_results_lack_errors_the_trials_saying_so(tmp_path):
     assert "`duration` is 'nope', but a result has nope=None" in sim.grid[0].error
 
 
+def test_the_driver_says_what_happened_as_events(tmp_path):
+    """Subscribers see each trial start, each result and decision, each round committed
+    (round 0, the sampled population, first) and the run's end, last."""
+    from popflow.flows.events import run_events as ev
+
+    seen: list[object] = []
+    popflow.simulate(
+        Drifting, SPACE, scheduler=pbt(), metric="score", mode="max", num_samples=4,
+        stop={"training_iteration": 4}, storage=str(tmp_path), subscribers=[seen.append],
+    )  # fmt: skip
+    kinds = [type(e).__name__ for e in seen]
+    rounds = [e.round for e in seen if isinstance(e, ev.RoundCommitted)]
+    assert rounds == list(range(len(rounds))) and len(rounds) > 2
+    assert kinds[-1] == "RunEnded" and kinds.count("RunEnded") == 1
+    assert kinds.count("TrialResult") == 16 and kinds.count("Decided") == 12  # last: stop
+    assert kinds.count("Exploited") == sum(
+        len(e.events) for e in seen if isinstance(e, ev.RoundCommitted)
+    )
+    assert kinds.index("TrialStarted") < kinds.index("TrialResult")
+
+
 def test_the_replay_example_prints_each_schedulers_cost(tmp_path):
     """examples/replay_schedulers.py on a finished experiment's folder: a line per scheduler."""
     import subprocess

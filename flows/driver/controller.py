@@ -45,6 +45,8 @@ from popflow.flows.events.run_events import (
     Decided,
     EventBus,
     Exploited,
+    RoundCommitted,
+    RunEnded,
     SegmentReturned,
     Tick,
     TrialResult,
@@ -446,6 +448,9 @@ class Controller:
             "events": self.notes,
             "decisions": self._decisions,
         }
+        self.events.emit(
+            RoundCommitted(self.rounds, self.last_commit["results"], self.notes, self._decisions)
+        )
         self.notes, self._decisions = [], []
 
     def seal(self) -> None:
@@ -453,6 +458,7 @@ class Controller:
         logs a cut holds can be written (:class:`~popflow.flows.experiment.trial_logs.TrialLogs`)."""
         if self.janitor.pending or self.logs.holding:
             self.commit(final=True)
+        self.events.emit(RunEnded(self.rounds, self.early_end.spent))
 
     def check_lease(self) -> None:
         if self.lease is not None:

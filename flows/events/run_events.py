@@ -95,6 +95,15 @@ class RoundCommitted:
     decisions: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class RunEnded:
+    """The driver's last commit is written: after ``rounds`` rounds, the experiment
+    finished, or (``budget_spent``) this run's budget ended it with trials to go."""
+
+    rounds: int
+    budget_spent: bool
+
+
 Event = (
     TrialStarted
     | SegmentReturned
@@ -104,6 +113,7 @@ Event = (
     | TrialErrored
     | Tick
     | RoundCommitted
+    | RunEnded
 )
 Subscriber = Callable[[Event], None]
 
