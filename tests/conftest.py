@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+#: The test tiers: a test with none or two fails collection; a unit test cannot reach out.
+pytest_plugins = ["support.tiers"]
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from popflow.schedulers import Action, ASHAScheduler, AsyncHyperBandScheduler, Decision, Trial
 from popflow.schedulers.async_hyperband import rung_milestones
 
+pytestmark = pytest.mark.unit
+
 NAN = math.nan
 
 

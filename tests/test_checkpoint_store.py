@@ -18,6 +18,8 @@ from popflow.infra.store.checkpoints import (
     read_manifest,
 )
 
+pytestmark = pytest.mark.unit
+
 FILES = {
     "model.bin": bytes(range(256)) * 40,
     "optim/state.json": b'{"lr": 0.1}',

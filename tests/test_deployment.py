@@ -7,9 +7,13 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
 from popflow.flows.experiment.opening import is_finished
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import ExperimentLog
+
+pytestmark = pytest.mark.system
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -65,15 +65,18 @@ def race(url: str, options: dict | None = None) -> list[int]:
     return winners
 
 
+@pytest.mark.system
 def test_two_drivers_acquiring_at_once_on_local_disk_never_both_win(tmp_path):
     assert race(str(tmp_path)) == [1] * TRIES
 
 
+@pytest.mark.integration
 def test_two_drivers_acquiring_at_once_on_s3_never_both_win(s3_server, s3_url):
     _, options = s3_server
     assert race(s3_url, options) == [1] * TRIES
 
 
+@pytest.mark.unit
 def test_a_commit_is_never_written_twice(tmp_path):
     storage = Storage(str(tmp_path))
     first, second = ExperimentLog(storage), ExperimentLog(storage)
@@ -85,6 +88,7 @@ def test_a_commit_is_never_written_twice(tmp_path):
     assert ExperimentLog(storage).latest()["epoch"] == 2
 
 
+@pytest.mark.unit
 def test_a_driver_taken_over_fails_its_check_and_its_renewal_stops(tmp_path):
     storage = Storage(str(tmp_path))
     old = Lease(storage, ttl_s=60)
@@ -98,6 +102,7 @@ def test_a_driver_taken_over_fails_its_check_and_its_renewal_stops(tmp_path):
     assert storage.read_text(lease_path(2)) == '{"epoch": 2, "expires": 4e9}'
 
 
+@pytest.mark.system
 def test_a_zombie_driver_does_not_hold_its_lease(tmp_path):
     """SIGKILLed but not reaped by its parent: the process still shows, as a zombie."""
     storage = Storage(str(tmp_path))
@@ -165,6 +170,7 @@ def split_brain(storage: str, options: dict | None) -> tuple[int, str]:
     return stalled.returncode, err
 
 
+@pytest.mark.system
 def test_a_stalled_driver_taken_over_stops_and_the_run_is_as_if_uninterrupted(
     prefect_server, tmp_path
 ):
@@ -177,6 +183,7 @@ def test_a_stalled_driver_taken_over_stops_and_the_run_is_as_if_uninterrupted(
     assert read_experiment(f"{storage}/exp") == read_experiment(f"{storage}-ref/exp")
 
 
+@pytest.mark.system
 def test_a_stalled_driver_taken_over_on_s3_stops_and_the_run_is_as_if_uninterrupted(
     prefect_server, s3_server, s3_url
 ):
@@ -247,6 +254,7 @@ def takeovers_of_a_stalled_driver(storage: str, options: dict | None) -> tuple[i
     return stalled.returncode, stalled_err, live.returncode, live_err
 
 
+@pytest.mark.system
 def test_a_stalled_driver_loses_to_the_third_driver_after_it(prefect_server, tmp_path):
     """The issue's split brain: after three takeovers A must stop at once with
     LeaseLost (it used to finish, and kill D with a CommitConflict), D must finish, and
@@ -259,6 +267,7 @@ def test_a_stalled_driver_loses_to_the_third_driver_after_it(prefect_server, tmp
     assert read_experiment(f"{storage}/exp") == read_experiment(f"{storage}-ref/exp")
 
 
+@pytest.mark.unit
 def test_a_taken_over_drivers_worker_publishes_no_checkpoint(tmp_path):
     """The new driver's checkpoint at a name the old driver's worker also reaches
     stays as it is: the old worker's publish is fenced off, leaving nothing behind."""
@@ -312,6 +321,7 @@ def several_takeovers(storage: Storage) -> tuple[Lease, Lease]:
     return a, holder
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("where", ["local", "s3"])
 def test_a_driver_taken_over_several_times_is_fenced_whatever_was_pruned(where, tmp_path, request):
     """Pruning removed A's successor's lease file (epoch 2): A must still see epoch 4."""
@@ -345,6 +355,7 @@ class StallsBeforeCreating(Storage):
         return super().create_text(text, *parts, durable=durable)
 
 
+@pytest.mark.unit
 def test_a_driver_creating_a_pruned_epoch_gives_it_back(tmp_path):
     """It listed [1], computed epoch 2 and stalled while B, C and D took epochs 2-4
     (pruning 1 and 2); its create of epoch 2 then succeeds, but it must not hold."""
@@ -367,6 +378,7 @@ def test_a_driver_creating_a_pruned_epoch_gives_it_back(tmp_path):
     assert lease_holder(storage)["host"] == "d"
 
 
+@pytest.mark.unit
 def test_a_lease_forged_far_in_the_future_lapses_two_ttls_after_it_was_written(tmp_path):
     """A forged lease (or one from a host whose clock runs days ahead) holds the
     experiment at most 2 x lease_ttl after its last write, by the storage's clock."""
@@ -384,6 +396,7 @@ def test_a_lease_forged_far_in_the_future_lapses_two_ttls_after_it_was_written(t
     assert lease.epoch == 2
 
 
+@pytest.mark.unit
 def test_force_takeover_takes_a_held_lease_and_fences_its_holder(tmp_path):
     storage = Storage(str(tmp_path))
     holder = Lease(storage, ttl_s=600)
@@ -398,6 +411,7 @@ def test_force_takeover_takes_a_held_lease_and_fences_its_holder(tmp_path):
     forced.check()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "body", ['{"expires": "soon"}', "[1, 2]", '{"pid": "x", "host": 3, "expires": NaN}', "garbage"]
 )
@@ -409,6 +423,7 @@ def test_a_garbled_lease_file_counts_as_lapsed(tmp_path, body):
     assert lease.epoch == 2
 
 
+@pytest.mark.unit
 def test_breaking_a_lease_frees_the_experiment_and_fences_its_holder(tmp_path):
     from popflow.infra.store.lease import break_lease
 
@@ -425,6 +440,7 @@ def test_breaking_a_lease_frees_the_experiment_and_fences_its_holder(tmp_path):
     assert break_lease(Storage(str(tmp_path / "nobody"))) is None
 
 
+@pytest.mark.unit
 def test_the_guard_looks_in_storage_once_a_while_and_again_after_a_stall(tmp_path):
     """A look is a listing: the guard a driver calls before each write looks at most every
     ``every_s``, so a driver stopped for longer (SIGSTOP past its lease) looks before its

@@ -24,6 +24,8 @@ from popflow.flows.api import launch
 from popflow.flows.api.tuner import RunConfig, TuneConfig, Tuner
 from popflow.flows.spec.experiment_name import MAX_NAME_PART_BYTES, check_name
 
+pytestmark = pytest.mark.unit
+
 
 class Started(AssertionError):
     """``run`` went past its checks: it started the cluster, Prefect or the training."""

@@ -283,10 +283,12 @@ def _run(machine: type[LeaseProtocol], make_storage, examples: int) -> None:
     Machine.TestCase().runTest()
 
 
+@pytest.mark.unit
 def test_leases_and_commits_on_local_disk(local_storage):
     _run(LocalProtocol, local_storage, examples=300)
 
 
+@pytest.mark.integration
 def test_leases_and_commits_on_s3(s3_server, s3_bucket):
     _, options = s3_server
     _run(

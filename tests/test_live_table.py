@@ -12,6 +12,7 @@ import sys
 import textwrap
 import threading
 
+import pytest
 from test_console import run_script
 
 from popflow.flows.console.live_table import MAX_ROWS, LiveTable
@@ -96,6 +97,7 @@ def run_through_pipe(tmp_path, verbose: int) -> str:
     return run_script(tmp_path, str(verbose), script=SCRIPT)
 
 
+@pytest.mark.system
 def test_on_a_terminal_the_table_is_redrawn_in_place_under_the_log_lines(tmp_path):
     out = run_in_terminal(tmp_path, 2)
     assert "best {'x': 2}" in out
@@ -111,6 +113,7 @@ def test_on_a_terminal_the_table_is_redrawn_in_place_under_the_log_lines(tmp_pat
     assert re.search(r"Best trial \S+: score=24 at iteration 12", out), out[-3000:]
 
 
+@pytest.mark.system
 def test_through_a_pipe_the_table_is_plain_text_printed_once_at_the_end(tmp_path):
     out = run_through_pipe(tmp_path, 2)
     assert not ESCAPE.search(out), out[-3000:]
@@ -124,12 +127,14 @@ def test_through_a_pipe_the_table_is_plain_text_printed_once_at_the_end(tmp_path
     assert re.search(r"Best trial \S+: score=24 at iteration 12, config x=2$", out, re.M), out
 
 
+@pytest.mark.system
 def test_verbose_1_shows_the_status_line_and_no_table(tmp_path):
     out = run_through_pipe(tmp_path, 1)
     assert "Trial status: 2 TERMINATED" in out
     assert not [line for line in out.splitlines() if line.startswith("|")], out
 
 
+@pytest.mark.system
 def test_verbose_3_shows_every_result(tmp_path):
     out = run_through_pipe(tmp_path, 3)
     reported = re.findall(
@@ -150,6 +155,7 @@ def _records(n: int) -> list[TrialRecord]:
     return records
 
 
+@pytest.mark.unit
 def test_a_large_population_shows_the_best_and_live_trials_and_counts_the_rest():
     out = io.StringIO()
     table = LiveTable(
@@ -169,6 +175,7 @@ def test_a_large_population_shows_the_best_and_live_trials_and_counts_the_rest()
     assert "lr" in text and " fixed " not in text, header  # only what varies is a column
 
 
+@pytest.mark.integration
 def test_a_segment_sends_its_latest_result_to_the_driver_as_it_trains(dask_cluster):
     """Over the cluster for real: a worker's sender reaches the driver's subscription, at
     most one event per interval, and what came before the segment's outcome is dropped."""
@@ -201,6 +208,7 @@ def test_a_segment_sends_its_latest_result_to_the_driver_as_it_trains(dask_clust
     live.close()
 
 
+@pytest.mark.unit
 def test_through_a_pipe_a_long_run_prints_its_status_line_every_interval(monkeypatch):
     """Plain output is periodic: a status line when the interval has passed, none before;
     the table once, at the end (a pipe keeps every print: ``make demo 2>&1 | wc -l``)."""
@@ -250,6 +258,7 @@ def _final_table(width: int) -> str:
     return out.getvalue()
 
 
+@pytest.mark.unit
 def test_at_80_columns_the_table_keeps_ids_iteration_time_and_metric():
     """Short trial ids (Ray's ``e67f7_00001``), the metric, iteration and time kept;
     hyperparameter columns left out, last first, and named in the caption."""
@@ -270,6 +279,7 @@ def test_at_80_columns_the_table_keeps_ids_iteration_time_and_metric():
     assert "best e9500_00007 mean_accuracy=207.1 (iter 237)" in status  # the short id too
 
 
+@pytest.mark.unit
 def test_at_120_columns_every_column_shows_and_names_where_they_fit():
     text = _final_table(120)
     assert max(len(line) for line in text.splitlines()) <= 120, text

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from popflow.schedulers import Action, MedianStoppingRule, Trial, TrialStatus
 
+pytestmark = pytest.mark.unit
+
 NAN = math.nan
 
 

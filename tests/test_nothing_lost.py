@@ -37,6 +37,7 @@ def damage(path: Path, how: str) -> None:
         raise AssertionError(how)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("how", ["truncated", "garbage", "empty-json", "edited"])
 def test_a_commit_that_fails_its_check_is_damaged(tmp_path, how):
     path = tmp_path / "c.json"
@@ -60,6 +61,7 @@ def reference(tmp_path_factory) -> dict:
     return read_experiment(str(root / "exp"))
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("how", ["truncated", "garbage", "empty-json", "edited"])
 def test_resume_falls_back_over_a_damaged_newest_commit(prefect_server, reference, tmp_path, how):
     storage = str(tmp_path)
@@ -74,6 +76,7 @@ def test_resume_falls_back_over_a_damaged_newest_commit(prefect_server, referenc
     assert final == reference
 
 
+@pytest.mark.system
 def test_two_damaged_commits_stop_resume_with_a_clear_error_and_delete_nothing(
     prefect_server, tmp_path
 ):
@@ -109,6 +112,7 @@ def small_disk(tmp_path):
         subprocess.run(["umount", str(mount)], check=True)
 
 
+@pytest.mark.system
 def test_a_full_disk_stops_the_run_resumable_and_resume_finishes_it(
     prefect_server, small_disk, tmp_path
 ):

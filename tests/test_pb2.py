@@ -47,6 +47,8 @@ from popflow.schedulers.search_space import (
 from popflow.schedulers.trial import Trial, TrialStatus
 from popflow.schedulers.trial_scheduler import Action, Decision, Exploit
 
+pytestmark = pytest.mark.unit
+
 
 def rng(seed: int = 0) -> np.random.Generator:
     return np.random.default_rng(seed)

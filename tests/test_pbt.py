@@ -21,6 +21,8 @@ from popflow.schedulers.search_space import sample_from, uniform
 from popflow.schedulers.trial import Trial, TrialStatus
 from popflow.schedulers.trial_scheduler import Action, Decision, Exploit
 
+pytestmark = pytest.mark.unit
+
 
 def make_pbt(**kwargs: Any) -> PopulationBasedTraining:
     args: dict[str, Any] = {

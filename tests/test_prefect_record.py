@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import rendered_text
-from test_prefect_ui import artifacts, run_logs, tune_runs
+from support.browser import rendered_text
+from support.prefect_api import artifacts, events, run_logs, tune_runs
 from test_resume import ListHandler
 from test_tune_pbt import parity_scheduler, parity_space
 from trainables import Misbehaving, ParityTrainable, SleepyTrainable
@@ -53,6 +53,7 @@ print("best", grid.get_best_result().metrics["score"])
 """
 
 
+@pytest.mark.unit
 def test_the_feed_keeps_the_order_and_ends_with_the_run():
     feed = RunFeed()
     feed.line(logging.INFO, "start")
@@ -69,6 +70,7 @@ def test_the_feed_keeps_the_order_and_ends_with_the_run():
     assert feed.next() is None  # after the end: nothing more is waited for
 
 
+@pytest.mark.integration
 def test_a_run_finishes_when_prefect_cannot_be_reached(monkeypatch, tmp_path, dask_cluster):
     """Storage is the truth: a Prefect API that does not answer costs the run its record,
     not its results (before, the run itself failed on it)."""
@@ -97,6 +99,7 @@ def test_a_run_finishes_when_prefect_cannot_be_reached(monkeypatch, tmp_path, da
     assert any("the Prefect record of unrecorded is incomplete" in m for m in said), said
 
 
+@pytest.mark.integration
 def test_a_training_error_fails_the_flow_run_and_reaches_the_caller(tune_env, monkeypatch):
     """The caller gets the training's own exception; the flow run ends Failed with it."""
     from popflow.flows.api import training
@@ -125,6 +128,7 @@ def _script(tmp_path: Path, name: str, home: Path) -> subprocess.CompletedProces
     )  # fmt: skip
 
 
+@pytest.mark.system
 def test_the_first_run_starts_a_local_server_that_the_next_reuses_until_stopped(tmp_path):
     """Its UI, rendered in Chromium as a person opens the address the run printed, calls
     its own API and lists the runs by their experiments' names (before, it called port
@@ -172,6 +176,7 @@ def test_the_first_run_starts_a_local_server_that_the_next_reuses_until_stopped(
     assert local_server.running(home) is None and not local_server._alive(server.pid)
 
 
+@pytest.mark.system
 def test_two_scripts_starting_at_once_start_one_server(tmp_path):
     home = tmp_path / "prefect-home"
     procs = []
@@ -196,22 +201,7 @@ def test_two_scripts_starting_at_once_start_one_server(tmp_path):
     assert all(f"Prefect UI: {server.ui_url}" in out for out in outs)
 
 
-def _events(name: str, resource_id: str) -> list[Any]:
-    """The events named ``name`` about the resource ``resource_id``, in the API."""
-    from prefect.client.orchestration import get_client
-    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
-
-    with get_client(sync_client=True) as client:
-        page = client.read_events(
-            filter=EventFilter(
-                event=EventNameFilter(name=[name]),
-                resource=EventResourceFilter(id=[resource_id]),
-            ),
-            limit=50,
-        )
-    return page.events
-
-
+@pytest.mark.integration
 def test_the_flow_run_heartbeats_once_per_interval_and_its_end_does_not_wait(tune_env):
     """The ``tune`` run's heartbeats (what a zombie-run automation watches) are popflow's:
     one at its start and one per interval after, as Prefect's engine sends them. Prefect's
@@ -235,8 +225,8 @@ def test_the_flow_run_heartbeats_once_per_interval_and_its_end_does_not_wait(tun
     deadline = time.monotonic() + 60  # the server persists events every few seconds
     beats: list[Any] = []
     while time.monotonic() < deadline:
-        beats = _events(EVENT, resource_id)
-        if beats and _events("prefect.flow-run.Completed", resource_id):
+        beats = events(EVENT, resource_id)
+        if beats and events("prefect.flow-run.Completed", resource_id):
             break
         time.sleep(0.5)
     assert len(beats) == 1, beats  # the default interval (180 s) outlasts this run
@@ -266,6 +256,7 @@ def _round_task_runs(name: str, count: int) -> list[Any]:
         time.sleep(0.5)
 
 
+@pytest.mark.integration
 def test_a_late_record_gives_each_round_its_real_times_and_says_it_was_late(tune_env, monkeypatch):
     """The record held back until the training ended (as while a first run's Prefect
     server starts): each round's task run still spans the round's own time (a step of
@@ -313,6 +304,7 @@ def test_a_late_record_gives_each_round_its_real_times_and_says_it_was_late(tune
     assert any(m.startswith("this record started ") for m in said), said
 
 
+@pytest.mark.system
 def test_a_kept_server_whose_ui_calls_another_api_is_replaced(tmp_path, monkeypatch):
     """A server kept from an older popflow (its UI sent to port 4200) answers health but
     its UI shows no runs: the next run stops it by its PID and starts one that serves its
@@ -348,6 +340,7 @@ def test_a_kept_server_whose_ui_calls_another_api_is_replaced(tmp_path, monkeypa
             old.kill()
 
 
+@pytest.mark.integration
 def test_the_leaderboard_reads_like_the_console_and_tells_stopped_early_from_finished(tune_env):
     """ASHA: a column per hyperparameter, the console's rounding, a time column, trials
     stopped at a rung apart from those that finished; the summary counts them (no
@@ -379,6 +372,7 @@ def test_the_leaderboard_reads_like_the_console_and_tells_stopped_early_from_fin
     assert "4 of 4 trials ended; best mean_accuracy 8 (trial " in progress.description
 
 
+@pytest.mark.integration
 def test_a_round_never_waits_for_the_plots(prefect_server):
     """The plots are drawn on a thread of their own: while a drawing hangs, each round's
     leaderboard is sent and a round's call returns; no second drawing starts meanwhile."""
@@ -406,6 +400,7 @@ def test_a_round_never_waits_for_the_plots(prefect_server):
     assert refresh.drawn == 2 and len(calls) == 2
 
 
+@pytest.mark.integration
 def test_a_long_enough_run_redraws_its_plots_while_it_goes(tune_env, monkeypatch):
     monkeypatch.setattr(plot_artifacts, "PLOTS_INTERVAL_S", 0.0)  # every round may draw
     run(

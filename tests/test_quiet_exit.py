@@ -12,6 +12,10 @@ import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
+
+pytestmark = pytest.mark.system
+
 
 @contextmanager
 def busy_cores(n: int = 2) -> Iterator[None]:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.system
+
 DASK = Path(sys.executable).with_name("dask")
 
 USERMOD = """

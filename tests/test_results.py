@@ -16,6 +16,8 @@ from popflow.flows.experiment.results import Result, ResultGrid
 from popflow.flows.spec.config import CheckpointConfig
 from popflow.tasks.checkpoint import DICT_CHECKPOINT_FILE, Checkpoint
 
+pytestmark = pytest.mark.unit
+
 NAN, INF = math.nan, math.inf
 
 

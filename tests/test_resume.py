@@ -81,6 +81,7 @@ KINDS = ["append", "commit-before", "commit-after", "remove"]
 KILL_PLAN = [f"{KINDS[k % 4]}:{n}" for k, n in enumerate(range(2, 23))]
 
 
+@pytest.mark.system
 def test_synch_pbt_killed_at_21_points_ends_identical(prefect_server, tmp_path):
     drive(str(tmp_path / "ref"), "exp", "pbt_synch")
     reference = read_experiment(str(tmp_path / "ref" / "exp"))
@@ -96,6 +97,7 @@ def test_synch_pbt_killed_at_21_points_ends_identical(prefect_server, tmp_path):
     assert lease_holder(Storage(os.path.join(crashed, "exp"))) is None
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(
     "scheduler", ["pbt_async", "asha", "hyperband", "median", "fifo", "pb2_synch"]
 )
@@ -131,6 +133,7 @@ class ListHandler(logging.Handler):
         self.lines.append(record.getMessage())
 
 
+@pytest.mark.system
 def test_a_fresh_start_under_a_taken_name_starts_a_new_experiment(prefect_server, tmp_path):
     """Re-running a script never fails and never touches the old experiment: the new run
     is ``<name>_2`` (then ``_3``); resume=True still continues the old one."""
@@ -166,6 +169,7 @@ def test_a_fresh_start_under_a_taken_name_starts_a_new_experiment(prefect_server
     assert [r.metrics["training_iteration"] for r in results] == [24] * 4
 
 
+@pytest.mark.unit
 def test_a_live_lease_keeps_a_second_driver_out(tmp_path):
     from popflow.infra.store.lease import Lease, LeaseHeldError
 
@@ -184,6 +188,7 @@ def test_a_live_lease_keeps_a_second_driver_out(tmp_path):
     assert lease_holder(storage) is None
 
 
+@pytest.mark.system
 def test_lease_of_a_dead_driver_is_taken_over(tmp_path):
     from popflow.infra.store.lease import Lease
 
@@ -201,6 +206,7 @@ def test_lease_of_a_dead_driver_is_taken_over(tmp_path):
     lease.release()
 
 
+@pytest.mark.system
 def test_popflow_command_resumes_and_shows(prefect_server, tmp_path):
     storage = str(tmp_path)
     assert drive(storage, "exp", "pbt_synch", kill_at="commit-after:4") != 0
@@ -232,6 +238,7 @@ def test_popflow_command_resumes_and_shows(prefect_server, tmp_path):
     assert read_experiment(path) == read_experiment(str(tmp_path / "ref" / "exp"))
 
 
+@pytest.mark.system
 def test_truncated_checkpoint_is_detected_and_not_used(prefect_server, tmp_path):
     storage = str(tmp_path)
     assert drive(storage, "exp", "fifo", kill_at="commit-after:6") != 0
@@ -254,6 +261,7 @@ def test_truncated_checkpoint_is_detected_and_not_used(prefect_server, tmp_path)
     assert iters[-1] == 24
 
 
+@pytest.mark.system
 def test_full_disk_stops_the_run_cleanly_and_resume_finishes_it(prefect_server, tmp_path):
     storage = str(tmp_path / "crash")
     proc = subprocess.run(
@@ -274,6 +282,7 @@ def test_full_disk_stops_the_run_cleanly_and_resume_finishes_it(prefect_server, 
     )
 
 
+@pytest.mark.integration
 def test_prefect_flow_retry_resumes_instead_of_starting_over(prefect_server, tmp_path):
     from prefect import flow
     from trainables import ParityTrainable
@@ -316,6 +325,7 @@ def test_prefect_flow_retry_resumes_instead_of_starting_over(prefect_server, tmp
         assert [json.loads(line)["training_iteration"] for line in f] == [1, 2, 3, 4, 5, 6]
 
 
+@pytest.mark.system
 def test_pbt_replay_resumes_after_a_crash_identically(prefect_server, tmp_path):
     drive(str(tmp_path / "pbt"), "exp", "pbt_synch")
     exp = tmp_path / "pbt" / "exp"
@@ -330,6 +340,7 @@ def test_pbt_replay_resumes_after_a_crash_identically(prefect_server, tmp_path):
     assert [r["training_iteration"] for r in history] == list(range(1, 25))
 
 
+@pytest.mark.system
 def test_storage_errors_in_a_fraction_of_operations_change_nothing(prefect_server, tmp_path):
     """15 % of storage calls (driver and workers) time out once or twice: the retries absorb
     them, and the run ends as an undisturbed one with the same seed."""
@@ -350,6 +361,7 @@ def test_storage_errors_in_a_fraction_of_operations_change_nothing(prefect_serve
     assert read_experiment(str(tmp_path / "flaky" / "pbt")) == read_experiment(f"{clean}/pbt")
 
 
+@pytest.mark.system
 def test_a_killed_drivers_runs_are_marked_crashed_when_another_resumes(prefect_server, tmp_path):
     """SIGKILL leaves the tune flow run and its round task Running in the API; the
     resuming driver marks them Crashed, saying who took over."""

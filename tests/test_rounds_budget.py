@@ -20,6 +20,8 @@ from popflow.flows.spec.run_spec import expand_name
 from popflow.schedulers import PopulationBasedTraining, sample_from
 from popflow.tune import CheckpointConfig
 
+pytestmark = pytest.mark.integration
+
 
 def synch_pbt_run(storage: str, **kwargs):
     values = iter([10, 20, 40, 30])

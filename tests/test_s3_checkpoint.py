@@ -17,6 +17,8 @@ from popflow.infra.store.checkpoints import (
     read_manifest,
 )
 
+pytestmark = pytest.mark.integration
+
 FILES = {
     "model.bin": bytes(range(256)) * 400,
     "optim/state.json": b'{"lr": 0.1}',

@@ -22,6 +22,8 @@ from popflow.tasks.live import discard_parked
 from popflow.tasks.segment import run_segments
 from popflow.tasks.specs import SegmentOutcome, SegmentSpec
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def s3(s3_server, s3_url) -> Storage:

@@ -3,12 +3,15 @@ change, equal to a scan of the whole table (which made 10,000 trials quadratic).
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from popflow.flows.driver.trial_index import TrialIndex, started
 from popflow.flows.experiment.trial_table import TrialRecord
 from popflow.schedulers import FIFOScheduler, Trial, TrialStatus
+
+pytestmark = pytest.mark.unit
 
 
 def records(n: int) -> list[TrialRecord]:

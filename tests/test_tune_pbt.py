@@ -24,6 +24,8 @@ from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import ExperimentLog
 from popflow.schedulers import PopulationBasedTraining, sample_from
 
+pytestmark = pytest.mark.integration
+
 
 def parity_scheduler(synch: bool) -> PopulationBasedTraining:
     return PopulationBasedTraining(

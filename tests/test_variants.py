@@ -35,6 +35,8 @@ from popflow.schedulers.variants import (
     resolve_variants,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def rng(seed: int = 0) -> np.random.Generator:
     return np.random.default_rng(seed)
