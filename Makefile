@@ -39,9 +39,10 @@ test: $(VENV)/.installed-dev chromium
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q
 
-## The unit tier alone (no processes, no sockets; tests/support/tiers.py): under a minute
+## The unit tier alone (no processes, no sockets; tests/support/tiers.py), a tenth of each
+## property test's examples (tests/support/examples.py): under a minute
 test-fast: $(VENV)/.installed-dev
-	$(VENV)/bin/pytest -q -m unit
+	$(VENV)/bin/pytest -q -m unit --hypothesis-profile=fast
 
 ## The docs site into ./site (MkDocs Material; warnings are errors). `make test` builds it too.
 docs: $(VENV)/.installed-dev

@@ -17,10 +17,17 @@ from pathlib import Path
 
 import pytest
 
-#: The test tiers: a test with none or two fails collection; a unit test cannot reach out.
-pytest_plugins = ["support.tiers"]
+#: The test tiers (a test with none or two fails collection; a unit test cannot reach
+#: out) and the Hypothesis profile `make test-fast` loads.
+pytest_plugins = ["support.tiers", "support.examples"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+# One BLAS thread per process (set before numpy loads; the worker processes inherit it):
+# the tests' processes share two cores, and BLAS threads spinning against each other
+# made the Gaussian-process tests four times slower.
+for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
 
 
 def free_port() -> int:

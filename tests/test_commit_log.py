@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store import commit_log as experiment_log
@@ -31,7 +32,7 @@ json_values = st.recursive(
 
 
 @pytest.mark.unit
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(json_values, json_values)
 def test_patch_of_diff_gives_the_new_value_and_leaves_the_old_alone(old, new):
     before = json.dumps(old)
@@ -42,7 +43,7 @@ def test_patch_of_diff_gives_the_new_value_and_leaves_the_old_alone(old, new):
 
 
 @pytest.mark.unit
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(json_values, max_size=8), st.lists(json_values, max_size=4))
 def test_a_list_that_grew_at_the_end_costs_only_its_new_items(prefix, tail):
     op = diff(prefix, prefix + tail)
@@ -222,7 +223,7 @@ def test_commits_whose_lines_wait_for_a_flush_are_kept_until_the_logs_hold_them(
 
 
 @pytest.mark.unit
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(json_values, min_size=1, max_size=6),
     st.dictionaries(st.text(max_size=3), json_values, max_size=5),
@@ -291,7 +292,7 @@ def test_changed_rows_need_a_whole_state_first_and_keep_the_length(tmp_path):
 
 
 @pytest.mark.unit
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(json_values, max_size=6),
     st.lists(json_values, max_size=3),

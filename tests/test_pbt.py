@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from popflow.flows.experiment.trial_table import TrialTable
 from popflow.schedulers.pbt import PopulationBasedTraining, explore, quantiles
@@ -508,7 +509,7 @@ def test_choose_trial_to_run_least_progress_first() -> None:
     assert pbt.choose_trial_to_run([trials[1]]) is None
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     st.lists(
         st.tuples(st.sampled_from(list(TrialStatus)), st.integers(0, 4)), min_size=1, max_size=12
@@ -686,7 +687,7 @@ population = st.tuples(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     pop=population,
     synch=st.booleans(),
@@ -704,7 +705,7 @@ def test_same_seed_same_decisions(
     assert runs[0] == runs[1]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     pop=population,
     synch=st.booleans(),

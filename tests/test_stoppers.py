@@ -7,6 +7,7 @@ import datetime
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 from trainables import FlakyTrainable
 
 from popflow import CheckpointConfig, run
@@ -86,7 +87,7 @@ def make_stopper(kind: int) -> Stopper:
 
 
 @pytest.mark.unit
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.integers(0, 3),
     st.lists(st.tuples(st.sampled_from("abc"), st.sampled_from([0.0, 0.1, 0.5, 1.0])), max_size=20),
