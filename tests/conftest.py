@@ -7,7 +7,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -16,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from support.polling import wait_for
 
 #: The test tiers (a test with none or two fails collection; a unit test cannot reach
 #: out) and the Hypothesis profile `make test-fast` loads.
@@ -36,20 +36,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_until_healthy(url: str, proc: subprocess.Popen, timeout: float = 180.0) -> None:
-    """Poll the server's health endpoint until it answers (readiness, not a fixed sleep)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def wait_until_answering(url: str, proc: subprocess.Popen, timeout: float, healthy: bool) -> None:
+    """Poll ``url`` until the server behind it answers (``healthy``: with a 200), failing
+    at once if its process ``proc`` exits (readiness, not a fixed sleep)."""
+
+    def answers() -> bool:
         if proc.poll() is not None:
-            raise RuntimeError(f"prefect server exited with {proc.returncode}")
+            raise RuntimeError(f"the server for {url} exited with {proc.returncode}")
         try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                if r.status == 200:
-                    return
+            with urllib.request.urlopen(url, timeout=2) as r:
+                return not healthy or r.status == 200
+        except urllib.error.HTTPError:
+            return not healthy  # it answered
         except OSError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"prefect server at {url} not healthy after {timeout}s")
+            return False
+
+    wait_for(answers, timeout, f"the server at {url} answering", interval_s=0.1)
 
 
 @contextmanager
@@ -88,7 +90,7 @@ def prefect_server_process(**settings: str) -> Iterator[tuple[str, str]]:
     )
     url = f"http://127.0.0.1:{port}/api"
     try:
-        wait_until_healthy(url, proc)
+        wait_until_answering(f"{url}/health", proc, 180.0, healthy=True)
         yield url, home
     finally:
         proc.terminate()
@@ -213,23 +215,6 @@ def tune_env(prefect_server, dask_cluster, tmp_path):
 S3_BUCKET = "popflow-bucket"
 
 
-def wait_until_listening(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
-    """Poll ``url`` until the server answers any HTTP status (readiness, not a fixed sleep)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server for {url} exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except urllib.error.HTTPError:
-            return  # it answered
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"server at {url} not answering after {timeout}s")
-
-
 @pytest.fixture(scope="session")
 def s3_bucket() -> str:
     """Name of the bucket on the moto S3 server (see ``s3_server``)."""
@@ -264,7 +249,7 @@ def s3_server(s3_bucket: str) -> Iterator[tuple[str, dict]]:
         start_new_session=True,
     )
     try:
-        wait_until_listening(f"{endpoint}/moto-api/", proc)
+        wait_until_answering(f"{endpoint}/moto-api/", proc, 60.0, healthy=False)
         options = {
             "endpoint_url": endpoint,
             "key": "testing",
@@ -293,3 +278,17 @@ def s3_server(s3_bucket: str) -> Iterator[tuple[str, dict]]:
 def s3_url(s3_server, s3_bucket: str) -> str:
     """A fresh ``s3://bucket/prefix`` for one test on the shared moto server."""
     return f"s3://{s3_bucket}/test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def s3(s3_server, s3_url: str):
+    """A ``Storage`` at a fresh ``s3_url``, retrying fast; removed after the test."""
+    from support.s3 import FAST
+
+    from popflow.infra.storage.folder import Storage
+
+    _, options = s3_server
+    storage = Storage(s3_url, options, retry=FAST)
+    yield storage
+    storage._fs = None  # a fresh client: the test may have swapped in a broken one
+    storage.remove()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.lease_holder import hold_lease
 
 from popflow import ResultGrid, choice, grid_search, run, uniform
 from popflow.flows.api.cli import main
@@ -184,19 +185,7 @@ def test_status_interrupted_running_and_interrupted_again(experiments, capsys):
     lines = status(path, capsys)
     assert lines[0].startswith("cut: interrupted, 2 rounds committed, PopulationBasedTraining")
     assert lines[1] == f"resume with: popflow resume {path}"
-    holder = subprocess.Popen(  # a driver, as far as the lease tells
-        [
-            sys.executable,
-            "-c",
-            "import sys, time; from popflow.infra.store.lease import Lease; "
-            "from popflow.infra.storage.folder import Storage; "
-            "Lease(Storage(sys.argv[1]), ttl_s=600).acquire(); print('held', flush=True); "
-            "time.sleep(600)",
-            path,
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = hold_lease(path)  # a driver, as far as the lease tells
     try:
         assert holder.stdout.readline().strip() == "held"
         before = files(path)

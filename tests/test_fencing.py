@@ -12,6 +12,8 @@ import sys
 import time
 
 import pytest
+from support.lease_holder import hold_lease
+from support.polling import wait_for
 from test_resume import DRIVER, drive, read_experiment
 
 from popflow.infra.storage.folder import Storage
@@ -106,26 +108,13 @@ def test_a_driver_taken_over_fails_its_check_and_its_renewal_stops(tmp_path):
 def test_a_zombie_driver_does_not_hold_its_lease(tmp_path):
     """SIGKILLed but not reaped by its parent: the process still shows, as a zombie."""
     storage = Storage(str(tmp_path))
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time; from popflow.infra.store.lease import Lease; "
-            "from popflow.infra.storage.folder import Storage; "
-            "Lease(Storage(sys.argv[1]), ttl_s=600).acquire(); print('held', flush=True); "
-            "time.sleep(600)",
-            str(tmp_path),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    child = hold_lease(str(tmp_path))
     try:
         assert child.stdout.readline().strip() == "held"
         with pytest.raises(LeaseHeldError):
             Lease(storage, ttl_s=600).acquire()  # alive: it holds the lease
         os.kill(child.pid, signal.SIGKILL)
-        while _state(child.pid) != "Z":  # wait for the kill to land (no reaping)
-            time.sleep(0.01)
+        wait_for(lambda: _state(child.pid) == "Z", 60, "the kill to land (no reaping)")
         lease = Lease(storage, ttl_s=600)
         lease.acquire()  # a zombie holds nothing: taken over at once, not after 600 s
         assert lease_holder(storage)["pid"] == os.getpid()
@@ -154,9 +143,7 @@ def split_brain(storage: str, options: dict | None) -> tuple[int, str]:
         env=env,
     )
     try:
-        while _state(stalled.pid) != "T":  # it stops itself right after commit 6
-            assert stalled.poll() is None, stalled.stderr.read()[-3000:]
-            time.sleep(0.05)
+        wait_for(lambda: _stopped(stalled), 300, "A to stop itself right after commit 6")
         holder = lease_holder(Storage(f"{storage}/exp", options))
         assert holder is not None and holder["pid"] == stalled.pid
         time.sleep(max(0.0, holder["expires"] - time.time()) + 0.2)  # its lease runs out
@@ -204,10 +191,18 @@ def test_a_stalled_driver_taken_over_on_s3_stops_and_the_run_is_as_if_uninterrup
 
 def _wait_lapsed(storage: Storage, timeout: float = 60.0) -> None:
     """Poll until no driver holds the lease (the stalled one's expiry passed)."""
-    deadline = time.monotonic() + timeout
-    while lease_holder(storage) is not None:
-        assert time.monotonic() < deadline, "the stalled driver's lease did not lapse"
-        time.sleep(0.1)  # polling storage for the expiry, not synchronising on time
+    wait_for(lambda: lease_holder(storage) is None, timeout, "the stalled driver's lease to lapse")
+
+
+def _stopped(proc: subprocess.Popen) -> bool:
+    """Whether ``proc`` has stopped (SIGSTOP); it must not have exited."""
+    assert proc.poll() is None, proc.stderr.read()[-3000:]
+    return _state(proc.pid) == "T"
+
+
+def _holds_the_lease(proc: subprocess.Popen, experiment: Storage) -> bool:
+    assert proc.poll() is None, proc.stderr.read()[-3000:]
+    return (lease_holder(experiment) or {}).get("pid") == proc.pid
 
 
 def takeovers_of_a_stalled_driver(storage: str, options: dict | None) -> tuple[int, str, int, str]:
@@ -226,9 +221,7 @@ def takeovers_of_a_stalled_driver(storage: str, options: dict | None) -> tuple[i
     stalled = start("--kill-at", "stop-after:6")
     procs = [stalled]
     try:
-        while _state(stalled.pid) != "T":
-            assert stalled.poll() is None, stalled.stderr.read()[-3000:]
-            time.sleep(0.05)
+        wait_for(lambda: _stopped(stalled), 300, "A to stop itself right after commit 6")
         _wait_lapsed(experiment)
         for _ in range(2):  # B and C
             dying = start("--kill-at", "took-lease:0")
@@ -237,11 +230,7 @@ def takeovers_of_a_stalled_driver(storage: str, options: dict | None) -> tuple[i
             assert dying.returncode == -signal.SIGKILL
         live = start()
         procs.append(live)
-        deadline = time.monotonic() + 300
-        while (lease_holder(experiment) or {}).get("pid") != live.pid:
-            assert live.poll() is None, live.stderr.read()[-3000:]
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for(lambda: _holds_the_lease(live, experiment), 300, "D to take the lease")
         assert lease_epochs(experiment)[-1] == 4  # D holds epoch 4; epoch 2 was pruned
         os.kill(stalled.pid, signal.SIGCONT)
         _, stalled_err = stalled.communicate(timeout=300)

@@ -13,6 +13,7 @@ import textwrap
 import threading
 
 import pytest
+from support.polling import wait_for
 from test_console import run_script
 
 from popflow.flows.console.live_table import MAX_ROWS, LiveTable
@@ -196,10 +197,9 @@ def test_a_segment_sends_its_latest_result_to_the_driver_as_it_trains(dask_clust
         return it
 
     assert dask_cluster.submit(train, live.topic, pure=False).result() == 3
-    deadline = time.monotonic() + 30
-    while (live.latest("t7") or {}).get("training_iteration") != 3:
-        assert time.monotonic() < deadline, live.latest("t7")
-        time.sleep(0.05)  # polling for the event's arrival, with a deadline
+    wait_for(
+        lambda: (live.latest("t7") or {}).get("training_iteration") == 3, 30, "the third result"
+    )
     assert live.latest("t7") == {"training_iteration": 3, "loss": 1.0 / 3}  # numbers only
     live.reduced("t7")
     assert live.latest("t7") is None

@@ -9,6 +9,7 @@ first run of a ``PREFECT_HOME`` and reused by the runs after it
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -17,13 +18,13 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.browser import rendered_text
+from support.polling import wait_for
 from support.prefect_api import artifacts, events, run_logs, tune_runs
 from test_resume import ListHandler
 from test_tune_pbt import parity_scheduler, parity_space
@@ -222,13 +223,15 @@ def test_the_flow_run_heartbeats_once_per_interval_and_its_end_does_not_wait(tun
     assert flow_run.state_name == "Completed"
     resource_id = f"prefect.flow-run.{flow_run.id}"
     EventsWorker.drain_all(timeout=10)
-    deadline = time.monotonic() + 60  # the server persists events every few seconds
     beats: list[Any] = []
-    while time.monotonic() < deadline:
-        beats = events(EVENT, resource_id)
-        if beats and events("prefect.flow-run.Completed", resource_id):
-            break
-        time.sleep(0.5)
+
+    def recorded() -> bool:
+        beats[:] = events(EVENT, resource_id)
+        return bool(beats and events("prefect.flow-run.Completed", resource_id))
+
+    # the server persists events every few seconds; the count is checked either way
+    with contextlib.suppress(AssertionError):
+        wait_for(recorded, 60, "the heartbeat and the end in the API", interval_s=0.5)
     assert len(beats) == 1, beats  # the default interval (180 s) outlasts this run
     (beat,) = beats
     assert beat.resource["prefect.resource.name"] == flow_run.name
@@ -248,12 +251,17 @@ def _round_task_runs(name: str, count: int) -> list[Any]:
         )
 
     EventsWorker.drain_all(timeout=10)
-    deadline = time.monotonic() + 60  # the server writes events down every few seconds
-    while True:
-        found = [t for t in tune_runs(name, read) if t.end_time is not None]
-        if len(found) >= count or time.monotonic() > deadline:
-            return sorted(found, key=lambda t: t.start_time)
-        time.sleep(0.5)
+    found: list[Any] = []
+
+    def finished() -> bool:
+        found[:] = [t for t in tune_runs(name, read) if t.end_time is not None]
+        return len(found) >= count
+
+    with contextlib.suppress(
+        AssertionError
+    ):  # the server writes events down every few seconds; the caller checks the count
+        wait_for(finished, 60, f"{count} finished round task runs", interval_s=0.5)
+    return sorted(found, key=lambda t: t.start_time)
 
 
 @pytest.mark.integration
@@ -327,9 +335,8 @@ def test_a_kept_server_whose_ui_calls_another_api_is_replaced(tmp_path, monkeypa
             json.dumps({"pid": old.pid, "port": port, "home": str(home)})
         )
         kept = local_server.LocalServer(old.pid, port, str(home))
-        deadline = time.monotonic() + 30
-        while not kept.answers() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        with contextlib.suppress(AssertionError):  # the assertion below says what went wrong
+            wait_for(kept.answers, 30, "the kept server to answer", interval_s=0.1)
         assert local_server.running(home) == kept  # it answers: before, it was reused
         started = local_server.LocalServer(os.getpid(), port + 1, str(home))
         monkeypatch.setattr(local_server, "_start", lambda h: started)

@@ -16,14 +16,14 @@ import pytest
 import s3fs
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 from s3fs.errors import translate_boto_error
+from support.s3 import FAST
+from support.trees import read_tree, write_tree
 
 import popflow.infra.storage.local_files as local_files
 from popflow.infra.storage.credentials import redact, secret_values
 from popflow.infra.storage.errors import StorageError, is_transient
 from popflow.infra.storage.folder import Storage
 from popflow.infra.storage.retry import RetryPolicy, backoff_delay
-
-FAST = RetryPolicy(attempts=5, base_delay=0.001, max_delay=0.004, deadline=10.0)
 
 
 def client_error(status: int, code: str, op: str = "PutObject") -> ClientError:
@@ -126,37 +126,10 @@ class BrokenFS:
 
 
 @pytest.fixture
-def s3(s3_server, s3_url) -> Storage:
-    _, options = s3_server
-    s = Storage(s3_url, options, retry=FAST)
-    yield s
-    s.remove()
-
-
-@pytest.fixture
 def reader(s3_server) -> s3fs.S3FileSystem:
     """An independent S3 client (its own caches), as another process would have."""
     _, options = s3_server
     return s3fs.S3FileSystem(skip_instance_cache=True, **options)
-
-
-def write_tree(folder, files: dict[str, bytes]) -> str:
-    for rel, data in files.items():
-        path = os.path.join(folder, *rel.split("/"))
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(data)
-    return str(folder)
-
-
-def read_tree(folder) -> dict[str, bytes]:
-    out = {}
-    for d, _, names in os.walk(folder):
-        for n in names:
-            full = os.path.join(d, n)
-            with open(full, "rb") as f:
-                out[os.path.relpath(full, folder).replace(os.sep, "/")] = f.read()
-    return out
 
 
 TREE = {
