@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import pytest
+from support.scripts import embedded_env
 
 SCRIPT = textwrap.dedent(
     """
@@ -40,8 +41,7 @@ def run_script(tmp_path, *args: str, script: str = SCRIPT) -> str:
     """``script`` run as a user would, in a fresh process on the embedded default, with
     a Prefect home of its own; its stdout and stderr."""
     (tmp_path / "script.py").write_text(script)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")  # the user's own, fresh
+    env = embedded_env(str(tmp_path / "prefect-home"))  # the user's own, fresh
     proc = subprocess.run(
         [sys.executable, "script.py", *args],
         cwd=tmp_path,
@@ -131,8 +131,7 @@ def test_the_embedded_server_is_waited_for_longer_unless_the_user_says(monkeypat
 def run_demo(tmp_path, *args: str) -> str:
     """``make demo``'s script (its own INFO logging), smoke-sized, on the embedded default."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+    env = embedded_env(str(tmp_path / "prefect-home"))
     proc = subprocess.run(
         [sys.executable, os.path.join(root, "examples", "pbt_benchmark.py"), "--smoke-test",
          "--storage", str(tmp_path), "--name", "demo", *args],
@@ -149,7 +148,7 @@ def run_make_demo(tmp_path) -> str:
     from popflow.infra import local_server
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env = embedded_env()
     home = tmp_path / "prefect-home"
     env["PREFECT_HOME"] = str(home)
     try:

@@ -13,6 +13,7 @@ from multiprocessing import spawn
 from pathlib import Path
 
 import pytest
+from support.scripts import embedded_env
 
 import popflow
 from popflow import run, tune
@@ -102,8 +103,7 @@ def run_script(tmp_path: Path, source: str, embedded_prefect: bool) -> subproces
     (tmp_path / "script.py").write_text(textwrap.dedent(source))
     env = dict(os.environ)
     if embedded_prefect:
-        env = {k: v for k, v in env.items() if not k.startswith("PREFECT_")}
-        env["PREFECT_HOME"] = str(tmp_path / "prefect-home")  # the user's own, fresh
+        env = embedded_env(str(tmp_path / "prefect-home"), env)  # the user's own, fresh
     return subprocess.run(
         [sys.executable, "script.py"],
         cwd=tmp_path,

@@ -14,6 +14,7 @@ import threading
 
 import pytest
 from support.polling import wait_for
+from support.scripts import embedded_env
 from test_console import run_script
 
 from popflow.flows.console.live_table import MAX_ROWS, LiveTable
@@ -51,8 +52,7 @@ CURSOR_UP = "\x1b[1A"
 
 
 def _env(tmp_path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+    env = embedded_env(str(tmp_path / "prefect-home"))
     env["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     return env
 

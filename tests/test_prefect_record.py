@@ -24,10 +24,11 @@ from typing import Any
 
 import pytest
 from support.browser import rendered_text
+from support.parity import parity_run, parity_scheduler, parity_space
 from support.polling import wait_for
 from support.prefect_api import artifacts, events, run_logs, tune_runs
+from support.scripts import embedded_env
 from test_resume import ListHandler
-from test_tune_pbt import parity_scheduler, parity_space
 from trainables import Misbehaving, ParityTrainable, SleepyTrainable
 
 from popflow import FIFOScheduler, grid_search, run
@@ -121,8 +122,7 @@ def _script(tmp_path: Path, name: str, home: Path) -> subprocess.CompletedProces
     """``SCRIPT`` as a fresh process on the embedded default (no ``PREFECT_API_URL``)."""
     path = tmp_path / f"{name}.py"
     path.write_text(f"NAME = {name!r}\n" + textwrap.dedent(SCRIPT))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env["PREFECT_HOME"] = str(home)
+    env = embedded_env(str(home))
     return subprocess.run(
         [sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True,
         timeout=300,
@@ -184,8 +184,7 @@ def test_two_scripts_starting_at_once_start_one_server(tmp_path):
     for name in ("left", "right"):
         path = tmp_path / f"{name}.py"
         path.write_text(f"NAME = {name!r}\n" + textwrap.dedent(SCRIPT))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-        env["PREFECT_HOME"] = str(home)
+        env = embedded_env(str(home))
         procs.append(subprocess.Popen(
             [sys.executable, str(path)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True,
@@ -410,14 +409,9 @@ def test_a_round_never_waits_for_the_plots(prefect_server):
 @pytest.mark.integration
 def test_a_long_enough_run_redraws_its_plots_while_it_goes(tune_env, monkeypatch):
     monkeypatch.setattr(plot_artifacts, "PLOTS_INTERVAL_S", 0.0)  # every round may draw
-    run(
-        ParityTrainable,
-        parity_space([10, 20, 40]),
-        scheduler=parity_scheduler(synch=True),
-        metric="mean_accuracy",
-        mode="max",
-        num_samples=3,
-        stop={"training_iteration": 4},
+    parity_run(
+        [10, 20, 40],
+        iterations=4,
         name="live-plots",
         **tune_env,
     )

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support.parity import parity_run
 from support.prefect_api import artifacts, run_logs, tune_runs
-from test_tune_pbt import parity_scheduler, parity_space
-from trainables import Misbehaving, ParityTrainable
+from trainables import Misbehaving
 
 from popflow import run
 from popflow.schedulers import FIFOScheduler
@@ -42,14 +42,8 @@ def test_a_runs_start_rounds_trial_errors_and_end_are_in_its_prefect_logs(tune_e
 def test_each_round_versions_the_leaderboard_and_the_end_writes_a_summary(tune_env):
     import json
 
-    grid = run(
-        ParityTrainable,
-        parity_space([10, 20, 40]),
-        scheduler=parity_scheduler(synch=True),
-        metric="mean_accuracy",
-        mode="max",
-        num_samples=3,
-        stop={"training_iteration": 3},
+    grid = parity_run(
+        [10, 20, 40],
         name="Shown_PBT",
         seed=0,
         **tune_env,
@@ -97,14 +91,9 @@ def round_task_names(name: str) -> list[str]:
 def test_the_flow_runs_parameters_read_as_the_run_was_asked_for(tune_env):
     """Not ``"<RunSpec>"``: the trainable by import path, the storage URL, the scheduler
     with its arguments, num_samples, stop; the round task runs named by their round."""
-    grid = run(
-        ParityTrainable,
-        parity_space([10, 20]),
-        scheduler=parity_scheduler(synch=True),
-        metric="mean_accuracy",
-        mode="max",
-        num_samples=2,
-        stop={"training_iteration": 2},
+    grid = parity_run(
+        [10, 20],
+        iterations=2,
         name="readable",
         seed=5,
         **tune_env,
