@@ -37,11 +37,11 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def run_script(tmp_path, *args: str, script: str = SCRIPT) -> str:
+def run_script(tmp_path, *args: str, script: str = SCRIPT, home=None) -> str:
     """``script`` run as a user would, in a fresh process on the embedded default, with
-    a Prefect home of its own; its stdout and stderr."""
+    a Prefect home of its own (``home``, or a fresh one); its stdout and stderr."""
     (tmp_path / "script.py").write_text(script)
-    env = embedded_env(str(tmp_path / "prefect-home"))  # the user's own, fresh
+    env = embedded_env(home or tmp_path / "prefect-home")  # the user's own
     proc = subprocess.run(
         [sys.executable, "script.py", *args],
         cwd=tmp_path,

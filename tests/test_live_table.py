@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from support.polling import wait_for
@@ -19,6 +21,7 @@ from test_console import run_script
 
 from popflow.flows.console.live_table import MAX_ROWS, LiveTable
 from popflow.flows.experiment.trial_table import TrialRecord
+from popflow.infra import local_server
 from popflow.schedulers import Trial, TrialStatus
 
 SCRIPT = textwrap.dedent(
@@ -31,7 +34,7 @@ SCRIPT = textwrap.dedent(
 
     def objective(config):
         for step in range(1, 13):
-            time.sleep(0.5)
+            time.sleep(float(sys.argv[2]))
             tune.report({"score": config["x"] * step})
 
 
@@ -51,19 +54,31 @@ ESCAPE = re.compile(r"\x1b\[")
 CURSOR_UP = "\x1b[1A"
 
 
-def _env(tmp_path) -> dict[str, str]:
-    env = embedded_env(str(tmp_path / "prefect-home"))
+@pytest.fixture(scope="module")
+def home(tmp_path_factory) -> Iterator[Path]:
+    """One Prefect home for this module's scripts: the first starts popflow's local
+    server, the others reuse it (as a user's next runs do); stopped at the end."""
+    path = tmp_path_factory.mktemp("prefect-home")
+    try:
+        yield path
+    finally:
+        local_server.stop(path)
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = embedded_env(home)
     env["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     return env
 
 
-def run_in_terminal(tmp_path, verbose: int) -> str:
-    """The script's output as a terminal shows it: stdout and stderr on a pseudo-terminal."""
+def run_in_terminal(tmp_path, home: Path, verbose: int) -> str:
+    """The script's output as a terminal shows it: stdout and stderr on a pseudo-terminal.
+    Each result comes 0.5 s after the one before, so the table is redrawn as it trains."""
     (tmp_path / "script.py").write_text(SCRIPT)
     leader, follower = pty.openpty()
-    env = {**_env(tmp_path), "COLUMNS": "160", "LINES": "40", "TERM": "xterm-256color"}
+    env = {**_env(home), "COLUMNS": "160", "LINES": "40", "TERM": "xterm-256color"}
     proc = subprocess.Popen(
-        [sys.executable, "script.py", str(verbose)],
+        [sys.executable, "script.py", str(verbose), "0.5"],
         cwd=tmp_path,
         env=env,
         stdin=follower,
@@ -94,13 +109,15 @@ def run_in_terminal(tmp_path, verbose: int) -> str:
     return out
 
 
-def run_through_pipe(tmp_path, verbose: int) -> str:
-    return run_script(tmp_path, str(verbose), script=SCRIPT)
+def run_through_pipe(tmp_path, home: Path, verbose: int) -> str:
+    """The script's output through a pipe; its results come as fast as they can (the
+    table is printed once, at the end, whatever the run's length)."""
+    return run_script(tmp_path, str(verbose), "0", script=SCRIPT, home=home)
 
 
 @pytest.mark.system
-def test_on_a_terminal_the_table_is_redrawn_in_place_under_the_log_lines(tmp_path):
-    out = run_in_terminal(tmp_path, 2)
+def test_on_a_terminal_the_table_is_redrawn_in_place_under_the_log_lines(tmp_path, home):
+    out = run_in_terminal(tmp_path, home, 2)
     assert "best {'x': 2}" in out
     assert CURSOR_UP in out, out[-3000:]  # the live region moved up to redraw itself
     frames = out.count("Trial status:")
@@ -115,8 +132,8 @@ def test_on_a_terminal_the_table_is_redrawn_in_place_under_the_log_lines(tmp_pat
 
 
 @pytest.mark.system
-def test_through_a_pipe_the_table_is_plain_text_printed_once_at_the_end(tmp_path):
-    out = run_through_pipe(tmp_path, 2)
+def test_through_a_pipe_the_table_is_plain_text_printed_once_at_the_end(tmp_path, home):
+    out = run_through_pipe(tmp_path, home, 2)
     assert not ESCAPE.search(out), out[-3000:]
     assert out.count("Trial status:") == 1  # a short run: no periodic print before the end
     header = [line for line in out.splitlines() if line.startswith("popflow: watched at ")]
@@ -129,15 +146,15 @@ def test_through_a_pipe_the_table_is_plain_text_printed_once_at_the_end(tmp_path
 
 
 @pytest.mark.system
-def test_verbose_1_shows_the_status_line_and_no_table(tmp_path):
-    out = run_through_pipe(tmp_path, 1)
+def test_verbose_1_shows_the_status_line_and_no_table(tmp_path, home):
+    out = run_through_pipe(tmp_path, home, 1)
     assert "Trial status: 2 TERMINATED" in out
     assert not [line for line in out.splitlines() if line.startswith("|")], out
 
 
 @pytest.mark.system
-def test_verbose_3_shows_every_result(tmp_path):
-    out = run_through_pipe(tmp_path, 3)
+def test_verbose_3_shows_every_result(tmp_path, home):
+    out = run_through_pipe(tmp_path, home, 3)
     reported = re.findall(
         r"Trial (objective_\S+) reported score=(\d+), training_iteration=(\d+)", out
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -61,11 +62,22 @@ def reference(tmp_path_factory) -> dict:
     return read_experiment(str(root / "exp"))
 
 
+@pytest.fixture(scope="module")
+def killed_at_8(prefect_server, tmp_path_factory) -> Path:
+    """An experiment whose driver was killed right after commit 8 (one checkpoint kept
+    a trial); each test damages a copy of its own."""
+    root = tmp_path_factory.mktemp("killed")
+    assert drive(str(root), "exp", "pbt_synch", kill_at="commit-after:8", extra=KEEP_ONE) != 0
+    return root / "exp"
+
+
 @pytest.mark.system
 @pytest.mark.parametrize("how", ["truncated", "garbage", "empty-json", "edited"])
-def test_resume_falls_back_over_a_damaged_newest_commit(prefect_server, reference, tmp_path, how):
+def test_resume_falls_back_over_a_damaged_newest_commit(
+    prefect_server, reference, killed_at_8, tmp_path, how
+):
     storage = str(tmp_path)
-    assert drive(storage, "exp", "pbt_synch", kill_at="commit-after:8", extra=KEEP_ONE) != 0
+    shutil.copytree(killed_at_8, tmp_path / "exp")
     log = ExperimentLog(Storage(os.path.join(storage, "exp")))
     newest = log.commit_numbers()[-1]
     assert newest == 8
@@ -78,10 +90,10 @@ def test_resume_falls_back_over_a_damaged_newest_commit(prefect_server, referenc
 
 @pytest.mark.system
 def test_two_damaged_commits_stop_resume_with_a_clear_error_and_delete_nothing(
-    prefect_server, tmp_path
+    prefect_server, killed_at_8, tmp_path
 ):
     storage = str(tmp_path)
-    assert drive(storage, "exp", "pbt_synch", kill_at="commit-after:8", extra=KEEP_ONE) != 0
+    shutil.copytree(killed_at_8, tmp_path / "exp")
     log = ExperimentLog(Storage(os.path.join(storage, "exp")))
     for seq in log.commit_numbers()[-2:]:
         damage(tmp_path / "exp" / log.commit_path(seq), "truncated")

@@ -103,8 +103,11 @@ def test_synch_pbt_killed_at_21_points_ends_identical(prefect_server, tmp_path):
 )
 def test_every_scheduler_resumes_after_a_crash(prefect_server, tmp_path, scheduler):
     storage = str(tmp_path)
-    assert drive(storage, "exp", scheduler, kill_at="commit-after:3") != 0
-    drive(storage, "exp", scheduler)
+    # 12 iterations a trial are enough to crash after commit 3 and resume; PB2 runs the
+    # driver's 24, which its exploits need (checked below)
+    extra = [] if scheduler == "pb2_synch" else ["--iterations", "12"]
+    assert drive(storage, "exp", scheduler, kill_at="commit-after:3", extra=extra) != 0
+    drive(storage, "exp", scheduler, extra=extra)
     state = read_experiment(os.path.join(storage, "exp"))
     assert state["checkpoints_ok"]
     assert set(state["status"]) <= {"TERMINATED"}
@@ -118,7 +121,7 @@ def test_every_scheduler_resumes_after_a_crash(prefect_server, tmp_path, schedul
     if scheduler == "pb2_synch":  # exploits happened: the GP's data came through the crash
         assert state["pbt_global"].count("\n") >= 4
     if scheduler in ("hyperband", "pb2_synch"):  # synchronous: the crash changes nothing
-        drive(str(tmp_path / "ref"), "exp", scheduler)
+        drive(str(tmp_path / "ref"), "exp", scheduler, extra=extra)
         assert state == read_experiment(str(tmp_path / "ref" / "exp"))
 
 
@@ -134,7 +137,9 @@ class ListHandler(logging.Handler):
 
 
 @pytest.mark.system
-def test_a_fresh_start_under_a_taken_name_starts_a_new_experiment(prefect_server, tmp_path):
+def test_a_fresh_start_under_a_taken_name_starts_a_new_experiment(
+    prefect_server, dask_cluster, tmp_path
+):
     """Re-running a script never fails and never touches the old experiment: the new run
     is ``<name>_2`` (then ``_3``); resume=True still continues the old one."""
     from trainables import ParityTrainable
@@ -145,6 +150,7 @@ def test_a_fresh_start_under_a_taken_name_starts_a_new_experiment(prefect_server
     assert drive(storage, "exp", "fifo", kill_at="commit-after:2") != 0
     old_commits = sorted(os.listdir(os.path.join(storage, "exp", ".popflow", "commits")))
     kwargs = dict(num_samples=4, stop={"training_iteration": 24}, storage=storage, name="exp")
+    kwargs["dask_address"] = dask_cluster  # the session's cluster: this is about names
     seen = ListHandler()
     logging.getLogger("popflow.flows.experiment.opening").addHandler(seen)
     try:
