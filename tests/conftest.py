@@ -292,3 +292,15 @@ def s3(s3_server, s3_url: str):
     yield storage
     storage._fs = None  # a fresh client: the test may have swapped in a broken one
     storage.remove()
+
+
+@pytest.fixture(scope="session")
+def pbt_synch_reference(prefect_server, tmp_path_factory) -> dict:
+    """What an uninterrupted crash-driver run of synchronous PBT on local disk holds (the
+    driver's defaults; ``support.driving.read_experiment``): the run the kill, resume and
+    fencing tests must end identical to, driven once for all of them."""
+    from support.driving import drive, read_experiment
+
+    root = tmp_path_factory.mktemp("pbt-synch-reference")
+    drive(str(root), "exp", "pbt_synch")
+    return read_experiment(str(root / "exp"))

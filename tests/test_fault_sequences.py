@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.driving import DRIVER, drive, read_experiment
 from support.polling import wait_for
 from test_nothing_lost import damage
-from test_resume import DRIVER, drive, read_experiment
 
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import ExperimentLog

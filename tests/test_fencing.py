@@ -12,9 +12,9 @@ import sys
 import time
 
 import pytest
+from support.driving import DRIVER, drive, read_experiment
 from support.lease_holder import hold_lease
 from support.polling import wait_for
-from test_resume import DRIVER, drive, read_experiment
 
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import CommitConflict, ExperimentLog
@@ -153,13 +153,14 @@ def split_brain(storage: str, options: dict | None) -> tuple[int, str]:
     finally:
         if stalled.poll() is None:
             os.killpg(stalled.pid, signal.SIGKILL)
-    drive(f"{storage}-ref", "exp", "pbt_synch", env=env)  # an uninterrupted run beside it
+    if options is not None:  # an uninterrupted run beside it (local: pbt_synch_reference)
+        drive(f"{storage}-ref", "exp", "pbt_synch", env=env)
     return stalled.returncode, err
 
 
 @pytest.mark.system
 def test_a_stalled_driver_taken_over_stops_and_the_run_is_as_if_uninterrupted(
-    prefect_server, tmp_path
+    prefect_server, pbt_synch_reference, tmp_path
 ):
     """Split brain on local disk: A must stop at once, and the experiment must be exactly
     an uninterrupted run's."""
@@ -167,7 +168,7 @@ def test_a_stalled_driver_taken_over_stops_and_the_run_is_as_if_uninterrupted(
     rc, err = split_brain(storage, None)
     assert rc != 0
     assert "LeaseLost" in err and "lost the lease" in err, err[-3000:]
-    assert read_experiment(f"{storage}/exp") == read_experiment(f"{storage}-ref/exp")
+    assert read_experiment(f"{storage}/exp") == pbt_synch_reference
 
 
 @pytest.mark.system
@@ -239,12 +240,13 @@ def takeovers_of_a_stalled_driver(storage: str, options: dict | None) -> tuple[i
         for proc in procs:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
-    drive(f"{storage}-ref", "exp", "pbt_synch", env=env)
     return stalled.returncode, stalled_err, live.returncode, live_err
 
 
 @pytest.mark.system
-def test_a_stalled_driver_loses_to_the_third_driver_after_it(prefect_server, tmp_path):
+def test_a_stalled_driver_loses_to_the_third_driver_after_it(
+    prefect_server, pbt_synch_reference, tmp_path
+):
     """The issue's split brain: after three takeovers A must stop at once with
     LeaseLost (it used to finish, and kill D with a CommitConflict), D must finish, and
     the experiment must be exactly an uninterrupted run's."""
@@ -253,7 +255,7 @@ def test_a_stalled_driver_loses_to_the_third_driver_after_it(prefect_server, tmp
     assert rc_d == 0, err_d[-3000:]
     assert rc_a != 0 and "LeaseLost" in err_a and "driver epoch 4" in err_a, err_a[-3000:]
     assert lease_epochs(Storage(f"{storage}/exp"))[-1] == 4  # A wrote no lease file again
-    assert read_experiment(f"{storage}/exp") == read_experiment(f"{storage}-ref/exp")
+    assert read_experiment(f"{storage}/exp") == pbt_synch_reference
 
 
 @pytest.mark.unit

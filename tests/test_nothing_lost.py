@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_resume import DRIVER, drive, read_experiment
+from support.driving import DRIVER, drive, read_experiment
 
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import (

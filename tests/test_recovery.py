@@ -17,10 +17,10 @@ from uuid import UUID
 
 import pytest
 from conftest import prefect_server_process, using_prefect_server
+from support.driving import read_experiment
 from support.polling import wait_for
 from support.prefect_api import api
 from test_deployment import ROOT, prefect, uninterrupted_rounds
-from test_resume import read_experiment
 
 from popflow.flows.experiment.opening import is_finished
 from popflow.flows.spec.trainable_paths import ALLOWLIST_ENV

@@ -15,64 +15,15 @@ import subprocess
 import sys
 
 import pytest
+from support.driving import DRIVER, drive, read_experiment
 
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import ExperimentLog
 from popflow.infra.store.lease import lease_holder, lease_path
-from popflow.tasks.progress import comparable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DRIVER = os.path.join(HERE, "crash_driver.py")
 #: the `popflow` command, as installed into the environment
 POPFLOW = os.path.join(os.path.dirname(sys.executable), "popflow")
-
-
-def drive(
-    storage: str,
-    name: str,
-    scheduler: str,
-    kill_at: str | None = None,
-    env: dict | None = None,
-    extra: list[str] | None = None,
-    logs: list[str] | None = None,
-) -> int:
-    """Run the crash driver; its return code (``logs``: gets its stderr)."""
-    cmd = [sys.executable, DRIVER, storage, name, scheduler, *(extra or [])]
-    if kill_at:
-        cmd += ["--kill-at", kill_at]
-    proc = subprocess.run(
-        cmd,
-        start_new_session=True,
-        capture_output=True,
-        timeout=300,
-        env={**os.environ, **(env or {})},
-    )
-    if logs is not None:
-        logs.append(proc.stderr.decode())
-    if kill_at is None and proc.returncode != 0:
-        raise AssertionError(proc.stderr.decode()[-3000:])
-    return proc.returncode
-
-
-def read_experiment(path: str) -> dict:
-    """pbt_global.txt, every trial's results (without volatile fields) and the final state."""
-    out: dict = {"trials": {}}
-    global_log = os.path.join(path, "pbt_global.txt")
-    out["pbt_global"] = open(global_log).read() if os.path.exists(global_log) else ""  # noqa: SIM115
-    for entry in sorted(os.listdir(path)):
-        result_file = os.path.join(path, entry, "result.json")
-        if os.path.exists(result_file):
-            with open(result_file) as f:
-                out["trials"][entry] = [comparable(json.loads(line)) for line in f]
-    log = ExperimentLog(Storage(path))
-    final = log.latest()
-    out["status"] = [t["status"] for t in final["trials"]]
-    out["checkpoints_ok"] = all(
-        os.path.exists(os.path.join(path, t["restore"], ".popflow_manifest.json"))
-        for t in final["trials"]
-        if t["restore"]
-    )
-    return out
 
 
 # 21 kill points spread over the run's 25 commits: inside derived-log appends,
@@ -82,9 +33,10 @@ KILL_PLAN = [f"{KINDS[k % 4]}:{n}" for k, n in enumerate(range(2, 23))]
 
 
 @pytest.mark.system
-def test_synch_pbt_killed_at_21_points_ends_identical(prefect_server, tmp_path):
-    drive(str(tmp_path / "ref"), "exp", "pbt_synch")
-    reference = read_experiment(str(tmp_path / "ref" / "exp"))
+def test_synch_pbt_killed_at_21_points_ends_identical(
+    prefect_server, pbt_synch_reference, tmp_path
+):
+    reference = pbt_synch_reference
     assert reference["pbt_global"].count("\n") >= 4
     crashed = str(tmp_path / "crash")
     kills = 0
@@ -213,7 +165,7 @@ def test_lease_of_a_dead_driver_is_taken_over(tmp_path):
 
 
 @pytest.mark.system
-def test_popflow_command_resumes_and_shows(prefect_server, tmp_path):
+def test_popflow_command_resumes_and_shows(prefect_server, pbt_synch_reference, tmp_path):
     storage = str(tmp_path)
     assert drive(storage, "exp", "pbt_synch", kill_at="commit-after:4") != 0
     path = os.path.join(storage, "exp")
@@ -240,8 +192,7 @@ def test_popflow_command_resumes_and_shows(prefect_server, tmp_path):
         check=True,
     )
     assert "exp: finished" in show.stdout
-    drive(str(tmp_path / "ref"), "exp", "pbt_synch")
-    assert read_experiment(path) == read_experiment(str(tmp_path / "ref" / "exp"))
+    assert read_experiment(path) == pbt_synch_reference
 
 
 @pytest.mark.system

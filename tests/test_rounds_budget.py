@@ -12,7 +12,7 @@ import time
 import pytest
 from prefect import flow
 from prefect.client.orchestration import get_client
-from test_resume import read_experiment
+from support.driving import read_experiment
 from trainables import ParityTrainable
 
 from popflow import run
