@@ -54,6 +54,16 @@ def wait_until_answering(url: str, proc: subprocess.Popen, timeout: float, healt
     wait_for(answers, timeout, f"the server at {url} answering", interval_s=0.1)
 
 
+def stop_server(proc: subprocess.Popen) -> None:
+    """Stop a server the tests started: SIGTERM, then SIGKILL if it is still up in 30 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
 @contextmanager
 def prefect_server_process(**settings: str) -> Iterator[tuple[str, str]]:
     """``prefect server start`` on 127.0.0.1 with its own home (and ``settings``, as
@@ -93,11 +103,7 @@ def prefect_server_process(**settings: str) -> Iterator[tuple[str, str]]:
         wait_until_answering(f"{url}/health", proc, 180.0, healthy=True)
         yield url, home
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
         log.close()
 
 
@@ -265,12 +271,7 @@ def s3_server(s3_bucket: str) -> Iterator[tuple[str, dict]]:
         ).create_bucket(Bucket=s3_bucket)
         yield endpoint, options
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
+        stop_server(proc)
         log.close()
 
 
