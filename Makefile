@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install -q --disable-pip-version-check
 QUIET := 2>&1 | { grep -v '^WARNING: Location' || true; }
 
-.PHONY: demo test lint docs bench clean chromium
+.PHONY: demo test test-fast lint docs bench clean chromium
 
 $(VENV)/bin/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "popflow needs Python 3.11+"'
@@ -38,6 +38,11 @@ chromium:
 test: $(VENV)/.installed-dev chromium
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q
+
+## The unit tier alone (no processes, no sockets; tests/support/tiers.py), a tenth of each
+## property test's examples (tests/support/examples.py): under a minute
+test-fast: $(VENV)/.installed-dev
+	$(VENV)/bin/pytest -q -m unit --hypothesis-profile=fast
 
 ## The docs site into ./site (MkDocs Material; warnings are errors). `make test` builds it too.
 docs: $(VENV)/.installed-dev

@@ -7,7 +7,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -16,8 +15,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from support.polling import wait_for
+
+#: The test tiers (a test with none or two fails collection; a unit test cannot reach
+#: out) and the Hypothesis profile `make test-fast` loads.
+pytest_plugins = ["support.tiers", "support.examples"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+# One BLAS thread per process (set before numpy loads; the worker processes inherit it):
+# the tests' processes share two cores, and BLAS threads spinning against each other
+# made the Gaussian-process tests four times slower.
+for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
 
 
 def free_port() -> int:
@@ -26,20 +36,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_until_healthy(url: str, proc: subprocess.Popen, timeout: float = 180.0) -> None:
-    """Poll the server's health endpoint until it answers (readiness, not a fixed sleep)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def wait_until_answering(url: str, proc: subprocess.Popen, timeout: float, healthy: bool) -> None:
+    """Poll ``url`` until the server behind it answers (``healthy``: with a 200), failing
+    at once if its process ``proc`` exits (readiness, not a fixed sleep)."""
+
+    def answers() -> bool:
         if proc.poll() is not None:
-            raise RuntimeError(f"prefect server exited with {proc.returncode}")
+            raise RuntimeError(f"the server for {url} exited with {proc.returncode}")
         try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                if r.status == 200:
-                    return
+            with urllib.request.urlopen(url, timeout=2) as r:
+                return not healthy or r.status == 200
+        except urllib.error.HTTPError:
+            return not healthy  # it answered
         except OSError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"prefect server at {url} not healthy after {timeout}s")
+            return False
+
+    wait_for(answers, timeout, f"the server at {url} answering", interval_s=0.1)
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """Stop a server the tests started: SIGTERM, then SIGKILL if it is still up in 30 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=30)
 
 
 @contextmanager
@@ -78,14 +100,10 @@ def prefect_server_process(**settings: str) -> Iterator[tuple[str, str]]:
     )
     url = f"http://127.0.0.1:{port}/api"
     try:
-        wait_until_healthy(url, proc)
+        wait_until_answering(f"{url}/health", proc, 180.0, healthy=True)
         yield url, home
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
         log.close()
 
 
@@ -203,23 +221,6 @@ def tune_env(prefect_server, dask_cluster, tmp_path):
 S3_BUCKET = "popflow-bucket"
 
 
-def wait_until_listening(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
-    """Poll ``url`` until the server answers any HTTP status (readiness, not a fixed sleep)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server for {url} exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except urllib.error.HTTPError:
-            return  # it answered
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"server at {url} not answering after {timeout}s")
-
-
 @pytest.fixture(scope="session")
 def s3_bucket() -> str:
     """Name of the bucket on the moto S3 server (see ``s3_server``)."""
@@ -254,7 +255,7 @@ def s3_server(s3_bucket: str) -> Iterator[tuple[str, dict]]:
         start_new_session=True,
     )
     try:
-        wait_until_listening(f"{endpoint}/moto-api/", proc)
+        wait_until_answering(f"{endpoint}/moto-api/", proc, 60.0, healthy=False)
         options = {
             "endpoint_url": endpoint,
             "key": "testing",
@@ -270,12 +271,7 @@ def s3_server(s3_bucket: str) -> Iterator[tuple[str, dict]]:
         ).create_bucket(Bucket=s3_bucket)
         yield endpoint, options
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
+        stop_server(proc)
         log.close()
 
 
@@ -283,3 +279,29 @@ def s3_server(s3_bucket: str) -> Iterator[tuple[str, dict]]:
 def s3_url(s3_server, s3_bucket: str) -> str:
     """A fresh ``s3://bucket/prefix`` for one test on the shared moto server."""
     return f"s3://{s3_bucket}/test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def s3(s3_server, s3_url: str):
+    """A ``Storage`` at a fresh ``s3_url``, retrying fast; removed after the test."""
+    from support.s3 import FAST
+
+    from popflow.infra.storage.folder import Storage
+
+    _, options = s3_server
+    storage = Storage(s3_url, options, retry=FAST)
+    yield storage
+    storage._fs = None  # a fresh client: the test may have swapped in a broken one
+    storage.remove()
+
+
+@pytest.fixture(scope="session")
+def pbt_synch_reference(prefect_server, tmp_path_factory) -> dict:
+    """What an uninterrupted crash-driver run of synchronous PBT on local disk holds (the
+    driver's defaults; ``support.driving.read_experiment``): the run the kill, resume and
+    fencing tests must end identical to, driven once for all of them."""
+    from support.driving import drive, read_experiment
+
+    root = tmp_path_factory.mktemp("pbt-synch-reference")
+    drive(str(root), "exp", "pbt_synch")
+    return read_experiment(str(root / "exp"))

@@ -10,9 +10,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from popflow.schedulers import Action, ASHAScheduler, AsyncHyperBandScheduler, Decision, Trial
 from popflow.schedulers.async_hyperband import rung_milestones
+
+pytestmark = pytest.mark.unit
 
 NAN = math.nan
 
@@ -348,7 +351,7 @@ def asha_cases(draw):
 
 
 @settings(
-    max_examples=3000,
+    max_examples=examples(3000),
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow],

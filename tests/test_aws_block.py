@@ -87,6 +87,7 @@ def credentials_block(prefect_server, s3_server) -> str:
     return name
 
 
+@pytest.mark.integration
 def test_a_credentials_block_gives_the_options_that_open_s3(
     no_ambient_credentials, credentials_block, s3_server, s3_url
 ):
@@ -107,6 +108,7 @@ def test_a_credentials_block_gives_the_options_that_open_s3(
     assert Storage(s3_url, fixture_options).read_text("a", "b.txt") == "from the block"
 
 
+@pytest.mark.integration
 def test_an_s3_bucket_block_gives_its_url_and_its_credentials(
     no_ambient_credentials, prefect_server, s3_server, s3_bucket
 ):
@@ -131,6 +133,7 @@ def test_an_s3_bucket_block_gives_its_url_and_its_credentials(
         storage_url_from_block("aws-credentials/some-creds")
 
 
+@pytest.mark.integration
 def test_a_missing_block_says_how_to_create_one(prefect_server):
     missing = f"nope-{uuid.uuid4().hex[:8]}"
     with pytest.raises(ValueError, match=f"no Prefect block aws-credentials/{missing} on ") as e:
@@ -141,12 +144,14 @@ def test_a_missing_block_says_how_to_create_one(prefect_server):
         storage_options_from_block(f"s3-bucket/{missing}")
 
 
+@pytest.mark.unit
 def test_without_prefect_aws_the_error_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "prefect_aws", None)  # as if it were not installed
     with pytest.raises(ImportError, match=r"pip install 'popflow\[aws\]'"):
         storage_options_from_block("my-creds")
 
 
+@pytest.mark.integration
 def test_the_deployable_flow_opens_s3_with_the_block_and_keeps_its_secrets_out_of_prefect(
     no_ambient_credentials, credentials_block, tune_env, s3_server, s3_url
 ):
@@ -195,6 +200,7 @@ def test_the_deployable_flow_opens_s3_with_the_block_and_keeps_its_secrets_out_o
         assert not [text for text in stored if secret in text]
 
 
+@pytest.mark.unit
 def test_a_block_needs_s3_storage():
     with pytest.raises(ValueError, match=r"`storage` is './results': give an S3 URL"):
         resolve_storage_options("./results", None, "my-creds")
@@ -202,6 +208,7 @@ def test_a_block_needs_s3_storage():
     assert resolve_storage_options("./results", {"auto_mkdir": True}, None) == {"auto_mkdir": True}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("name", "parsed"),
     [
@@ -215,6 +222,7 @@ def test_block_names(name, parsed):
     assert block_name(name) == parsed
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("name", "message"),
     [
@@ -228,6 +236,7 @@ def test_bad_block_names_say_what_is_expected(name, message):
         block_name(name)
 
 
+@pytest.mark.unit
 def test_block_fields_map_to_s3fs_options():
     minio = MinIOCredentials(
         minio_root_user="minio",
@@ -271,18 +280,21 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@pytest.mark.unit
 def test_no_flags_leave_the_options_as_before():
     args = parser().parse_args([])
     assert args.storage_options is None and args.credentials_block is None
     assert storage_options_from_args(args) is None
 
 
+@pytest.mark.unit
 def test_storage_options_are_a_json_object():
     text = '{"client_kwargs": {"endpoint_url": "http://127.0.0.1:5000"}, "anon": true}'
     args = parser().parse_args(["--storage", "s3://b/p", "--storage-options", text])
     assert storage_options_from_args(args) == json.loads(text)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -298,6 +310,7 @@ def test_bad_flags_are_argparse_errors(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_explicit_options_go_over_the_blocks(
     no_ambient_credentials, credentials_block, s3_server, s3_url
 ):
@@ -315,6 +328,7 @@ def test_explicit_options_go_over_the_blocks(
     assert Storage(s3_url, options).read_text("m.txt") == "merged"
 
 
+@pytest.mark.unit
 def test_merge_leaves_its_inputs_alone():
     base = {"client_kwargs": {"region_name": "us-east-1"}}
     over = {"client_kwargs": {"endpoint_url": "http://x"}}

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import uuid
 
 import pytest
+from support.trees import read_tree, write_tree
 
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.checkpoints import (
@@ -18,31 +18,14 @@ from popflow.infra.store.checkpoints import (
 )
 from popflow.infra.store.layout import MANIFEST
 
+pytestmark = pytest.mark.unit
+
 FILES = {
     "model.bin": bytes(range(256)) * 40,
     "optim/state.json": b'{"lr": 0.1}',
     "optim/deep/empty": b"",
 }
 CKPT = "Trainable_t0/checkpoint_000003"
-
-
-def write_tree(folder, files: dict[str, bytes]) -> str:
-    for rel, data in files.items():
-        path = os.path.join(folder, *rel.split("/"))
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(data)
-    return str(folder)
-
-
-def read_tree(folder) -> dict[str, bytes]:
-    out = {}
-    for d, _, names in os.walk(folder):
-        for n in names:
-            full = os.path.join(d, n)
-            with open(full, "rb") as f:
-                out[os.path.relpath(full, folder).replace(os.sep, "/")] = f.read()
-    return out
 
 
 @pytest.fixture(params=["local", "memory"])

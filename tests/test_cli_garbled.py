@@ -115,6 +115,7 @@ def fails_in_one_line(args: list[str], capsys) -> str:
     return line
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("command", ["status", "show", "resume"])
 @pytest.mark.parametrize("case", sorted(COMMITS))
 def test_a_commit_of_the_wrong_shape_is_one_line_naming_it(
@@ -139,6 +140,7 @@ EXPERIMENT_FILES = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("command", ["status", "show", "resume"])
 @pytest.mark.parametrize("case", sorted(EXPERIMENT_FILES))
 def test_a_garbled_experiment_json_is_one_line_naming_it(
@@ -154,6 +156,7 @@ def test_a_garbled_experiment_json_is_one_line_naming_it(
     assert files(path) == before
 
 
+@pytest.mark.integration
 def test_resume_tries_the_commits_scheduler_state_before_writing(unfinished, tmp_path, capsys):
     """A scheduler state of the right JSON shape that the run's scheduler cannot take:
     resume says so (it would have taken the lease and committed a takeover first)."""
@@ -168,6 +171,7 @@ def test_resume_tries_the_commits_scheduler_state_before_writing(unfinished, tmp
     assert files(path) == before
 
 
+@pytest.mark.integration
 def test_resume_needs_the_seed(unfinished, tmp_path, capsys):
     path = Path(shutil.copytree(unfinished, tmp_path / "exp"))
     info_file = path / ".popflow" / "experiment.json"
@@ -180,6 +184,7 @@ def test_resume_needs_the_seed(unfinished, tmp_path, capsys):
     assert files(path) == before
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("command", ["status", "show", "resume"])
 def test_the_popflow_command_says_one_line(unfinished, tmp_path, command) -> None:
     """The installed command, in a process of its own: one line, exit status 2."""
@@ -197,6 +202,7 @@ def test_the_popflow_command_says_one_line(unfinished, tmp_path, command) -> Non
     ]
 
 
+@pytest.mark.integration
 def test_resuming_a_wrong_shaped_commit_from_python_writes_nothing(
     unfinished, dask_cluster, tmp_path
 ) -> None:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.system
+
 POPFLOW = Path(sys.executable).with_name("popflow")
 #: What no ``--help`` needs (numpy and fsspec neither: they come with a command's reading).
 HEAVY = ("prefect", "distributed", "dask", "pandas", "matplotlib", "numpy", "fsspec", "scipy")

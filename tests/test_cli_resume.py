@@ -57,6 +57,7 @@ def sh(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.system
 def test_resume_from_another_folder_finds_the_trainable(prefect_server, tmp_path):
     project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
     project.mkdir()
@@ -82,6 +83,7 @@ def test_resume_from_another_folder_finds_the_trainable(prefect_server, tmp_path
     assert f"add '{project}'" in message and "to PYTHONPATH" in message
 
 
+@pytest.mark.unit
 def test_bad_storage_options_are_one_line_and_exit_code_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["show", str(tmp_path / "exp"), "--storage-options", "{bad"])
@@ -90,6 +92,7 @@ def test_bad_storage_options_are_one_line_and_exit_code_2(tmp_path, capsys):
     assert err.startswith("popflow show: error: argument --storage-options: not JSON")
 
 
+@pytest.mark.system
 def test_a_forged_lease_is_refused_until_force_takeover(prefect_server, tmp_path):
     """A lease written with an expiry years ahead (forged, or a clock far off) by a
     driver on another machine: `popflow resume` says who holds it and how to take
@@ -121,6 +124,7 @@ def test_a_forged_lease_is_refused_until_force_takeover(prefect_server, tmp_path
     assert "counted: finished, 1 trials, 0 errors" in forced.stdout
 
 
+@pytest.mark.system
 def test_resume_keeps_the_runs_scheduler_and_takes_a_new_budget(
     prefect_server, dask_cluster, tmp_path
 ):
@@ -165,6 +169,7 @@ def test_resume_keeps_the_runs_scheduler_and_takes_a_new_budget(
     assert {row["pid"] for r in grid for row in r.history} <= pids  # every segment ran there
 
 
+@pytest.mark.unit
 def test_resume_budget_flags_are_checked(tmp_path, capsys):
     for flag, value, rule in (
         ("--max-rounds", "0", "an int >= 1"),
@@ -178,6 +183,7 @@ def test_resume_budget_flags_are_checked(tmp_path, capsys):
         assert err.endswith(f"argument {flag}: is '{value}', but must be {rule} or 'none'")
 
 
+@pytest.mark.unit
 def test_the_command_line_chooses_the_cluster_and_the_budget():
     from argparse import Namespace
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.lease_holder import hold_lease
 
 from popflow import ResultGrid, choice, grid_search, run, uniform
 from popflow.flows.api.cli import main
@@ -112,6 +113,7 @@ def popflow(*args: str, cwd: str = HERE, **env: str) -> subprocess.CompletedProc
 # -- ResultGrid.from_path ------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_from_path_is_the_grid_the_run_returned(experiments):
     ran, read = experiments["grid"], ResultGrid.from_path(experiments["done"])
     assert len(read) == len(ran) == 4
@@ -137,6 +139,7 @@ def test_from_path_is_the_grid_the_run_returned(experiments):
     assert [r.history for r in read] == [r.history for r in ran]
 
 
+@pytest.mark.integration
 def test_from_path_of_an_unfinished_run_gives_its_committed_trials(experiments):
     path = experiments["cut"]
     before = files(path)
@@ -153,6 +156,7 @@ def test_from_path_of_an_unfinished_run_gives_its_committed_trials(experiments):
 # -- popflow status --------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_status_of_a_finished_experiment_marks_the_best(experiments, capsys):
     lines = status(experiments["done"], capsys)
     rounds = read_committed(experiments["done"]).round
@@ -175,24 +179,13 @@ def test_status_of_a_finished_experiment_marks_the_best(experiments, capsys):
     assert len(trials) == 4
 
 
+@pytest.mark.system
 def test_status_interrupted_running_and_interrupted_again(experiments, capsys):
     path = experiments["cut"]
     lines = status(path, capsys)
     assert lines[0].startswith("cut: interrupted, 2 rounds committed, PopulationBasedTraining")
     assert lines[1] == f"resume with: popflow resume {path}"
-    holder = subprocess.Popen(  # a driver, as far as the lease tells
-        [
-            sys.executable,
-            "-c",
-            "import sys, time; from popflow.infra.store.lease import Lease; "
-            "from popflow.infra.storage.folder import Storage; "
-            "Lease(Storage(sys.argv[1]), ttl_s=600).acquire(); print('held', flush=True); "
-            "time.sleep(600)",
-            path,
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = hold_lease(path)  # a driver, as far as the lease tells
     try:
         assert holder.stdout.readline().strip() == "held"
         before = files(path)
@@ -209,6 +202,7 @@ def test_status_interrupted_running_and_interrupted_again(experiments, capsys):
     assert status(path, capsys)[0].startswith("cut: interrupted")
 
 
+@pytest.mark.system
 def test_status_of_an_interrupted_run_shows_what_its_commits_hold(
     prefect_server, s3_server, s3_url
 ):
@@ -248,6 +242,7 @@ def test_status_of_an_interrupted_run_shows_what_its_commits_hold(
     assert shown.stdout.splitlines()[-2].startswith("best: ")
 
 
+@pytest.mark.system
 def test_a_reader_that_stops_early_ends_the_command_quietly(experiments):
     """``popflow status ... | head``: a pipe whose reader is gone ends the command with
     status 1 and nothing on stderr (no BrokenPipeError), buffered or not."""
@@ -269,6 +264,7 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(experiments):
             assert (command, out.returncode, out.stderr) == (command, 1, "")
 
 
+@pytest.mark.integration
 def test_status_and_show_never_write_and_plot_writes_only_its_pngs(experiments, tmp_path, capsys):
     for path in (experiments["done"], experiments["cut"]):
         before = files(path)
@@ -291,6 +287,7 @@ def test_status_and_show_never_write_and_plot_writes_only_its_pngs(experiments, 
     assert {p: after[p] for p in before} == before
 
 
+@pytest.mark.system
 def test_status_and_show_import_no_prefect_dask_or_pandas(experiments):
     heavy = {"prefect", "distributed", "dask", "pandas", "matplotlib"}
     for command in ("status", "show"):
@@ -303,6 +300,7 @@ def test_status_and_show_import_no_prefect_dask_or_pandas(experiments):
         assert probe.stdout.splitlines()[-1] == "[]", probe.stdout + probe.stderr
 
 
+@pytest.mark.integration
 def test_status_lines_fit_the_screen(experiments):
     experiment = read_committed(experiments["done"])
     state = state_of(experiment, None)
@@ -313,6 +311,7 @@ def test_status_lines_fit_the_screen(experiments):
     assert lines[-1].startswith("best checkpoint: /")  # a path is never cut
 
 
+@pytest.mark.integration
 def test_state_is_finished_running_or_interrupted(experiments):
     done, cut = read_committed(experiments["done"]), read_committed(experiments["cut"])
     driver = {"pid": 1, "host": "h", "expires": 4e9}
@@ -321,11 +320,13 @@ def test_state_is_finished_running_or_interrupted(experiments):
     assert state_of(cut, None) is ExperimentState.INTERRUPTED
 
 
+@pytest.mark.unit
 def test_compact_config_flattens_and_shortens():
     config = {"lr": 0.000123456789, "opt": "adam", "net": {"width": 64, "act": "relu"}}
     assert compact_config(config) == "lr=0.000123457 opt=adam net/width=64 net/act=relu"
 
 
+@pytest.mark.system
 def test_a_killed_driver_is_interrupted_its_running_trials_pending_and_resumable(
     prefect_server, tmp_path
 ):
@@ -361,6 +362,7 @@ def test_a_killed_driver_is_interrupted_its_running_trials_pending_and_resumable
 # -- popflow show ----------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_show_prints_each_trials_metric(experiments, capsys):
     assert main(["show", experiments["done"]]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -376,6 +378,7 @@ def test_show_prints_each_trials_metric(experiments, capsys):
 # -- user errors -----------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("command", ["status", "show", "plot", "resume"])
 def test_a_missing_experiment_is_one_line_and_exit_code_2(command, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -384,6 +387,7 @@ def test_a_missing_experiment_is_one_line_and_exit_code_2(command, tmp_path, cap
     assert capsys.readouterr().err == f"popflow: no committed experiment at {tmp_path}/nothing\n"
 
 
+@pytest.mark.integration
 def test_a_storage_root_is_answered_with_its_experiments(experiments, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["status", experiments["storage"]])
@@ -395,6 +399,7 @@ def test_a_storage_root_is_answered_with_its_experiments(experiments, capsys):
     )
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -433,6 +438,7 @@ def test_user_errors_are_one_line_without_a_traceback(args, message, tmp_path):
         assert "--credentials-block NAME" in line  # the hint
 
 
+@pytest.mark.system
 def test_verbose_shows_the_traceback(tmp_path):
     args = [
         sys.executable,

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store import commit_log as experiment_log
@@ -31,7 +32,8 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@pytest.mark.unit
+@settings(max_examples=examples(400), deadline=None)
 @given(json_values, json_values)
 def test_patch_of_diff_gives_the_new_value_and_leaves_the_old_alone(old, new):
     before = json.dumps(old)
@@ -41,7 +43,8 @@ def test_patch_of_diff_gives_the_new_value_and_leaves_the_old_alone(old, new):
     assert diff(new, new) is None
 
 
-@settings(max_examples=200, deadline=None)
+@pytest.mark.unit
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(json_values, max_size=8), st.lists(json_values, max_size=4))
 def test_a_list_that_grew_at_the_end_costs_only_its_new_items(prefix, tail):
     op = diff(prefix, prefix + tail)
@@ -96,6 +99,7 @@ def committed(commit: dict[str, Any], rounds: int) -> None:
     assert {k: commit[k] for k in expected} == expected
 
 
+@pytest.mark.unit
 def test_commit_bytes_grow_linearly_with_the_rounds_and_old_commits_are_pruned(tmp_path):
     _, short_sizes = write_rounds(Storage(str(tmp_path / "short")), 100)
     long, long_sizes = write_rounds(Storage(str(tmp_path / "long")), 400)
@@ -113,6 +117,7 @@ def test_commit_bytes_grow_linearly_with_the_rounds_and_old_commits_are_pruned(t
     committed(ExperimentLog(Storage(str(tmp_path / "short"))).latest(), 100)
 
 
+@pytest.mark.unit
 def test_every_kept_commit_reads_back_its_own_state(tmp_path):
     write_rounds(Storage(str(tmp_path)), 60)
     reader = ExperimentLog(Storage(str(tmp_path)))
@@ -120,6 +125,7 @@ def test_every_kept_commit_reads_back_its_own_state(tmp_path):
         committed(reader.read(seq), seq)
 
 
+@pytest.mark.unit
 def test_a_damaged_newest_snapshot_falls_back_to_the_delta_before_it(tmp_path):
     storage = Storage(str(tmp_path))
     log = ExperimentLog(storage)
@@ -135,6 +141,7 @@ def test_a_damaged_newest_snapshot_falls_back_to_the_delta_before_it(tmp_path):
     committed(found.commit, snap - 1)
 
 
+@pytest.mark.unit
 def test_a_damaged_commit_right_after_the_pruning_falls_back_to_the_snapshot(tmp_path):
     storage = Storage(str(tmp_path))
     log = ExperimentLog(storage)
@@ -151,6 +158,7 @@ def test_a_damaged_commit_right_after_the_pruning_falls_back_to_the_snapshot(tmp
     committed(found.commit, snap)
 
 
+@pytest.mark.unit
 def test_a_damaged_delta_under_the_newest_stops_reading_and_names_it(tmp_path):
     storage = Storage(str(tmp_path))
     log = ExperimentLog(storage)
@@ -167,6 +175,7 @@ def test_a_damaged_delta_under_the_newest_stops_reading_and_names_it(tmp_path):
     assert after == before
 
 
+@pytest.mark.unit
 def test_a_snapshot_is_written_at_least_every_max_deltas_commits(tmp_path, monkeypatch):
     monkeypatch.setattr(experiment_log, "MAX_DELTAS", 10)  # 1000 in a real run
     log = ExperimentLog(Storage(str(tmp_path)))
@@ -179,6 +188,7 @@ def test_a_snapshot_is_written_at_least_every_max_deltas_commits(tmp_path, monke
     assert kinds == [True] + [False] * 10 + [True]
 
 
+@pytest.mark.integration
 def test_commits_on_s3_are_incremental_and_pruned(s3_url, s3_server):
     _, options = s3_server
     storage = Storage(s3_url, options)
@@ -189,6 +199,7 @@ def test_commits_on_s3_are_incremental_and_pruned(s3_url, s3_server):
     committed(ExperimentLog(storage).latest(), 120)
 
 
+@pytest.mark.unit
 def test_commits_whose_lines_wait_for_a_flush_are_kept_until_the_logs_hold_them(tmp_path):
     """On object stores the derived logs are flushed every so often: until then a resume
     appends their lines from the commits, so those commits stay."""
@@ -212,7 +223,8 @@ def test_commits_whose_lines_wait_for_a_flush_are_kept_until_the_logs_hold_them(
 # -- commits of what changed (StateText, Changed) ------------------------------------------
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.unit
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(json_values, min_size=1, max_size=6),
     st.dictionaries(st.text(max_size=3), json_values, max_size=5),
@@ -240,6 +252,7 @@ def test_a_state_given_by_its_changed_items_is_the_state_given_whole(rows, sizes
     assert patch(json.loads(json.dumps(old)), whole_delta) == expected
 
 
+@pytest.mark.unit
 def test_a_commit_of_changed_rows_costs_those_rows_and_reads_back_whole(tmp_path):
     storage = Storage(str(tmp_path))
     log = ExperimentLog(storage)
@@ -268,6 +281,7 @@ def test_a_commit_of_changed_rows_costs_those_rows_and_reads_back_whole(tmp_path
     assert log.state["trials"][7] == row
 
 
+@pytest.mark.unit
 def test_changed_rows_need_a_whole_state_first_and_keep_the_length(tmp_path):
     log = ExperimentLog(Storage(str(tmp_path)))
     log.epoch = 1
@@ -278,7 +292,8 @@ def test_changed_rows_need_a_whole_state_first_and_keep_the_length(tmp_path):
         log.commit({"trials": Changed({3: {}}), "round": 1})
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.unit
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(json_values, max_size=6),
     st.lists(json_values, max_size=3),

@@ -8,6 +8,9 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+from support.scripts import embedded_env
+
 SCRIPT = textwrap.dedent(
     """
     import sys
@@ -34,12 +37,11 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def run_script(tmp_path, *args: str, script: str = SCRIPT) -> str:
+def run_script(tmp_path, *args: str, script: str = SCRIPT, home=None) -> str:
     """``script`` run as a user would, in a fresh process on the embedded default, with
-    a Prefect home of its own; its stdout and stderr."""
+    a Prefect home of its own (``home``, or a fresh one); its stdout and stderr."""
     (tmp_path / "script.py").write_text(script)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")  # the user's own, fresh
+    env = embedded_env(home or tmp_path / "prefect-home")  # the user's own
     proc = subprocess.run(
         [sys.executable, "script.py", *args],
         cwd=tmp_path,
@@ -53,6 +55,7 @@ def run_script(tmp_path, *args: str, script: str = SCRIPT) -> str:
     return out
 
 
+@pytest.mark.system
 def test_the_embedded_default_shows_path_and_seed_and_no_telemetry(tmp_path):
     out = run_script(tmp_path)
     assert "best {'x': 2}" in out
@@ -64,6 +67,7 @@ def test_the_embedded_default_shows_path_and_seed_and_no_telemetry(tmp_path):
     assert "distributed" not in out and "WARNING" not in out, out[-3000:]
 
 
+@pytest.mark.system
 def test_verbose_0_keeps_the_console_quiet(tmp_path):
     out = run_script(tmp_path, "0")
     assert "best {'x': 2}" in out
@@ -74,6 +78,7 @@ def test_verbose_0_keeps_the_console_quiet(tmp_path):
     assert "Flow run" not in out and "round 1 committed" not in out
 
 
+@pytest.mark.unit
 def test_a_users_own_telemetry_setting_is_kept(monkeypatch):
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -93,6 +98,7 @@ def test_a_users_own_telemetry_setting_is_kept(monkeypatch):
         assert ANALYTICS not in os.environ
 
 
+@pytest.mark.unit
 def test_the_embedded_server_is_waited_for_longer_unless_the_user_says(monkeypatch):
     """Prefect waits 20 s for its embedded server; on a loaded 2-core machine its first
     start took longer (``make demo`` failed with "Timed out while attempting to connect
@@ -125,8 +131,7 @@ def test_the_embedded_server_is_waited_for_longer_unless_the_user_says(monkeypat
 def run_demo(tmp_path, *args: str) -> str:
     """``make demo``'s script (its own INFO logging), smoke-sized, on the embedded default."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+    env = embedded_env(str(tmp_path / "prefect-home"))
     proc = subprocess.run(
         [sys.executable, os.path.join(root, "examples", "pbt_benchmark.py"), "--smoke-test",
          "--storage", str(tmp_path), "--name", "demo", *args],
@@ -143,7 +148,7 @@ def run_make_demo(tmp_path) -> str:
     from popflow.infra import local_server
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env = embedded_env()
     home = tmp_path / "prefect-home"
     env["PREFECT_HOME"] = str(home)
     try:
@@ -163,6 +168,7 @@ def run_make_demo(tmp_path) -> str:
 DEMO_LINES = 30
 
 
+@pytest.mark.system
 def test_make_demos_output_fits_on_a_screen(tmp_path):
     """By default the console has the run's start and end once each, the trial table and
     the best result: no line per decision, per round or per HTTP request (those are in
@@ -179,6 +185,7 @@ def test_make_demos_output_fits_on_a_screen(tmp_path):
     assert len(re.findall(r"^\| [* ] PBTBenchmarkExample_\S+ \| TERMINATED", out, re.M)) == 8
 
 
+@pytest.mark.system
 def test_verbose_3_logs_each_decision_once_in_ray_tunes_words(tmp_path):
     """It used to be three times (the scheduler's line, the controller's and the round
     task's); now once, as Ray words it: the exploit, then each hyperparameter's change."""

@@ -15,6 +15,8 @@ import pytest
 from popflow.flows.console.verbose import console_verbosity
 from popflow.schedulers import HyperBandScheduler, PopulationBasedTraining, Trial
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(autouse=True, scope="module")
 def prefect_logging() -> None:

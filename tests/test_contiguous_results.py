@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from trainables import Misbehaving, ParityTrainable, forgetful_function
 
 from popflow import ASHAScheduler, CheckpointConfig, FIFOScheduler, run
@@ -30,6 +31,7 @@ def csv_iterations(result) -> list[int]:
     return list(pd.read_csv(os.path.join(result.path, "progress.csv"))["training_iteration"])
 
 
+@pytest.mark.integration
 def test_a_retry_after_a_refused_result_restores_the_checkpoint(tune_env, tmp_path: Path):
     """The issue's case: a metric that is no number at iteration 3, max_failures=1. The
     trainable had trained on to iteration 4 on its worker; the retry used to go on from
@@ -54,6 +56,7 @@ def test_a_retry_after_a_refused_result_restores_the_checkpoint(tune_env, tmp_pa
     assert [r["training_iteration"] for r in result.history] == [1, 2, 3, 4, 5, 6]
 
 
+@pytest.mark.integration
 def test_a_retry_from_scratch_supersedes_what_the_failed_attempt_logged(tune_env, tmp_path: Path):
     """A function trainable that never checkpoints runs on live under ASHA; it fails at
     iteration 6 once, and its retry starts from scratch: its first 5 results are
@@ -76,6 +79,7 @@ def test_a_retry_from_scratch_supersedes_what_the_failed_attempt_logged(tune_env
     assert csv_iterations(result) == list(range(1, 9))
 
 
+@pytest.mark.integration
 def test_a_damaged_checkpoint_falls_back_and_supersedes_the_results_after_it(tune_env):
     """Trial checkpoints every 2 iterations; its newest (6) is damaged before a resume:
     it goes on from checkpoint 4, and iterations 5 and 6 are logged once (the fallback
@@ -106,6 +110,7 @@ def test_a_damaged_checkpoint_falls_back_and_supersedes_the_results_after_it(tun
     assert csv_iterations(result) == list(range(1, 11))
 
 
+@pytest.mark.unit
 def test_csv_records_are_counted_by_parsing_not_by_lines() -> None:
     text = 'a,b\r\n1,"two\nlines"\r\n2,x\r\n'
     assert csv_prefix_size(text, 1) == len(b"a,b\r\n")
@@ -114,6 +119,7 @@ def test_csv_records_are_counted_by_parsing_not_by_lines() -> None:
     assert csv_prefix_size(text, 9) == len(text.encode())
 
 
+@pytest.mark.unit
 def test_rewinding_cuts_both_logs_once_the_commit_after_it_is_durable(tmp_path: Path) -> None:
     """Uncommitted results go at once; committed ones by a cut of the trial's logs that
     waits until the commit after the one recording it is durable (a resume may fall back

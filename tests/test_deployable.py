@@ -8,7 +8,7 @@ import re
 import struct
 
 import pytest
-from test_prefect_ui import artifacts
+from support.prefect_api import artifacts
 
 from popflow.flows.record import deployable
 from popflow.schedulers import PopulationBasedTraining
@@ -17,6 +17,7 @@ from popflow.schedulers.domains import Categorical, LogUniform
 MOCK = "popflow.tune.utils.mock_trainable:MyTrainableClass"
 
 
+@pytest.mark.integration
 def test_an_experiment_runs_from_json_parameters_a_budget_at_a_time(tune_env):
     params = dict(
         trainable=MOCK,
@@ -67,6 +68,7 @@ def assert_png(data: bytes) -> None:
     assert width >= 400 and height >= 300, (width, height)
 
 
+@pytest.mark.unit
 def test_json_search_spaces_and_mutations_decode():
     space = deployable.decode_space(
         {"lr": {"loguniform": [1e-4, 1e-1]}, "opt": {"bs": {"choice": [[16, 32]]}}, "n": 3}
@@ -80,6 +82,7 @@ def test_json_search_spaces_and_mutations_decode():
     assert isinstance(pbt, PopulationBasedTraining)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("call", "message"),
     [

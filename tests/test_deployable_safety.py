@@ -24,6 +24,7 @@ from popflow.tasks.parameters import with_parameters
 MOCK = "popflow.tune.utils.mock_trainable:MyTrainableClass"
 
 
+@pytest.mark.system
 def test_the_issues_shell_command_is_refused_and_runs_nothing(tune_env, tmp_path, monkeypatch):
     """trainable="subprocess:call" with a param_space of {"touch": 1, <path>: 2} ran
     `touch <path>` on a worker."""
@@ -47,6 +48,7 @@ def test_the_issues_shell_command_is_refused_and_runs_nothing(tune_env, tmp_path
     assert not (tmp_path / "results" / "shell").exists()  # nothing was started
 
 
+@pytest.mark.unit
 def test_a_path_outside_the_allowlist_is_not_even_imported(tmp_path, monkeypatch):
     (tmp_path / "loud_module.py").write_text(
         textwrap.dedent(f"""
@@ -67,6 +69,7 @@ def test_a_path_outside_the_allowlist_is_not_even_imported(tmp_path, monkeypatch
     assert (tmp_path / "imported").exists()
 
 
+@pytest.mark.unit
 def test_the_default_allowlist_is_popflows_demo_trainable(monkeypatch):
     monkeypatch.delenv(ALLOWLIST_ENV, raising=False)
     assert allowlist() == DEFAULT_ALLOWLIST
@@ -75,6 +78,7 @@ def test_the_default_allowlist_is_popflows_demo_trainable(monkeypatch):
         deployable.load_trainable("popflow.tasks.trainable:Trainable")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("path", "prefixes", "allowed"),
     [
@@ -111,6 +115,7 @@ def _star(*args):
     return args
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("obj", "message"),
     [
@@ -132,6 +137,7 @@ def test_only_trainables_pass(obj, message):
             check_trainable(obj, "m:x")
 
 
+@pytest.mark.unit
 def test_a_trainable_outside_its_module_still_loads_without_an_allowlist():
     assert load_trainable(MOCK).__name__ == "MyTrainableClass"
 
@@ -148,6 +154,7 @@ def flow_run_of(state) -> tuple[str, int]:
     return flow_run.state.type.value, flow_run.run_count
 
 
+@pytest.mark.integration
 def test_a_mistake_fails_the_flow_run_at_once_without_retries(prefect_server, tmp_path):
     started = time.monotonic()
     state = deployable.experiment(
@@ -158,6 +165,7 @@ def test_a_mistake_fails_the_flow_run_at_once_without_retries(prefect_server, tm
     assert flow_run_of(state) == ("FAILED", 1)
 
 
+@pytest.mark.integration
 def test_a_storage_failure_is_still_retried(prefect_server, tmp_path):
     blocked = tmp_path / "a-file"
     blocked.write_text("storage cannot be a folder under a file")

@@ -7,9 +7,13 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
 from popflow.flows.experiment.opening import is_finished
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import ExperimentLog
+
+pytestmark = pytest.mark.system
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -108,7 +112,7 @@ def test_a_rounds_deployment_advances_the_experiment_a_budget_per_run(prefect_se
     import asyncio
 
     from prefect.client.orchestration import get_client
-    from test_resume import read_experiment
+    from support.driving import read_experiment
 
     prefect("work-pool", "create", "popflow-local", "--type", "process", "--overwrite")
     prefect("--no-prompt", "deploy", "--name", "pbt-benchmark-rounds")

@@ -16,6 +16,8 @@ from popflow.tasks.progress import comparable
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import pbt_benchmark
 
+pytestmark = pytest.mark.integration
+
 # workers started before this import cannot import the example module: ship it by value
 cloudpickle.register_pickle_by_value(pbt_benchmark)
 

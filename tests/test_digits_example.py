@@ -19,6 +19,7 @@ cloudpickle.register_pickle_by_value(digits_mlp)  # the workers need not find ex
 CONFIG = {"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4}
 
 
+@pytest.mark.unit
 def test_an_epoch_learns_and_a_checkpoint_restores_exactly(tmp_path):
     np.random.seed(0)
     model = digits_mlp.DigitsMLP(CONFIG)
@@ -34,6 +35,7 @@ def test_an_epoch_learns_and_a_checkpoint_restores_exactly(tmp_path):
     assert again.step() == expected  # weights, momentum and shuffling all restored
 
 
+@pytest.mark.unit
 def test_reset_config_changes_the_optimiser_in_place():
     np.random.seed(0)
     model = digits_mlp.DigitsMLP(CONFIG)
@@ -41,6 +43,7 @@ def test_reset_config_changes_the_optimiser_in_place():
     assert (model.lr, model.config["lr"]) == (0.01, 0.01)
 
 
+@pytest.mark.integration
 def test_pbt_tunes_the_mlp(tune_env):
     results = digits_mlp.tune_digits("pbt", num_samples=4, epochs=6, interval=2, seed=0,
                                      **tune_env)  # fmt: skip
@@ -50,6 +53,7 @@ def test_pbt_tunes_the_mlp(tune_env):
     assert "model.npz" in os.listdir(best.checkpoint.path)
 
 
+@pytest.mark.unit
 def test_an_unknown_scheduler_is_refused():
     with pytest.raises(ValueError, match="must be pbt, pb2, asha or random"):
         digits_mlp.make_scheduler("bohb", 10, 2)

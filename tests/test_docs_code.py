@@ -59,6 +59,7 @@ BLOCKS = [b for path in doc_files() for b in python_blocks(path)]
 RUN = [b for b in BLOCKS if b.not_run is None]
 
 
+@pytest.mark.unit
 def test_every_python_block_runs_or_says_why_not():
     """Counted from the raw text, so a block the parser missed cannot go unrun."""
     fences = sum(
@@ -72,6 +73,7 @@ def test_every_python_block_runs_or_says_why_not():
     print(f"{len(BLOCKS)} python blocks: {len(RUN)} run, {len(marked)} marked not run")
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("block", RUN, ids=[b.where for b in RUN])
 def test_python_block_runs(block: Block, prefect_server: str, tmp_path: Path) -> None:
     """The block as a script, in a fresh process, from a folder standing for the repo root."""
@@ -89,6 +91,7 @@ def test_python_block_runs(block: Block, prefect_server: str, tmp_path: Path) ->
     assert proc.returncode == 0, f"{block.where}:\n{out[-4000:]}"
 
 
+@pytest.mark.unit
 def test_a_block_is_run_unless_marked_just_before_its_fence(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text(

@@ -13,6 +13,8 @@ import pkgutil
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 LAYERS = ("popflow.schedulers", "popflow.tasks", "popflow.infra", "popflow.flows")
 
 

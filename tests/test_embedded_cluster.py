@@ -13,6 +13,7 @@ from multiprocessing import spawn
 from pathlib import Path
 
 import pytest
+from support.scripts import embedded_env
 
 import popflow
 from popflow import run, tune
@@ -102,8 +103,7 @@ def run_script(tmp_path: Path, source: str, embedded_prefect: bool) -> subproces
     (tmp_path / "script.py").write_text(textwrap.dedent(source))
     env = dict(os.environ)
     if embedded_prefect:
-        env = {k: v for k, v in env.items() if not k.startswith("PREFECT_")}
-        env["PREFECT_HOME"] = str(tmp_path / "prefect-home")  # the user's own, fresh
+        env = embedded_env(str(tmp_path / "prefect-home"), env)  # the user's own, fresh
     return subprocess.run(
         [sys.executable, "script.py"],
         cwd=tmp_path,
@@ -119,6 +119,7 @@ def printed(proc: subprocess.CompletedProcess, label: str) -> str:
     return proc.stdout.split(f"{label} ", 1)[1].splitlines()[0]
 
 
+@pytest.mark.system
 def test_a_script_without_main_guard_runs_as_with_ray(tmp_path):
     proc = run_script(tmp_path, GUARDLESS, embedded_prefect=True)
     out = proc.stdout + proc.stderr
@@ -128,6 +129,7 @@ def test_a_script_without_main_guard_runs_as_with_ray(tmp_path):
     assert "Nanny failed" not in out and "Traceback" not in out, out[-3000:]
 
 
+@pytest.mark.system
 def test_workers_never_run_the_scripts_top_level_even_when_restarted(prefect_server, tmp_path):
     proc = run_script(tmp_path, MARKS_ONCE, embedded_prefect=False)
     out = proc.stdout + proc.stderr
@@ -141,6 +143,7 @@ def test_workers_never_run_the_scripts_top_level_even_when_restarted(prefect_ser
     assert "Nanny failed" not in out
 
 
+@pytest.mark.system
 def test_the_users_module_next_to_the_script_imports_on_workers(prefect_server, tmp_path):
     (tmp_path / "helpers.py").write_text(textwrap.dedent(HELPERS))
     proc = run_script(tmp_path, USES_HELPERS, embedded_prefect=False)
@@ -151,6 +154,7 @@ def test_the_users_module_next_to_the_script_imports_on_workers(prefect_server, 
     assert int(printed(proc, "driver")) not in ast.literal_eval(printed(proc, "pids"))
 
 
+@pytest.mark.unit
 def test_only_dask_worker_processes_lose_a_guardless_main(tmp_path):
     guardless, guarded = tmp_path / "guardless.py", tmp_path / "guarded.py"
     guardless.write_text(GUARDLESS)
@@ -173,6 +177,7 @@ def test_only_dask_worker_processes_lose_a_guardless_main(tmp_path):
     assert worker["sys_path"] == other["sys_path"] and worker["dir"] == os.getcwd()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("source", "guarded"),
     [
@@ -190,6 +195,7 @@ def test_a_main_guard_is_recognised(tmp_path, source, guarded):
     assert main_is_guarded(str(script)) is guarded
 
 
+@pytest.mark.system
 def test_a_guardless_scripts_cached_function_fails_with_what_to_do(prefect_server, tmp_path):
     """What a worker cannot find by name in a guardless script's __main__ (a
     ``functools.cache``'d function) errors the trial with the way out."""
@@ -216,6 +222,7 @@ def test_a_guardless_scripts_cached_function_fails_with_what_to_do(prefect_serve
     assert "is not run on the workers: move what its trainable refers to by name" in error
 
 
+@pytest.mark.integration
 def test_the_patch_lasts_while_any_embedded_cluster_is_open_and_is_then_restored():
     original = spawn.get_preparation_data
     # one after the other: two LocalClusters starting at once in one process race in
@@ -233,6 +240,7 @@ def test_the_patch_lasts_while_any_embedded_cluster_is_open_and_is_then_restored
     assert spawn.get_preparation_data is original
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("cores", "trial_cpu", "n_workers", "gpus", "expected"),
     [
@@ -251,6 +259,7 @@ def test_embedded_workers_are_sized_for_the_trial(cores, trial_cpu, n_workers, g
     assert embedded_size(cores, trial_cpu, n_workers, gpus) == expected
 
 
+@pytest.mark.integration
 def test_embedded_workers_start_with_popflow_loaded_and_dasks_sampling_slowed():
     """The worker side is imported as each worker starts (not by the first runner made on
     it), and Dask's profiler and monitors sample less often than its defaults, which took
@@ -273,6 +282,7 @@ def test_embedded_workers_start_with_popflow_loaded_and_dasks_sampling_slowed():
     assert EMBEDDED_WORKER_CONFIG["distributed.worker.profile.interval"] == "100ms"
 
 
+@pytest.mark.unit
 def test_embedded_size_rejects_no_workers():
     with pytest.raises(ValueError, match=r"`n_workers` is 0, but must be >= 1"):
         embedded_size(2, None, 0)
@@ -287,6 +297,7 @@ def two_reports_too(config):  # tune.with_resources marks the function itself: n
     two_reports(config)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("how", ["resources_per_trial", "with_resources"])
 def test_a_trial_needing_every_core_runs_on_the_embedded_cluster(prefect_server, tmp_path, how):
     cores = default_workers()
@@ -299,6 +310,7 @@ def test_a_trial_needing_every_core_runs_on_the_embedded_cluster(prefect_server,
     assert [r.metrics["training_iteration"] for r in results] == [2, 2]
 
 
+@pytest.mark.integration
 def test_a_trial_bigger_than_the_machine_fails_fast(prefect_server, tmp_path):
     cores = default_workers()
     with pytest.raises(
@@ -313,6 +325,7 @@ def pid_reports(config):
     tune.report({"pid": os.getpid()})
 
 
+@pytest.mark.integration
 def test_init_num_cpus_sizes_the_embedded_cluster(prefect_server, tmp_path):
     """Ray's ``ray.init(num_cpus=1)``: one CPU, so one worker runs every trial; and a
     trial needing 2 CPUs fits once ``num_cpus=2``, whatever the machine."""
@@ -331,6 +344,7 @@ def test_init_num_cpus_sizes_the_embedded_cluster(prefect_server, tmp_path):
         popflow.init()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("gpus", "trial_gpu", "expected_workers", "gpu_each", "devices"),
     [
@@ -349,6 +363,7 @@ def test_gpu_trials_get_workers_they_fit(gpus, trial_gpu, expected_workers, gpu_
     )
 
 
+@pytest.mark.unit
 def test_gpu_workers_are_pinned_to_the_visible_devices(monkeypatch):
     """A user's own ``CUDA_VISIBLE_DEVICES`` restricts the devices the workers get."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
@@ -360,6 +375,7 @@ def device_reports(config):
         tune.report({"pid": os.getpid(), "devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
 
 
+@pytest.mark.integration
 def test_each_gpu_trial_sees_only_its_device(prefect_server, tmp_path):
     """Two GPUs (``popflow.init(num_gpus=2)``; no GPU is needed to check the pinning): one
     worker process per device, and a ``gpu: 1`` trial runs with CUDA_VISIBLE_DEVICES set to
@@ -382,6 +398,7 @@ def test_each_gpu_trial_sees_only_its_device(prefect_server, tmp_path):
         popflow.init()
 
 
+@pytest.mark.integration
 def test_init_num_gpus_lets_a_one_gpu_trial_run(prefect_server, tmp_path):
     """Ray's ``ray.init(num_gpus=1)``: a ``gpu: 1`` trial fits the embedded cluster (which
     used to cut one GPU into 0.5 per worker and refuse it); trials share the one GPU
@@ -403,6 +420,7 @@ def test_init_num_gpus_lets_a_one_gpu_trial_run(prefect_server, tmp_path):
         popflow.init()
 
 
+@pytest.mark.unit
 def test_workers_starting_at_once_never_parse_the_main_script_at_once(tmp_path, monkeypatch):
     """The embedded cluster's workers start in threads of their own, each asking whether
     ``__main__`` is guarded. CPython 3.11's ``ast.parse`` is not thread-safe: two at once

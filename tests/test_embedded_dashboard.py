@@ -8,8 +8,11 @@ from typing import Any
 
 import distributed
 import psutil
+import pytest
 
 from popflow import run, tune
+
+pytestmark = pytest.mark.integration
 
 
 def listening_hosts(port: int) -> set[str]:

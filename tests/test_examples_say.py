@@ -6,6 +6,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+from support.scripts import embedded_env
+
+pytestmark = pytest.mark.system
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -37,7 +42,7 @@ def test_the_torch_example_without_torch_names_the_extra_and_starts_nothing(tmp_
     blocker = tmp_path / "no_torch"
     blocker.mkdir()
     (blocker / "sitecustomize.py").write_text(NO_TORCH)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env = embedded_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(blocker), env.get("PYTHONPATH")]))
     proc = run_example(tmp_path, "pytorch_cnn.py", "--smoke-test", env=env)
     assert proc.returncode != 0

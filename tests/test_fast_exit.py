@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 
 def exit_report(tmp_path, body: str) -> list[str]:
     """Run ``body`` in a fresh interpreter; the lines it wrote to ``out`` by its exit."""
@@ -25,6 +27,7 @@ def exit_report(tmp_path, body: str) -> list[str]:
     return out.read_text().splitlines()
 
 
+@pytest.mark.system
 def test_the_exit_handler_freezes_what_is_alive_after_finalising_garbage(tmp_path):
     lines = exit_report(
         tmp_path,
@@ -46,11 +49,13 @@ def test_the_exit_handler_freezes_what_is_alive_after_finalising_garbage(tmp_pat
     assert lines == ["garbage finalised", "frozen at exit: True"]
 
 
+@pytest.mark.system
 def test_importing_popflow_alone_freezes_nothing(tmp_path):
     # the contrast: the check above can fail
     assert exit_report(tmp_path, "import popflow\n") == ["frozen at exit: False"]
 
 
+@pytest.mark.integration
 def test_run_registers_the_exit_handler(tune_env, monkeypatch):
     from trainables import parity_function
 

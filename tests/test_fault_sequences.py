@@ -12,16 +12,19 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+import pytest
+from support.driving import DRIVER, drive, read_experiment
+from support.polling import wait_for
 from test_nothing_lost import damage
-from test_resume import DRIVER, drive, read_experiment
 
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import ExperimentLog
 from popflow.infra.store.layout import commit_path
 from popflow.infra.store.lease import lease_holder
+
+pytestmark = pytest.mark.system
 
 KEEP_2 = ["--num-to-keep", "2"]  # a damaged checkpoint has an earlier one to fall back to
 
@@ -129,11 +132,11 @@ def test_a_driver_stalled_right_after_its_takeover_changes_nothing_when_it_wakes
     )
     b = None
     try:
-        _poll(lambda: _state(a.pid) == "T", "A did not stop after its takeover commit")
-        _poll(lambda: lease_holder(Storage(experiment)) is None, "A's lease did not lapse")
+        wait_for(lambda: _state(a.pid) == "T", 120, "A did not stop after its takeover commit")
+        wait_for(lambda: lease_holder(Storage(experiment)) is None, 120, "A's lease did not lapse")
         b = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
         log = ExperimentLog(Storage(experiment))
-        _poll(lambda: max(log.commit_numbers()) >= 14 or b.poll() is not None, "B stalled")
+        wait_for(lambda: max(log.commit_numbers()) >= 14 or b.poll() is not None, 120, "B stalled")
         os.kill(a.pid, signal.SIGCONT)
         _, a_err = a.communicate(timeout=300)
         _, b_err = b.communicate(timeout=300)
@@ -165,13 +168,6 @@ def test_synch_pb2_falling_back_from_a_damaged_checkpoint_ends_identical(prefect
     drive(storage, "exp", "pb2_synch", extra=extra)
     drive(f"{storage}-ref", "exp", "pb2_synch", extra=extra)
     assert read_experiment(experiment) == read_experiment(f"{storage}-ref/exp")
-
-
-def _poll(condition, what: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)  # polling a process or storage, not synchronising on time
 
 
 def _state(pid: int) -> str:

@@ -12,7 +12,9 @@ import sys
 import time
 
 import pytest
-from test_resume import DRIVER, drive, read_experiment
+from support.driving import DRIVER, drive, read_experiment
+from support.lease_holder import hold_lease
+from support.polling import wait_for
 
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import CommitConflict, ExperimentLog
@@ -65,15 +67,18 @@ def race(url: str, options: dict | None = None) -> list[int]:
     return winners
 
 
+@pytest.mark.system
 def test_two_drivers_acquiring_at_once_on_local_disk_never_both_win(tmp_path):
     assert race(str(tmp_path)) == [1] * TRIES
 
 
+@pytest.mark.integration
 def test_two_drivers_acquiring_at_once_on_s3_never_both_win(s3_server, s3_url):
     _, options = s3_server
     assert race(s3_url, options) == [1] * TRIES
 
 
+@pytest.mark.unit
 def test_a_commit_is_never_written_twice(tmp_path):
     storage = Storage(str(tmp_path))
     first, second = ExperimentLog(storage), ExperimentLog(storage)
@@ -85,6 +90,7 @@ def test_a_commit_is_never_written_twice(tmp_path):
     assert ExperimentLog(storage).latest()["epoch"] == 2
 
 
+@pytest.mark.unit
 def test_a_driver_taken_over_fails_its_check_and_its_renewal_stops(tmp_path):
     storage = Storage(str(tmp_path))
     old = Lease(storage, ttl_s=60)
@@ -98,29 +104,17 @@ def test_a_driver_taken_over_fails_its_check_and_its_renewal_stops(tmp_path):
     assert storage.read_text(lease_path(2)) == '{"epoch": 2, "expires": 4e9}'
 
 
+@pytest.mark.system
 def test_a_zombie_driver_does_not_hold_its_lease(tmp_path):
     """SIGKILLed but not reaped by its parent: the process still shows, as a zombie."""
     storage = Storage(str(tmp_path))
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time; from popflow.infra.store.lease import Lease; "
-            "from popflow.infra.storage.folder import Storage; "
-            "Lease(Storage(sys.argv[1]), ttl_s=600).acquire(); print('held', flush=True); "
-            "time.sleep(600)",
-            str(tmp_path),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    child = hold_lease(str(tmp_path))
     try:
         assert child.stdout.readline().strip() == "held"
         with pytest.raises(LeaseHeldError):
             Lease(storage, ttl_s=600).acquire()  # alive: it holds the lease
         os.kill(child.pid, signal.SIGKILL)
-        while _state(child.pid) != "Z":  # wait for the kill to land (no reaping)
-            time.sleep(0.01)
+        wait_for(lambda: _state(child.pid) == "Z", 60, "the kill to land (no reaping)")
         lease = Lease(storage, ttl_s=600)
         lease.acquire()  # a zombie holds nothing: taken over at once, not after 600 s
         assert lease_holder(storage)["pid"] == os.getpid()
@@ -149,9 +143,7 @@ def split_brain(storage: str, options: dict | None) -> tuple[int, str]:
         env=env,
     )
     try:
-        while _state(stalled.pid) != "T":  # it stops itself right after commit 6
-            assert stalled.poll() is None, stalled.stderr.read()[-3000:]
-            time.sleep(0.05)
+        wait_for(lambda: _stopped(stalled), 300, "A to stop itself right after commit 6")
         holder = lease_holder(Storage(f"{storage}/exp", options))
         assert holder is not None and holder["pid"] == stalled.pid
         time.sleep(max(0.0, holder["expires"] - time.time()) + 0.2)  # its lease runs out
@@ -161,12 +153,14 @@ def split_brain(storage: str, options: dict | None) -> tuple[int, str]:
     finally:
         if stalled.poll() is None:
             os.killpg(stalled.pid, signal.SIGKILL)
-    drive(f"{storage}-ref", "exp", "pbt_synch", env=env)  # an uninterrupted run beside it
+    if options is not None:  # an uninterrupted run beside it (local: pbt_synch_reference)
+        drive(f"{storage}-ref", "exp", "pbt_synch", env=env)
     return stalled.returncode, err
 
 
+@pytest.mark.system
 def test_a_stalled_driver_taken_over_stops_and_the_run_is_as_if_uninterrupted(
-    prefect_server, tmp_path
+    prefect_server, pbt_synch_reference, tmp_path
 ):
     """Split brain on local disk: A must stop at once, and the experiment must be exactly
     an uninterrupted run's."""
@@ -174,9 +168,10 @@ def test_a_stalled_driver_taken_over_stops_and_the_run_is_as_if_uninterrupted(
     rc, err = split_brain(storage, None)
     assert rc != 0
     assert "LeaseLost" in err and "lost the lease" in err, err[-3000:]
-    assert read_experiment(f"{storage}/exp") == read_experiment(f"{storage}-ref/exp")
+    assert read_experiment(f"{storage}/exp") == pbt_synch_reference
 
 
+@pytest.mark.system
 def test_a_stalled_driver_taken_over_on_s3_stops_and_the_run_is_as_if_uninterrupted(
     prefect_server, s3_server, s3_url
 ):
@@ -197,10 +192,18 @@ def test_a_stalled_driver_taken_over_on_s3_stops_and_the_run_is_as_if_uninterrup
 
 def _wait_lapsed(storage: Storage, timeout: float = 60.0) -> None:
     """Poll until no driver holds the lease (the stalled one's expiry passed)."""
-    deadline = time.monotonic() + timeout
-    while lease_holder(storage) is not None:
-        assert time.monotonic() < deadline, "the stalled driver's lease did not lapse"
-        time.sleep(0.1)  # polling storage for the expiry, not synchronising on time
+    wait_for(lambda: lease_holder(storage) is None, timeout, "the stalled driver's lease to lapse")
+
+
+def _stopped(proc: subprocess.Popen) -> bool:
+    """Whether ``proc`` has stopped (SIGSTOP); it must not have exited."""
+    assert proc.poll() is None, proc.stderr.read()[-3000:]
+    return _state(proc.pid) == "T"
+
+
+def _holds_the_lease(proc: subprocess.Popen, experiment: Storage) -> bool:
+    assert proc.poll() is None, proc.stderr.read()[-3000:]
+    return (lease_holder(experiment) or {}).get("pid") == proc.pid
 
 
 def takeovers_of_a_stalled_driver(storage: str, options: dict | None) -> tuple[int, str, int, str]:
@@ -219,9 +222,7 @@ def takeovers_of_a_stalled_driver(storage: str, options: dict | None) -> tuple[i
     stalled = start("--kill-at", "stop-after:6")
     procs = [stalled]
     try:
-        while _state(stalled.pid) != "T":
-            assert stalled.poll() is None, stalled.stderr.read()[-3000:]
-            time.sleep(0.05)
+        wait_for(lambda: _stopped(stalled), 300, "A to stop itself right after commit 6")
         _wait_lapsed(experiment)
         for _ in range(2):  # B and C
             dying = start("--kill-at", "took-lease:0")
@@ -230,11 +231,7 @@ def takeovers_of_a_stalled_driver(storage: str, options: dict | None) -> tuple[i
             assert dying.returncode == -signal.SIGKILL
         live = start()
         procs.append(live)
-        deadline = time.monotonic() + 300
-        while (lease_holder(experiment) or {}).get("pid") != live.pid:
-            assert live.poll() is None, live.stderr.read()[-3000:]
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for(lambda: _holds_the_lease(live, experiment), 300, "D to take the lease")
         assert lease_epochs(experiment)[-1] == 4  # D holds epoch 4; epoch 2 was pruned
         os.kill(stalled.pid, signal.SIGCONT)
         _, stalled_err = stalled.communicate(timeout=300)
@@ -243,11 +240,13 @@ def takeovers_of_a_stalled_driver(storage: str, options: dict | None) -> tuple[i
         for proc in procs:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
-    drive(f"{storage}-ref", "exp", "pbt_synch", env=env)
     return stalled.returncode, stalled_err, live.returncode, live_err
 
 
-def test_a_stalled_driver_loses_to_the_third_driver_after_it(prefect_server, tmp_path):
+@pytest.mark.system
+def test_a_stalled_driver_loses_to_the_third_driver_after_it(
+    prefect_server, pbt_synch_reference, tmp_path
+):
     """The issue's split brain: after three takeovers A must stop at once with
     LeaseLost (it used to finish, and kill D with a CommitConflict), D must finish, and
     the experiment must be exactly an uninterrupted run's."""
@@ -256,9 +255,10 @@ def test_a_stalled_driver_loses_to_the_third_driver_after_it(prefect_server, tmp
     assert rc_d == 0, err_d[-3000:]
     assert rc_a != 0 and "LeaseLost" in err_a and "driver epoch 4" in err_a, err_a[-3000:]
     assert lease_epochs(Storage(f"{storage}/exp"))[-1] == 4  # A wrote no lease file again
-    assert read_experiment(f"{storage}/exp") == read_experiment(f"{storage}-ref/exp")
+    assert read_experiment(f"{storage}/exp") == pbt_synch_reference
 
 
+@pytest.mark.unit
 def test_a_taken_over_drivers_worker_publishes_no_checkpoint(tmp_path):
     """The new driver's checkpoint at a name the old driver's worker also reaches
     stays as it is: the old worker's publish is fenced off, leaving nothing behind."""
@@ -312,6 +312,7 @@ def several_takeovers(storage: Storage) -> tuple[Lease, Lease]:
     return a, holder
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("where", ["local", "s3"])
 def test_a_driver_taken_over_several_times_is_fenced_whatever_was_pruned(where, tmp_path, request):
     """Pruning removed A's successor's lease file (epoch 2): A must still see epoch 4."""
@@ -345,6 +346,7 @@ class StallsBeforeCreating(Storage):
         return super().create_text(text, *parts, durable=durable)
 
 
+@pytest.mark.unit
 def test_a_driver_creating_a_pruned_epoch_gives_it_back(tmp_path):
     """It listed [1], computed epoch 2 and stalled while B, C and D took epochs 2-4
     (pruning 1 and 2); its create of epoch 2 then succeeds, but it must not hold."""
@@ -367,6 +369,7 @@ def test_a_driver_creating_a_pruned_epoch_gives_it_back(tmp_path):
     assert lease_holder(storage)["host"] == "d"
 
 
+@pytest.mark.unit
 def test_a_lease_forged_far_in_the_future_lapses_two_ttls_after_it_was_written(tmp_path):
     """A forged lease (or one from a host whose clock runs days ahead) holds the
     experiment at most 2 x lease_ttl after its last write, by the storage's clock."""
@@ -384,6 +387,7 @@ def test_a_lease_forged_far_in_the_future_lapses_two_ttls_after_it_was_written(t
     assert lease.epoch == 2
 
 
+@pytest.mark.unit
 def test_force_takeover_takes_a_held_lease_and_fences_its_holder(tmp_path):
     storage = Storage(str(tmp_path))
     holder = Lease(storage, ttl_s=600)
@@ -398,6 +402,7 @@ def test_force_takeover_takes_a_held_lease_and_fences_its_holder(tmp_path):
     forced.check()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "body", ['{"expires": "soon"}', "[1, 2]", '{"pid": "x", "host": 3, "expires": NaN}', "garbage"]
 )
@@ -409,6 +414,7 @@ def test_a_garbled_lease_file_counts_as_lapsed(tmp_path, body):
     assert lease.epoch == 2
 
 
+@pytest.mark.unit
 def test_breaking_a_lease_frees_the_experiment_and_fences_its_holder(tmp_path):
     from popflow.infra.store.lease import break_lease
 
@@ -425,6 +431,7 @@ def test_breaking_a_lease_frees_the_experiment_and_fences_its_holder(tmp_path):
     assert break_lease(Storage(str(tmp_path / "nobody"))) is None
 
 
+@pytest.mark.unit
 def test_the_guard_looks_in_storage_once_a_while_and_again_after_a_stall(tmp_path):
     """A look is a listing: the guard a driver calls before each write looks at most every
     ``every_s``, so a driver stopped for longer (SIGSTOP past its lease) looks before its

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from popflow.flows.record.heartbeat import engine_heartbeats_off, heartbeats
 
 
@@ -13,6 +15,7 @@ def _beating() -> bool:
     return any(t.name == "popflow-flow-heartbeat" for t in threading.enumerate())
 
 
+@pytest.mark.unit
 def test_the_engine_sends_none_and_the_users_interval_is_kept():
     from prefect.settings import (
         PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
@@ -32,6 +35,7 @@ def test_the_engine_sends_none_and_the_users_interval_is_kept():
         assert every is None  # the user turned them off: popflow sends none either
 
 
+@pytest.mark.integration
 def test_the_heartbeat_thread_runs_within_the_flow_run_and_stops_at_once(prefect_server):
     """An interval of an hour: a thread that slept through it would hold the flow's end."""
     from prefect import flow
@@ -48,6 +52,7 @@ def test_the_heartbeat_thread_runs_within_the_flow_run_and_stops_at_once(prefect
     assert not _beating()
 
 
+@pytest.mark.unit
 def test_no_heartbeat_outside_a_flow_run():
     with heartbeats(30):
         assert not _beating()  # no flow run to beat for

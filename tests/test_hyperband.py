@@ -21,6 +21,8 @@ from popflow.schedulers import (
 )
 from popflow.schedulers.hyperband import Rung
 
+pytestmark = pytest.mark.unit
+
 # Li et al. 2018, Table 1: R=81, η=3; (n_i, r_i) per bracket, s = 4 .. 0.
 PAPER_TABLE_81_3 = [
     [(81, 1), (27, 3), (9, 9), (3, 27), (1, 81)],

@@ -17,6 +17,8 @@ from popflow import (
     run,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def pbt(**kwargs: Any) -> PopulationBasedTraining:
     return PopulationBasedTraining(

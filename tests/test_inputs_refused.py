@@ -17,12 +17,15 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 from trainables import ParityTrainable, parity_function
 
 from popflow import CheckpointConfig, choice, grid_search, run, tune
 from popflow.flows.api import launch
 from popflow.flows.api.tuner import RunConfig, TuneConfig, Tuner
 from popflow.flows.spec.experiment_name import MAX_NAME_PART_BYTES, check_name
+
+pytestmark = pytest.mark.unit
 
 
 class Started(AssertionError):
@@ -253,7 +256,7 @@ invisible = st.characters(categories=REFUSED_CATEGORIES)
 plain = st.text(st.characters(categories=("L", "N"), include_characters="-_"), min_size=1)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(before=plain, bad=invisible, after=plain)
 def test_any_name_with_a_control_or_invisible_character_is_refused(before, bad, after) -> None:
     name = before + bad + after
@@ -261,7 +264,7 @@ def test_any_name_with_a_control_or_invisible_character_is_refused(before, bad, 
         check_name(name)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(name=st.text(max_size=300))
 def test_a_name_is_refused_or_a_plain_relative_folder(name: str) -> None:
     """Whatever the string: refused with a ValueError/TypeError naming `name`, or a path
@@ -288,7 +291,7 @@ nested = st.recursive(
 )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(space=st.dictionaries(st.text(min_size=1, max_size=3), nested, max_size=3), name=st.text())
 def test_any_refused_input_writes_nothing(tmp_path_factory, space, name) -> None:
     """A param_space with any key that is not a string, or any name, never gets as far as

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.system
+
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ("schedulers", "tasks", "infra", "flows")
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")

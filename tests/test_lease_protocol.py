@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from support.examples import examples as budget
 
 from popflow.flows.experiment.opening import _take_over
 from popflow.infra.storage.folder import Storage
@@ -275,7 +276,7 @@ def _run(machine: type[LeaseProtocol], make_storage, examples: int) -> None:
             super().__init__()
 
     Machine.TestCase.settings = settings(
-        max_examples=examples,
+        max_examples=budget(examples),
         stateful_step_count=30,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow],
@@ -283,10 +284,12 @@ def _run(machine: type[LeaseProtocol], make_storage, examples: int) -> None:
     Machine.TestCase().runTest()
 
 
+@pytest.mark.unit
 def test_leases_and_commits_on_local_disk(local_storage):
     _run(LocalProtocol, local_storage, examples=300)
 
 
+@pytest.mark.integration
 def test_leases_and_commits_on_s3(s3_server, s3_bucket):
     _, options = s3_server
     _run(

@@ -11,11 +11,17 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
+from support.polling import wait_for
+from support.scripts import embedded_env
 from test_console import run_script
 
 from popflow.flows.console.live_table import MAX_ROWS, LiveTable
 from popflow.flows.experiment.trial_table import TrialRecord
+from popflow.infra import local_server
 from popflow.schedulers import Trial, TrialStatus
 
 SCRIPT = textwrap.dedent(
@@ -28,7 +34,7 @@ SCRIPT = textwrap.dedent(
 
     def objective(config):
         for step in range(1, 13):
-            time.sleep(0.5)
+            time.sleep(float(sys.argv[2]))
             tune.report({"score": config["x"] * step})
 
 
@@ -48,20 +54,31 @@ ESCAPE = re.compile(r"\x1b\[")
 CURSOR_UP = "\x1b[1A"
 
 
-def _env(tmp_path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+@pytest.fixture(scope="module")
+def home(tmp_path_factory) -> Iterator[Path]:
+    """One Prefect home for this module's scripts: the first starts popflow's local
+    server, the others reuse it (as a user's next runs do); stopped at the end."""
+    path = tmp_path_factory.mktemp("prefect-home")
+    try:
+        yield path
+    finally:
+        local_server.stop(path)
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = embedded_env(home)
     env["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     return env
 
 
-def run_in_terminal(tmp_path, verbose: int) -> str:
-    """The script's output as a terminal shows it: stdout and stderr on a pseudo-terminal."""
+def run_in_terminal(tmp_path, home: Path, verbose: int) -> str:
+    """The script's output as a terminal shows it: stdout and stderr on a pseudo-terminal.
+    Each result comes 0.5 s after the one before, so the table is redrawn as it trains."""
     (tmp_path / "script.py").write_text(SCRIPT)
     leader, follower = pty.openpty()
-    env = {**_env(tmp_path), "COLUMNS": "160", "LINES": "40", "TERM": "xterm-256color"}
+    env = {**_env(home), "COLUMNS": "160", "LINES": "40", "TERM": "xterm-256color"}
     proc = subprocess.Popen(
-        [sys.executable, "script.py", str(verbose)],
+        [sys.executable, "script.py", str(verbose), "0.5"],
         cwd=tmp_path,
         env=env,
         stdin=follower,
@@ -92,12 +109,15 @@ def run_in_terminal(tmp_path, verbose: int) -> str:
     return out
 
 
-def run_through_pipe(tmp_path, verbose: int) -> str:
-    return run_script(tmp_path, str(verbose), script=SCRIPT)
+def run_through_pipe(tmp_path, home: Path, verbose: int) -> str:
+    """The script's output through a pipe; its results come as fast as they can (the
+    table is printed once, at the end, whatever the run's length)."""
+    return run_script(tmp_path, str(verbose), "0", script=SCRIPT, home=home)
 
 
-def test_on_a_terminal_the_table_is_redrawn_in_place_under_the_log_lines(tmp_path):
-    out = run_in_terminal(tmp_path, 2)
+@pytest.mark.system
+def test_on_a_terminal_the_table_is_redrawn_in_place_under_the_log_lines(tmp_path, home):
+    out = run_in_terminal(tmp_path, home, 2)
     assert "best {'x': 2}" in out
     assert CURSOR_UP in out, out[-3000:]  # the live region moved up to redraw itself
     frames = out.count("Trial status:")
@@ -111,8 +131,9 @@ def test_on_a_terminal_the_table_is_redrawn_in_place_under_the_log_lines(tmp_pat
     assert re.search(r"Best trial \S+: score=24 at iteration 12", out), out[-3000:]
 
 
-def test_through_a_pipe_the_table_is_plain_text_printed_once_at_the_end(tmp_path):
-    out = run_through_pipe(tmp_path, 2)
+@pytest.mark.system
+def test_through_a_pipe_the_table_is_plain_text_printed_once_at_the_end(tmp_path, home):
+    out = run_through_pipe(tmp_path, home, 2)
     assert not ESCAPE.search(out), out[-3000:]
     assert out.count("Trial status:") == 1  # a short run: no periodic print before the end
     header = [line for line in out.splitlines() if line.startswith("popflow: watched at ")]
@@ -124,14 +145,16 @@ def test_through_a_pipe_the_table_is_plain_text_printed_once_at_the_end(tmp_path
     assert re.search(r"Best trial \S+: score=24 at iteration 12, config x=2$", out, re.M), out
 
 
-def test_verbose_1_shows_the_status_line_and_no_table(tmp_path):
-    out = run_through_pipe(tmp_path, 1)
+@pytest.mark.system
+def test_verbose_1_shows_the_status_line_and_no_table(tmp_path, home):
+    out = run_through_pipe(tmp_path, home, 1)
     assert "Trial status: 2 TERMINATED" in out
     assert not [line for line in out.splitlines() if line.startswith("|")], out
 
 
-def test_verbose_3_shows_every_result(tmp_path):
-    out = run_through_pipe(tmp_path, 3)
+@pytest.mark.system
+def test_verbose_3_shows_every_result(tmp_path, home):
+    out = run_through_pipe(tmp_path, home, 3)
     reported = re.findall(
         r"Trial (objective_\S+) reported score=(\d+), training_iteration=(\d+)", out
     )
@@ -150,6 +173,7 @@ def _records(n: int) -> list[TrialRecord]:
     return records
 
 
+@pytest.mark.unit
 def test_a_large_population_shows_the_best_and_live_trials_and_counts_the_rest():
     out = io.StringIO()
     table = LiveTable(
@@ -169,6 +193,7 @@ def test_a_large_population_shows_the_best_and_live_trials_and_counts_the_rest()
     assert "lr" in text and " fixed " not in text, header  # only what varies is a column
 
 
+@pytest.mark.integration
 def test_a_segment_sends_its_latest_result_to_the_driver_as_it_trains(dask_cluster):
     """Over the cluster for real: a worker's sender reaches the driver's subscription, at
     most one event per interval, and what came before the segment's outcome is dropped."""
@@ -189,10 +214,9 @@ def test_a_segment_sends_its_latest_result_to_the_driver_as_it_trains(dask_clust
         return it
 
     assert dask_cluster.submit(train, live.topic, pure=False).result() == 3
-    deadline = time.monotonic() + 30
-    while (live.latest("t7") or {}).get("training_iteration") != 3:
-        assert time.monotonic() < deadline, live.latest("t7")
-        time.sleep(0.05)  # polling for the event's arrival, with a deadline
+    wait_for(
+        lambda: (live.latest("t7") or {}).get("training_iteration") == 3, 30, "the third result"
+    )
     assert live.latest("t7") == {"training_iteration": 3, "loss": 1.0 / 3}  # numbers only
     live.reduced("t7")
     assert live.latest("t7") is None
@@ -201,6 +225,7 @@ def test_a_segment_sends_its_latest_result_to_the_driver_as_it_trains(dask_clust
     live.close()
 
 
+@pytest.mark.unit
 def test_through_a_pipe_a_long_run_prints_its_status_line_every_interval():
     """Plain output is periodic: a status line when the interval has passed, none before;
     the table once, at the end (a pipe keeps every print: ``make demo 2>&1 | wc -l``)."""
@@ -247,6 +272,7 @@ def _final_table(width: int) -> str:
     return out.getvalue()
 
 
+@pytest.mark.unit
 def test_at_80_columns_the_table_keeps_ids_iteration_time_and_metric():
     """Short trial ids (Ray's ``e67f7_00001``), the metric, iteration and time kept;
     hyperparameter columns left out, last first, and named in the caption."""
@@ -267,6 +293,7 @@ def test_at_80_columns_the_table_keeps_ids_iteration_time_and_metric():
     assert "best e9500_00007 mean_accuracy=207.1 (iter 237)" in status  # the short id too
 
 
+@pytest.mark.unit
 def test_at_120_columns_every_column_shows_and_names_where_they_fit():
     text = _final_table(120)
     assert max(len(line) for line in text.splitlines()) <= 120, text

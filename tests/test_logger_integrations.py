@@ -108,6 +108,7 @@ def logged(prefect_server, dask_cluster, tmp_path_factory):
     return results, MlflowClient(uri)
 
 
+@pytest.mark.integration
 def test_tensorboard_event_files_hold_each_trials_results_and_hparams(logged):
     results, _ = logged
     assert sorted(r.status for r in results) == ["ERROR", "ERROR", "TERMINATED", "TERMINATED"]
@@ -117,6 +118,7 @@ def test_tensorboard_event_files_hold_each_trials_results_and_hparams(logged):
         check_event_files(r.path, rows, r.config)
 
 
+@pytest.mark.integration
 def test_mlflow_has_one_run_per_trial_with_params_metrics_and_status(logged):
     results, client = logged
     experiment = client.get_experiment_by_name("loggers")
@@ -142,6 +144,7 @@ def test_mlflow_has_one_run_per_trial_with_params_metrics_and_status(logged):
         assert Path(art).read_text() == Path(r.path, "result.json").read_text()
 
 
+@pytest.mark.integration
 def test_tensorboard_on_s3_copies_the_event_files_into_the_trial_folders(
     prefect_server, dask_cluster, s3_server, s3_url, tmp_path
 ):
@@ -164,6 +167,7 @@ def test_tensorboard_on_s3_copies_the_event_files_into_the_trial_folders(
         check_event_files(local, rows_of(local), r.config)
 
 
+@pytest.mark.unit
 def test_mlflow_resumed_trial_goes_on_in_its_run_and_remote_artifacts(tmp_path):
     """Driven by hand: the run ids are the callback's state; a remote (fsspec) folder's
     files become artifacts at the experiment's end."""
@@ -197,6 +201,7 @@ def test_mlflow_resumed_trial_goes_on_in_its_run_and_remote_artifacts(tmp_path):
     assert later.get_state() == {"runs": {"t0": run_.info.run_id}, "pending": []}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("module", "extra", "make"),
     [
@@ -211,6 +216,7 @@ def test_a_missing_extra_says_what_to_install(monkeypatch, module, extra, make):
         make()
 
 
+@pytest.mark.system
 def test_importing_the_callbacks_imports_neither_extra():
     code = (
         "import sys, popflow.tune.logger, popflow.air.integrations.mlflow;"
@@ -220,6 +226,7 @@ def test_importing_the_callbacks_imports_neither_extra():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.unit
 def test_arguments_are_checked(monkeypatch):
     for var in ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID"):
         monkeypatch.delenv(var, raising=False)

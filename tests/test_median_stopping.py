@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from popflow.schedulers import Action, MedianStoppingRule, Trial, TrialStatus
+
+pytestmark = pytest.mark.unit
 
 NAN = math.nan
 
@@ -383,7 +386,7 @@ def median_cases(draw):
 
 
 @settings(
-    max_examples=2000,
+    max_examples=examples(2000),
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow],

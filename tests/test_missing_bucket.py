@@ -44,6 +44,7 @@ def buckets(endpoint: str, options: dict[str, Any]) -> list[str]:
     return [b["Name"] for b in client.list_buckets()["Buckets"]]
 
 
+@pytest.mark.integration
 def test_run_fails_first_with_a_storage_error_naming_the_bucket(s3_server, nothing_starts):
     endpoint, options = s3_server
     with pytest.raises(
@@ -56,6 +57,7 @@ def test_run_fails_first_with_a_storage_error_naming_the_bucket(s3_server, nothi
     assert BUCKET not in buckets(endpoint, options)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("call", ["listdir", "read", "write"])
 def test_every_storage_call_names_the_missing_bucket_without_retrying(s3_server, call):
     _, options = s3_server
@@ -70,6 +72,7 @@ def test_every_storage_call_names_the_missing_bucket_without_retrying(s3_server,
     assert "gave up after" not in str(info.value)  # a bucket does not appear on a retry
 
 
+@pytest.mark.integration
 def test_a_missing_file_in_a_bucket_that_exists_is_still_no_error(s3_server, s3_url):
     _, options = s3_server
     storage = Storage(s3_url, options)
@@ -78,6 +81,7 @@ def test_a_missing_file_in_a_bucket_that_exists_is_still_no_error(s3_server, s3_
         storage.read_bytes("nothing")
 
 
+@pytest.mark.system
 def test_popflow_status_says_one_line(s3_server) -> None:
     _, options = s3_server
     out = subprocess.run(

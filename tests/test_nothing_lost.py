@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from test_resume import DRIVER, drive, read_experiment
+from support.driving import DRIVER, drive, read_experiment
 
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import (
@@ -38,6 +39,7 @@ def damage(path: Path, how: str) -> None:
         raise AssertionError(how)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("how", ["truncated", "garbage", "empty-json", "edited"])
 def test_a_commit_that_fails_its_check_is_damaged(tmp_path, how):
     path = tmp_path / "c.json"
@@ -61,10 +63,22 @@ def reference(tmp_path_factory) -> dict:
     return read_experiment(str(root / "exp"))
 
 
+@pytest.fixture(scope="module")
+def killed_at_8(prefect_server, tmp_path_factory) -> Path:
+    """An experiment whose driver was killed right after commit 8 (one checkpoint kept
+    a trial); each test damages a copy of its own."""
+    root = tmp_path_factory.mktemp("killed")
+    assert drive(str(root), "exp", "pbt_synch", kill_at="commit-after:8", extra=KEEP_ONE) != 0
+    return root / "exp"
+
+
+@pytest.mark.system
 @pytest.mark.parametrize("how", ["truncated", "garbage", "empty-json", "edited"])
-def test_resume_falls_back_over_a_damaged_newest_commit(prefect_server, reference, tmp_path, how):
+def test_resume_falls_back_over_a_damaged_newest_commit(
+    prefect_server, reference, killed_at_8, tmp_path, how
+):
     storage = str(tmp_path)
-    assert drive(storage, "exp", "pbt_synch", kill_at="commit-after:8", extra=KEEP_ONE) != 0
+    shutil.copytree(killed_at_8, tmp_path / "exp")
     log = ExperimentLog(Storage(os.path.join(storage, "exp")))
     newest = log.commit_numbers()[-1]
     assert newest == 8
@@ -75,11 +89,12 @@ def test_resume_falls_back_over_a_damaged_newest_commit(prefect_server, referenc
     assert final == reference
 
 
+@pytest.mark.system
 def test_two_damaged_commits_stop_resume_with_a_clear_error_and_delete_nothing(
-    prefect_server, tmp_path
+    prefect_server, killed_at_8, tmp_path
 ):
     storage = str(tmp_path)
-    assert drive(storage, "exp", "pbt_synch", kill_at="commit-after:8", extra=KEEP_ONE) != 0
+    shutil.copytree(killed_at_8, tmp_path / "exp")
     log = ExperimentLog(Storage(os.path.join(storage, "exp")))
     for seq in log.commit_numbers()[-2:]:
         damage(tmp_path / "exp" / commit_path(seq), "truncated")
@@ -110,6 +125,7 @@ def small_disk(tmp_path):
         subprocess.run(["umount", str(mount)], check=True)
 
 
+@pytest.mark.system
 def test_a_full_disk_stops_the_run_resumable_and_resume_finishes_it(
     prefect_server, small_disk, tmp_path
 ):

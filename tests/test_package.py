@@ -99,6 +99,7 @@ def make_project(root: Path) -> Path:
     return root
 
 
+@pytest.mark.system
 def test_a_project_with_its_own_flows_tasks_schedulers_and_infra_runs_popflow(
     prefect_server, tmp_path: Path
 ) -> None:
@@ -123,6 +124,7 @@ def test_a_project_with_its_own_flows_tasks_schedulers_and_infra_runs_popflow(
     assert not report["popflow"].startswith(str(project))
 
 
+@pytest.mark.system
 def test_only_popflow_is_installed_at_the_top_level() -> None:
     dist = importlib.metadata.distribution("popflow")
     top = (dist.read_text("top_level.txt") or "").split()
@@ -145,6 +147,7 @@ def _importable_outside(name: str) -> bool:
     return probe.returncode == 0
 
 
+@pytest.mark.unit
 def test_the_public_surface() -> None:
     expected = {
         "run",
@@ -187,6 +190,7 @@ def test_the_public_surface() -> None:
     assert RayNamed is ASHAScheduler and tune.Tuner and tune.TuneConfig and tune.RunConfig
 
 
+@pytest.mark.system
 def test_importing_popflow_does_not_import_prefect() -> None:
     probe = subprocess.run(
         [sys.executable, "-c", "import sys, popflow; print('prefect' in sys.modules)"],
@@ -197,6 +201,7 @@ def test_importing_popflow_does_not_import_prefect() -> None:
     assert probe.stdout.strip() == "False", probe.stderr
 
 
+@pytest.mark.system
 def test_a_worker_imports_the_worker_side_without_the_flows_layer() -> None:
     """What a Dask worker imports (its preload, the user's trainable with ``from popflow
     import report``) leaves out the driver's layer; the driver's names still import on

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -11,6 +12,8 @@ from popflow.flows.backends.dask_pool import Runner, pick_runner
 from popflow.flows.driver.packing import PACK_BELOW_SECONDS, pack_size, packs
 from popflow.flows.experiment.trial_table import TrialRecord
 from popflow.schedulers import Trial
+
+pytestmark = pytest.mark.unit
 
 
 def test_segments_not_yet_measured_or_long_are_sent_one_a_call():

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.linalg import LinAlgError
 from scipy.optimize import approx_fprime, minimize
+from support.examples import examples
 from support.simulated import SimulatedRun, simulated, space_of
 from trainables import Gaining, gain
 
@@ -48,6 +49,8 @@ from popflow.schedulers.search_space import (
 from popflow.schedulers.trial import Trial, TrialStatus
 from popflow.schedulers.trial_scheduler import Action, Exploit
 
+pytestmark = pytest.mark.unit
+
 
 def rng(seed: int = 0) -> np.random.Generator:
     return np.random.default_rng(seed)
@@ -79,7 +82,7 @@ def test_kernel_is_the_time_varying_squared_exponential() -> None:
     assert np.allclose(big, tv_squared_exp(x1, x2, np.log([1.0, 1.0, 0.5])))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     theta=st.tuples(
         st.floats(math.log(1e-2), math.log(1e2)),
@@ -234,7 +237,7 @@ def test_ucb_kappa_is_ray_beta() -> None:
     assert ucb_kappa(100) == pytest.approx(math.sqrt(0.2 + math.log(40)))
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), d=st.integers(1, 3), n=st.integers(2, 25))
 def test_ucb_maximum_stays_in_the_unit_box(seed: int, d: int, n: int) -> None:
     x, y = gp_data(n, d=d, seed=seed)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 from support.simulated import SimulatedRun, simulated
 from trainables import ParityFailing, trial_index
 
@@ -20,6 +21,8 @@ from popflow.schedulers.pbt import PopulationBasedTraining, explore, quantiles
 from popflow.schedulers.search_space import grid_search, sample_from, uniform
 from popflow.schedulers.trial import Trial, TrialStatus
 from popflow.schedulers.trial_scheduler import Action, Decision
+
+pytestmark = pytest.mark.unit
 
 
 def make_pbt(**kwargs: Any) -> PopulationBasedTraining:
@@ -426,7 +429,7 @@ def test_choose_trial_to_run_least_progress_first() -> None:
     assert pbt.choose_trial_to_run([trials[1]]) is None
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     st.lists(
         st.tuples(st.sampled_from(list(TrialStatus)), st.integers(0, 4)), min_size=1, max_size=12
@@ -614,7 +617,7 @@ population = st.tuples(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     pop=population,
     synch=st.booleans(),
@@ -632,7 +635,7 @@ def test_same_seed_same_decisions(
     assert runs[0] == runs[1]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     pop=population,
     synch=st.booleans(),

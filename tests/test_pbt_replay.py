@@ -16,6 +16,8 @@ from popflow.schedulers.pbt_replay import PopulationBasedTrainingReplay
 from popflow.schedulers.trial import Trial
 from popflow.schedulers.trial_scheduler import Action, Decision
 
+pytestmark = pytest.mark.unit
+
 # t3's policy file. Line 1 is t3's own earlier exploit, superseded when t3 cloned
 # t1: it does not chain (its target "3" is not the next line's source "1"). Lines
 # 2-3 are t1's history (copied from t1's file) plus t3's clone of t1.

@@ -135,6 +135,7 @@ def assert_drawn(data: PlotData, png: bytes | str) -> None:
 # -- PBT ---------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_pbt_data_has_every_logged_exploit(experiments):
     path = experiments["pbt"]
     results, lines = logged_results(path), logged_exploits(path)
@@ -165,6 +166,7 @@ def test_pbt_data_has_every_logged_exploit(experiments):
         assert mark.target_at[1]["score"] == clone["score"]
 
 
+@pytest.mark.integration
 def test_pbt_panels_are_the_mutated_keys_and_the_metric(experiments):
     path = experiments["pbt"]
     results, lines = logged_results(path), logged_exploits(path)
@@ -196,6 +198,7 @@ def test_pbt_panels_are_the_mutated_keys_and_the_metric(experiments):
     assert points == logged
 
 
+@pytest.mark.integration
 def test_running_experiment_is_plotted_as_of_its_latest_commit(experiments):
     path = experiments["running"]
     data = plot_data(read_experiment(path))
@@ -209,6 +212,7 @@ def test_running_experiment_is_plotted_as_of_its_latest_commit(experiments):
 # -- ASHA --------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_pbt_best_lineage_follows_the_committed_lineage(experiments):
     """The bold path is the best trial's lineage: the trials its commit's lineage names,
     oldest first, its results at every iteration up to its last."""
@@ -234,6 +238,7 @@ def test_pbt_best_lineage_follows_the_committed_lineage(experiments):
     }
 
 
+@pytest.mark.integration
 def test_asha_plot_highlights_the_best_trial_and_takes_a_log_y_axis(experiments, tmp_path):
     data = plot_data(read_experiment(experiments["asha"]))
     results = logged_results(experiments["asha"])
@@ -248,6 +253,7 @@ def test_asha_plot_highlights_the_best_trial_and_takes_a_log_y_axis(experiments,
     assert_drawn(data, str(tmp_path / "metric.png"))
 
 
+@pytest.mark.integration
 def test_asha_data_has_its_milestones_and_stopped_trials(experiments):
     path = experiments["asha"]
     results = logged_results(path)
@@ -269,6 +275,7 @@ def test_asha_data_has_its_milestones_and_stopped_trials(experiments):
 # -- the PNGs ----------------------------------------------------------------------
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("name", "png"), [("pbt", "population.png"), ("asha", "metric.png")])
 def test_pngs_are_images_of_the_chosen_size(experiments, name, png):
     path = experiments[name]
@@ -277,6 +284,7 @@ def test_pngs_are_images_of_the_chosen_size(experiments, name, png):
     assert_drawn(plot_data(read_experiment(path)), written[0])
 
 
+@pytest.mark.integration
 def test_plots_go_through_storage_to_s3(experiments, s3_server, s3_url):
     _, options = s3_server
     Storage(s3_url, options).put_dir(experiments["pbt"], "pbt")
@@ -288,6 +296,7 @@ def test_plots_go_through_storage_to_s3(experiments, s3_server, s3_url):
 # -- the command line --------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_cli_prints_each_png(experiments, tmp_path, capsys):
     assert main(["plot", experiments["asha"], "--out", str(tmp_path / "figs")]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -295,6 +304,7 @@ def test_cli_prints_each_png(experiments, tmp_path, capsys):
     assert png_pixels(out[0]).size > 0
 
 
+@pytest.mark.unit
 def test_cli_missing_experiment_exits_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["plot", str(tmp_path / "nothing")])
@@ -303,6 +313,7 @@ def test_cli_missing_experiment_exits_2(tmp_path, capsys):
     assert err == f"popflow: no committed experiment at {tmp_path / 'nothing'}\n"
 
 
+@pytest.mark.unit
 def test_cli_without_matplotlib_exits_2_with_the_hint(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
     with pytest.raises(PlotsUnavailable, match=r"pip install 'popflow\[plots\]'"):
@@ -314,6 +325,7 @@ def test_cli_without_matplotlib_exits_2_with_the_hint(tmp_path, capsys, monkeypa
     assert len(err) == 1 and "pip install 'popflow[plots]'" in err[0]
 
 
+@pytest.mark.system
 def test_import_leaves_matplotlib_unloaded():
     code = "import sys, popflow.flows.plots.figures, popflow.flows.api.cli; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -346,6 +358,7 @@ def snapshot(scheduler: str, results: list[Result], **kwargs: Any) -> Experiment
     )
 
 
+@pytest.mark.unit
 def test_async_exploit_breaks_the_line_where_time_goes_back():
     # b (iteration 3) clones a (iteration 1): its next result is iteration 2 again
     a = result("a", [row(1, 5.0, 10, lr=0.5, opt="x"), row(2, 6.0, 30, lr=0.5, opt="x")])
@@ -387,6 +400,7 @@ def test_async_exploit_breaks_the_line_where_time_goes_back():
     assert_drawn(data, png)
 
 
+@pytest.mark.unit
 def test_hyperband_rungs_are_inferred_from_where_trials_stopped():
     results = [
         result("a", [row(i, float(i)) for i in range(1, 10)]),
@@ -408,6 +422,7 @@ def test_hyperband_rungs_are_inferred_from_where_trials_stopped():
     assert_drawn(data, render(data)["metric.png"])
 
 
+@pytest.mark.unit
 def test_kind_follows_the_recorded_scheduler():
     assert plot_kind("PB2", {}) == PlotKind.POPULATION
     assert plot_kind("MyPBT", {"trials": [{"trial_id": "a", "orig_tag": "0"}]}) == (
@@ -417,17 +432,20 @@ def test_kind_follows_the_recorded_scheduler():
         assert plot_kind(name, {}) == PlotKind.EARLY_STOPPING
 
 
+@pytest.mark.unit
 def test_no_metric_says_what_to_pass():
     with pytest.raises(NoMetric, match=r"records no metric to plot: give one"):
         plot_data(snapshot("FIFOScheduler", [], metric=None))
     assert plot_data(snapshot("FIFOScheduler", [], metric=None), metric="score").metric == "score"
 
 
+@pytest.mark.unit
 def test_missing_experiment_raises(tmp_path):
     with pytest.raises(NoExperiment, match="no committed experiment at"):
         read_experiment(tmp_path / "nothing")
 
 
+@pytest.mark.unit
 def test_pbt_lineage_goes_back_through_each_exploit_and_is_drawn_bold():
     """c cloned a at a's iteration 2, a had cloned b at b's iteration 1: c's lineage is
     b up to 1, a from 2 up to 2, then c from 3; the figure draws that path bold, the
@@ -462,6 +480,7 @@ def test_pbt_lineage_goes_back_through_each_exploit_and_is_drawn_bold():
     assert_drawn(data, render(data)["population.png"])
 
 
+@pytest.mark.unit
 def test_an_all_errored_experiment_says_its_trials_errored():
     boom = "Traceback (most recent call last):\n  ...\nRuntimeError: the loss is nan at step 3\n"
     results = [

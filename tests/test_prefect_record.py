@@ -9,6 +9,7 @@ first run of a ``PREFECT_HOME`` and reused by the runs after it
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -17,16 +18,17 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import rendered_text
-from test_prefect_ui import artifacts, run_logs, tune_runs
+from support.browser import rendered_text
+from support.parity import parity_run, parity_scheduler, parity_space
+from support.polling import wait_for
+from support.prefect_api import artifacts, events, run_logs, tune_runs
+from support.scripts import embedded_env
 from test_resume import ListHandler
-from test_tune_pbt import parity_scheduler, parity_space
 from trainables import Misbehaving, ParityTrainable, SleepyTrainable
 
 from popflow import FIFOScheduler, grid_search, run
@@ -53,6 +55,7 @@ print("best", grid.get_best_result().metrics["score"])
 """
 
 
+@pytest.mark.unit
 def test_the_feed_keeps_the_order_and_ends_with_the_run():
     feed = RunFeed()
     feed.line(logging.INFO, "start")
@@ -69,6 +72,7 @@ def test_the_feed_keeps_the_order_and_ends_with_the_run():
     assert feed.next() is None  # after the end: nothing more is waited for
 
 
+@pytest.mark.integration
 def test_a_run_finishes_when_prefect_cannot_be_reached(monkeypatch, tmp_path, dask_cluster):
     """Storage is the truth: a Prefect API that does not answer costs the run its record,
     not its results (before, the run itself failed on it)."""
@@ -97,6 +101,7 @@ def test_a_run_finishes_when_prefect_cannot_be_reached(monkeypatch, tmp_path, da
     assert any("the Prefect record of unrecorded is incomplete" in m for m in said), said
 
 
+@pytest.mark.integration
 def test_a_training_error_fails_the_flow_run_and_reaches_the_caller(tune_env, monkeypatch):
     """The caller gets the training's own exception; the flow run ends Failed with it."""
     from popflow.flows.api import training
@@ -117,14 +122,14 @@ def _script(tmp_path: Path, name: str, home: Path) -> subprocess.CompletedProces
     """``SCRIPT`` as a fresh process on the embedded default (no ``PREFECT_API_URL``)."""
     path = tmp_path / f"{name}.py"
     path.write_text(f"NAME = {name!r}\n" + textwrap.dedent(SCRIPT))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env["PREFECT_HOME"] = str(home)
+    env = embedded_env(str(home))
     return subprocess.run(
         [sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True,
         timeout=300,
     )  # fmt: skip
 
 
+@pytest.mark.system
 def test_the_first_run_starts_a_local_server_that_the_next_reuses_until_stopped(tmp_path):
     """Its UI, rendered in Chromium as a person opens the address the run printed, calls
     its own API and lists the runs by their experiments' names (before, it called port
@@ -172,14 +177,14 @@ def test_the_first_run_starts_a_local_server_that_the_next_reuses_until_stopped(
     assert local_server.running(home) is None and not local_server._alive(server.pid)
 
 
+@pytest.mark.system
 def test_two_scripts_starting_at_once_start_one_server(tmp_path):
     home = tmp_path / "prefect-home"
     procs = []
     for name in ("left", "right"):
         path = tmp_path / f"{name}.py"
         path.write_text(f"NAME = {name!r}\n" + textwrap.dedent(SCRIPT))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-        env["PREFECT_HOME"] = str(home)
+        env = embedded_env(str(home))
         procs.append(subprocess.Popen(
             [sys.executable, str(path)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True,
@@ -196,22 +201,7 @@ def test_two_scripts_starting_at_once_start_one_server(tmp_path):
     assert all(f"Prefect UI: {server.ui_url}" in out for out in outs)
 
 
-def _events(name: str, resource_id: str) -> list[Any]:
-    """The events named ``name`` about the resource ``resource_id``, in the API."""
-    from prefect.client.orchestration import get_client
-    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
-
-    with get_client(sync_client=True) as client:
-        page = client.read_events(
-            filter=EventFilter(
-                event=EventNameFilter(name=[name]),
-                resource=EventResourceFilter(id=[resource_id]),
-            ),
-            limit=50,
-        )
-    return page.events
-
-
+@pytest.mark.integration
 def test_the_flow_run_heartbeats_once_per_interval_and_its_end_does_not_wait(tune_env):
     """The ``tune`` run's heartbeats (what a zombie-run automation watches) are popflow's:
     one at its start and one per interval after, as Prefect's engine sends them. Prefect's
@@ -232,13 +222,15 @@ def test_the_flow_run_heartbeats_once_per_interval_and_its_end_does_not_wait(tun
     assert flow_run.state_name == "Completed"
     resource_id = f"prefect.flow-run.{flow_run.id}"
     EventsWorker.drain_all(timeout=10)
-    deadline = time.monotonic() + 60  # the server persists events every few seconds
     beats: list[Any] = []
-    while time.monotonic() < deadline:
-        beats = _events(EVENT, resource_id)
-        if beats and _events("prefect.flow-run.Completed", resource_id):
-            break
-        time.sleep(0.5)
+
+    def recorded() -> bool:
+        beats[:] = events(EVENT, resource_id)
+        return bool(beats and events("prefect.flow-run.Completed", resource_id))
+
+    # the server persists events every few seconds; the count is checked either way
+    with contextlib.suppress(AssertionError):
+        wait_for(recorded, 60, "the heartbeat and the end in the API", interval_s=0.5)
     assert len(beats) == 1, beats  # the default interval (180 s) outlasts this run
     (beat,) = beats
     assert beat.resource["prefect.resource.name"] == flow_run.name
@@ -258,14 +250,20 @@ def _round_task_runs(name: str, count: int) -> list[Any]:
         )
 
     EventsWorker.drain_all(timeout=10)
-    deadline = time.monotonic() + 60  # the server writes events down every few seconds
-    while True:
-        found = [t for t in tune_runs(name, read) if t.end_time is not None]
-        if len(found) >= count or time.monotonic() > deadline:
-            return sorted(found, key=lambda t: t.start_time)
-        time.sleep(0.5)
+    found: list[Any] = []
+
+    def finished() -> bool:
+        found[:] = [t for t in tune_runs(name, read) if t.end_time is not None]
+        return len(found) >= count
+
+    with contextlib.suppress(
+        AssertionError
+    ):  # the server writes events down every few seconds; the caller checks the count
+        wait_for(finished, 60, f"{count} finished round task runs", interval_s=0.5)
+    return sorted(found, key=lambda t: t.start_time)
 
 
+@pytest.mark.integration
 def test_a_late_record_gives_each_round_its_real_times_and_says_it_was_late(tune_env, monkeypatch):
     """The record held back until the training ended (as while a first run's Prefect
     server starts): each round's task run still spans the round's own time (a step of
@@ -313,6 +311,7 @@ def test_a_late_record_gives_each_round_its_real_times_and_says_it_was_late(tune
     assert any(m.startswith("this record started ") for m in said), said
 
 
+@pytest.mark.system
 def test_a_kept_server_whose_ui_calls_another_api_is_replaced(tmp_path, monkeypatch):
     """A server kept from an older popflow (its UI sent to port 4200) answers health but
     its UI shows no runs: the next run stops it by its PID and starts one that serves its
@@ -335,9 +334,8 @@ def test_a_kept_server_whose_ui_calls_another_api_is_replaced(tmp_path, monkeypa
             json.dumps({"pid": old.pid, "port": port, "home": str(home)})
         )
         kept = local_server.LocalServer(old.pid, port, str(home))
-        deadline = time.monotonic() + 30
-        while not kept.answers() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        with contextlib.suppress(AssertionError):  # the assertion below says what went wrong
+            wait_for(kept.answers, 30, "the kept server to answer", interval_s=0.1)
         assert local_server.running(home) == kept  # it answers: before, it was reused
         started = local_server.LocalServer(os.getpid(), port + 1, str(home))
         monkeypatch.setattr(local_server, "_start", lambda h: started)
@@ -348,6 +346,7 @@ def test_a_kept_server_whose_ui_calls_another_api_is_replaced(tmp_path, monkeypa
             old.kill()
 
 
+@pytest.mark.integration
 def test_the_leaderboard_reads_like_the_console_and_tells_stopped_early_from_finished(tune_env):
     """ASHA: a column per hyperparameter, the console's rounding, a time column, trials
     stopped at a rung apart from those that finished; the summary counts them (no
@@ -379,6 +378,7 @@ def test_the_leaderboard_reads_like_the_console_and_tells_stopped_early_from_fin
     assert "4 of 4 trials ended; best mean_accuracy 8 (trial " in progress.description
 
 
+@pytest.mark.integration
 def test_a_round_never_waits_for_the_plots(prefect_server):
     """The plots are drawn on a thread of their own: while a drawing hangs, each round's
     leaderboard is sent and a round's call returns; no second drawing starts meanwhile."""
@@ -406,16 +406,12 @@ def test_a_round_never_waits_for_the_plots(prefect_server):
     assert refresh.drawn == 2 and len(calls) == 2
 
 
+@pytest.mark.integration
 def test_a_long_enough_run_redraws_its_plots_while_it_goes(tune_env, monkeypatch):
     monkeypatch.setattr(plot_artifacts, "PLOTS_INTERVAL_S", 0.0)  # every round may draw
-    run(
-        ParityTrainable,
-        parity_space([10, 20, 40]),
-        scheduler=parity_scheduler(synch=True),
-        metric="mean_accuracy",
-        mode="max",
-        num_samples=3,
-        stop={"training_iteration": 4},
+    parity_run(
+        [10, 20, 40],
+        iterations=4,
         name="live-plots",
         **tune_env,
     )

@@ -3,46 +3,19 @@ lines in the run's logs, and its artifacts (leaderboard, progress, summary)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from test_tune_pbt import parity_scheduler, parity_space
-from trainables import Misbehaving, ParityTrainable
+import pytest
+from support.parity import parity_run
+from support.prefect_api import artifacts, run_logs, tune_runs
+from trainables import Misbehaving
 
 from popflow import run
 from popflow.schedulers import FIFOScheduler
 
+pytestmark = pytest.mark.integration
 
-def tune_runs(name: str, then: Any = None) -> Any:
-    """The ``tune`` flow runs of experiment ``name`` in the API; with ``then`` (an async
-    function of the client and the runs' ids), what it reads of them."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
-
-    async def call() -> Any:
-        async with get_client() as client:
-            runs = await client.read_flow_runs(
-                flow_filter=FlowFilter(name=FlowFilterName(any_=["tune"]))
-            )
-            runs = [r for r in runs if r.parameters.get("name") == name]
-            return runs if then is None else await then(client, [r.id for r in runs])
-
-    return asyncio.run(call())
-
-
-def run_logs(name: str) -> list[str]:
-    """Every log line of the ``tune`` flow runs of experiment ``name``, in the API."""
-    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-    from prefect.logging.handlers import APILogWorker
-
-    async def logs(client: Any, ids: list[Any]) -> list[str]:
-        found = await client.read_logs(
-            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=ids))
-        )
-        return [log.message for log in found]
-
-    APILogWorker.drain_all(timeout=10)  # what the run logged, shipped before it is read
-    return tune_runs(name, logs)
+pytestmark = pytest.mark.integration
 
 
 def test_a_runs_start_rounds_trial_errors_and_end_are_in_its_prefect_logs(tune_env):
@@ -66,33 +39,11 @@ def test_a_runs_start_rounds_trial_errors_and_end_are_in_its_prefect_logs(tune_e
     assert any(m.startswith("logged finished: 2 trials, 2 errors") for m in said), said
 
 
-def artifacts(key: str) -> list[Any]:
-    """Every version of the artifact ``key``, oldest first."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
-    from prefect.client.schemas.sorting import ArtifactSort
-
-    async def call() -> list[Any]:
-        async with get_client() as client:
-            return await client.read_artifacts(
-                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
-                sort=ArtifactSort.CREATED_DESC,
-            )
-
-    return asyncio.run(call())[::-1]
-
-
 def test_each_round_versions_the_leaderboard_and_the_end_writes_a_summary(tune_env):
     import json
 
-    grid = run(
-        ParityTrainable,
-        parity_space([10, 20, 40]),
-        scheduler=parity_scheduler(synch=True),
-        metric="mean_accuracy",
-        mode="max",
-        num_samples=3,
-        stop={"training_iteration": 3},
+    grid = parity_run(
+        [10, 20, 40],
         name="Shown_PBT",
         seed=0,
         **tune_env,
@@ -140,14 +91,9 @@ def round_task_names(name: str) -> list[str]:
 def test_the_flow_runs_parameters_read_as_the_run_was_asked_for(tune_env):
     """Not ``"<RunSpec>"``: the trainable by import path, the storage URL, the scheduler
     with its arguments, num_samples, stop; the round task runs named by their round."""
-    grid = run(
-        ParityTrainable,
-        parity_space([10, 20]),
-        scheduler=parity_scheduler(synch=True),
-        metric="mean_accuracy",
-        mode="max",
-        num_samples=2,
-        stop={"training_iteration": 2},
+    grid = parity_run(
+        [10, 20],
+        iterations=2,
         name="readable",
         seed=5,
         **tune_env,

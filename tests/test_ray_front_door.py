@@ -75,6 +75,7 @@ class Recorder(tune.Callback):
         return [t for h, t in self.calls if h == hook]
 
 
+@pytest.mark.integration
 def test_callbacks_hear_every_trial_event_in_order(tune_env, tmp_path):
     marker = str(tmp_path / "failed-once")
     rec = Recorder()
@@ -108,6 +109,7 @@ def test_callbacks_hear_every_trial_event_in_order(tune_env, tmp_path):
     assert rec.checkpoints and all(os.path.isdir(c.path) for c in rec.checkpoints[-3:])
 
 
+@pytest.mark.integration
 def test_logger_callback_maps_rays_log_methods(tune_env):
     seen: list[tuple[str, Any]] = []
 
@@ -134,6 +136,7 @@ def test_logger_callback_maps_rays_log_methods(tune_env):
     assert ("result", 2) in seen
 
 
+@pytest.mark.unit
 def test_callbacks_are_checked():
     with pytest.raises(TypeError, match=r"does not subclass popflow\.tune\.Callback"):
         run(ParityTrainable, callbacks=[object()])
@@ -141,6 +144,7 @@ def test_callbacks_are_checked():
         run(ParityTrainable, callbacks=Recorder())
 
 
+@pytest.mark.integration
 def test_trial_name_and_folder_creators_as_rays(tune_env):
     def creator(trial):
         return f"{trial.trainable_name}_{trial.trial_id}_123"
@@ -162,6 +166,7 @@ def test_trial_name_and_folder_creators_as_rays(tune_env):
     assert all(os.path.isfile(os.path.join(r.path, "result.json")) for r in results)
 
 
+@pytest.mark.integration
 def test_a_creator_giving_two_trials_one_folder_fails_before_anything_is_written(tune_env):
     with pytest.raises(ValueError, match="gave two trials the same folder"):
         run(
@@ -176,6 +181,7 @@ def test_a_creator_giving_two_trials_one_folder_fails_before_anything_is_written
         run(ParityTrainable, name="slash", trial_dirname_creator=lambda t: "a/b", **tune_env)
 
 
+@pytest.mark.integration
 def test_time_budget_ends_the_run_resumably_and_resume_goes_on(tune_env):
     """Each run gets the budget; nothing is lost or repeated across the runs, and the
     callbacks' state comes back on each resume."""
@@ -212,6 +218,7 @@ def test_time_budget_ends_the_run_resumably_and_resume_goes_on(tune_env):
         assert [h["training_iteration"] for h in r.history] == list(range(1, 41))
 
 
+@pytest.mark.integration
 def test_max_concurrent_trials_keeps_trials_waiting_unstarted(tune_env):
     rec = Recorder()
     run(
@@ -236,6 +243,7 @@ def test_max_concurrent_trials_keeps_trials_waiting_unstarted(tune_env):
         run(ParityTrainable, max_concurrent_trials=-1)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("how", ["resume_errored", "restart_errored"])
 def test_restore_resumes_or_restarts_errored_trials(initialised, tmp_path, how):
     storage = str(tmp_path / "results")
@@ -274,6 +282,7 @@ def initialised(prefect_server, dask_cluster):
     popflow.init()
 
 
+@pytest.mark.integration
 def test_with_parameters_stores_each_object_once(tune_env):
     data = list(range(300_000))  # ~1.5 MB pickled
     trainable = tune.with_parameters(with_data, data=data, scale=2.0)
@@ -295,6 +304,7 @@ def test_with_parameters_stores_each_object_once(tune_env):
     assert len(cloudpickle.dumps(trainable)) < 10_000  # segments carry paths, not the data
 
 
+@pytest.mark.integration
 def test_with_parameters_for_a_class_trainable(tune_env):
     class Scaled(ParityTrainable):
         def setup(self, config, offset=0):
@@ -312,6 +322,7 @@ def test_with_parameters_for_a_class_trainable(tune_env):
     assert os.path.basename(results[0].path).startswith("Scaled_")
 
 
+@pytest.mark.integration
 def test_tune_run_takes_rays_keywords(initialised, tmp_path):
     analysis = tune.run(
         ParityTrainable,
@@ -343,6 +354,7 @@ def test_tune_run_takes_rays_keywords(initialised, tmp_path):
     assert again[0].metrics == kept[0].metrics  # finished: its results back
 
 
+@pytest.mark.integration
 def test_tune_run_raises_on_failed_trials_as_ray(initialised, tmp_path):
     kwargs = dict(config={"fail_at": 1}, stop={"training_iteration": 2}, storage_path=str(tmp_path))
     with pytest.raises(tune.TuneError, match="Trials did not complete"):
@@ -351,6 +363,7 @@ def test_tune_run_raises_on_failed_trials_as_ray(initialised, tmp_path):
     assert grid.num_errors == 1
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("kwargs", "argument"),
     [
@@ -366,6 +379,7 @@ def test_tune_run_refuses_what_it_cannot_honour_by_name(kwargs, argument):
         tune.run(ParityTrainable, **kwargs)
 
 
+@pytest.mark.integration
 def test_a_trainable_restores_from_a_result_checkpoint_in_one_call(tune_env):
     results = run(
         ParityTrainable,

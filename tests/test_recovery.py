@@ -4,7 +4,6 @@ with nothing lost; an interval schedule advances an experiment a budget per run.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import os
@@ -18,8 +17,10 @@ from uuid import UUID
 
 import pytest
 from conftest import prefect_server_process, using_prefect_server
+from support.driving import read_experiment
+from support.polling import wait_for
+from support.prefect_api import api
 from test_deployment import ROOT, prefect, uninterrupted_rounds
-from test_resume import read_experiment
 
 from popflow.flows.experiment.opening import is_finished
 from popflow.flows.spec.trainable_paths import ALLOWLIST_ENV
@@ -62,33 +63,12 @@ def services_server(prefect_server: str) -> Iterator[str]:
             yield url
         finally:
             os.killpg(worker.pid, signal.SIGTERM)
-            try:
-                worker.wait(timeout=30)
+            try:  # it took its whole 30 s to stop, each time: 5 s, then it is killed
+                worker.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait(timeout=30)
             log.close()
-
-
-def api(call: Any) -> Any:
-    """``call(client)`` on a Prefect client, synchronously."""
-    from prefect.client.orchestration import get_client
-
-    async def go() -> Any:
-        async with get_client() as client:
-            return await call(client)
-
-    return asyncio.run(go())
-
-
-def wait_for(what: str, check: Any, deadline_s: float = DEADLINE_S) -> Any:
-    """Poll ``check()`` until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)  # polling the API or the disk for a condition
-    raise AssertionError(f"{what}: not after {deadline_s:.0f} s")
 
 
 def flow_run_id(run_output: str) -> UUID:
@@ -154,6 +134,7 @@ def experiment_params(storage: str, gate: str) -> dict[str, Any]:
     }
 
 
+@pytest.mark.system
 def test_a_sigkilled_deployed_run_is_rerun_and_finishes_with_nothing_lost(
     services_server, tmp_path, monkeypatch
 ):
@@ -174,7 +155,7 @@ def test_a_sigkilled_deployed_run_is_rerun_and_finishes_with_nothing_lost(
         )
     )
     # mid-round 3: a trial waits at iteration 5; rounds 1 and 2 are committed
-    wait_for("a trial at the gate", lambda: os.path.exists(gate + ".reached"))
+    wait_for(lambda: os.path.exists(gate + ".reached"), DEADLINE_S, "a trial at the gate")
     exp = Storage(str(tmp_path / "results")).child("recovered")
     before = ExperimentLog(exp).latest()
     assert before["round"] == 2 and not is_finished(before)
@@ -188,7 +169,7 @@ def test_a_sigkilled_deployed_run_is_rerun_and_finishes_with_nothing_lost(
         ]
         return ("round-3", "Running") in tasks
 
-    wait_for("round 3 running in the Prefect UI", round_3_running)
+    wait_for(round_3_running, DEADLINE_S, "round 3 running in the Prefect UI")
     run = api(lambda c: c.read_flow_run(run_id))
     pid = int(str(run.infrastructure_pid).rsplit(":", 1)[-1])
     os.kill(pid, signal.SIGKILL)  # the flow-run process: the driver, with its Dask cluster
@@ -200,7 +181,7 @@ def test_a_sigkilled_deployed_run_is_rerun_and_finishes_with_nothing_lost(
         run = api(lambda c: c.read_flow_run(run_id))
         return run if run.state.is_final() and run.run_count > 1 else None
 
-    run = wait_for("the killed run re-run to its end", ended)
+    run = wait_for(ended, DEADLINE_S, "the killed run re-run to its end")
     recovered_s = time.monotonic() - killed
     history = api(lambda c: c.read_flow_run_states(run_id))
     names = [s.name for s in history]
@@ -245,6 +226,7 @@ def _child_of(parent: UUID) -> Any:
     return FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent]))
 
 
+@pytest.mark.system
 def test_an_interval_schedule_advances_the_experiment_a_budget_per_run(services_server, tmp_path):
     """``pbt-benchmark-rounds`` on a 5 s interval, one round per run: the scheduler's runs
     each resume and advance the experiment until it has finished, one at a time; later
@@ -290,7 +272,7 @@ def test_an_interval_schedule_advances_the_experiment_a_budget_per_run(services_
         )
         return runs if len(runs) >= 3 else []
 
-    runs = wait_for("three scheduled runs completed", completed)
+    runs = wait_for(completed, DEADLINE_S, "three scheduled runs completed")
     prefect("deployment", "schedule", "clear", "pbt-benchmark/pbt-benchmark-rounds", "-y")
     assert all(r.auto_scheduled for r in runs)  # fired by the schedule, not by hand
     tune_runs = api(
@@ -320,6 +302,7 @@ def test_an_interval_schedule_advances_the_experiment_a_budget_per_run(services_
     assert read_experiment(exp.url) == read_experiment(uninterrupted_rounds(tmp_path / "ref"))
 
 
+@pytest.mark.integration
 def test_a_flow_run_that_keeps_failing_is_not_started_a_sixth_time(prefect_server):
     """Retries and crash re-runs end: from its 6th start on, popflow refuses the run (it
     ends Failed, which the re-run automation does not answer)."""

@@ -10,11 +10,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.polling import wait_for
+
+pytestmark = pytest.mark.system
 
 DASK = Path(sys.executable).with_name("dask")
 
@@ -78,11 +80,12 @@ def own_cluster(tmp_path) -> Iterator[str]:
         )
     ]  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while not scheduler_file.exists() or not scheduler_file.read_text().strip():
-            assert time.monotonic() < deadline, "dask scheduler did not start"
+
+        def listening() -> bool:  # the scheduler writes the file when it listens
             assert procs[0].poll() is None, "dask scheduler exited"
-            time.sleep(0.1)  # polling a file the scheduler writes when it listens
+            return scheduler_file.exists() and bool(scheduler_file.read_text().strip())
+
+        wait_for(listening, 60, "the dask scheduler to start")
         address = json.loads(scheduler_file.read_text())["address"]
         for kind, extra in (("gpu", ["--resources", "GPU=1"]), ("cpu", [])):
             procs.append(

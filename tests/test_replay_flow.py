@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
 from trainables import ConfigEcho
 
 from popflow import run
 from popflow.schedulers import PopulationBasedTraining, PopulationBasedTrainingReplay, choice
+
+pytestmark = pytest.mark.integration
 
 
 def test_replay_follows_the_recorded_schedule(tune_env):

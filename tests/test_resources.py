@@ -9,6 +9,7 @@ from popflow import run
 from popflow.infra.cluster.dask_cluster import dask_resources
 
 
+@pytest.mark.unit
 def test_resource_names_follow_ray():
     assert dask_resources({"cpu": 2, "gpu": 0.5, "tpu_pod": 1}) == {
         "CPU": 2.0,
@@ -20,6 +21,7 @@ def test_resource_names_follow_ray():
         dask_resources({"gpu": -1})
 
 
+@pytest.mark.integration
 def test_trial_that_fits_runs(prefect_server, tmp_path):
     results = run(
         NoCheckpointTrainable,
@@ -33,6 +35,7 @@ def test_trial_that_fits_runs(prefect_server, tmp_path):
     assert [r.metrics["training_iteration"] for r in results] == [2, 2, 2]
 
 
+@pytest.mark.integration
 def test_trial_that_fits_nowhere_fails_fast(tune_env):
     # raised before any segment is submitted: Dask would otherwise queue the task forever
     with pytest.raises(ValueError, match=r"no Dask worker can run a trial needing \{'GPU': 1.0\}"):
@@ -46,6 +49,7 @@ def test_trial_that_fits_nowhere_fails_fast(tune_env):
         )
 
 
+@pytest.mark.integration
 def test_embedded_cluster_declares_its_cores(prefect_server, tmp_path):
     with pytest.raises(ValueError, match="workers offer"):
         run(

@@ -11,11 +11,14 @@ from typing import Any
 
 import fsspec
 import pytest
+from support.trees import read_tree
 
 from popflow.flows.experiment.results import Result, ResultGrid
 from popflow.flows.spec.config import CheckpointConfig
 from popflow.infra.store.layout import DICT_CHECKPOINT_FILE
 from popflow.tasks.checkpoint import Checkpoint
+
+pytestmark = pytest.mark.unit
 
 NAN, INF = math.nan, math.inf
 
@@ -224,28 +227,18 @@ def ckpt_dir(tmp_path) -> str:
     return str(d)
 
 
-def tree(folder: str) -> dict[str, bytes]:
-    out = {}
-    for d, _, names in os.walk(folder):
-        for n in names:
-            full = os.path.join(d, n)
-            with open(full, "rb") as f:
-                out[os.path.relpath(full, folder).replace(os.sep, "/")] = f.read()
-    return out
-
-
 def test_local_checkpoint_to_directory_and_as_directory(ckpt_dir, tmp_path):
     ckpt = Checkpoint.from_directory(ckpt_dir)
     assert ckpt.is_local
     copy = ckpt.to_directory()
     assert copy != ckpt_dir
-    assert tree(copy) == tree(ckpt_dir)
+    assert read_tree(copy) == read_tree(ckpt_dir)
     target = str(tmp_path / "given" / "place")
     assert ckpt.to_directory(target) == target
-    assert tree(target) == tree(ckpt_dir)
+    assert read_tree(target) == read_tree(ckpt_dir)
     with ckpt.as_directory() as d:
         assert d == ckpt_dir  # local: no copy
-        assert tree(d) == tree(ckpt_dir)
+        assert read_tree(d) == read_tree(ckpt_dir)
 
 
 def test_from_directory_makes_the_path_absolute(ckpt_dir, monkeypatch):
@@ -261,9 +254,9 @@ def test_file_url_checkpoint_is_local(ckpt_dir):
     ckpt = Checkpoint(f"file://{ckpt_dir}")
     assert ckpt.is_local
     assert ckpt.path == ckpt_dir
-    assert tree(ckpt.to_directory()) == tree(ckpt_dir)
+    assert read_tree(ckpt.to_directory()) == read_tree(ckpt_dir)
     with ckpt.as_directory() as d:
-        assert tree(d) == tree(ckpt_dir)
+        assert read_tree(d) == read_tree(ckpt_dir)
 
 
 def test_to_dict_reads_a_dict_checkpoint(tmp_path, ckpt_dir):
@@ -282,7 +275,7 @@ def test_remote_checkpoint_is_copied_and_the_copy_cleaned_up():
     try:
         ckpt = Checkpoint(root)
         assert not ckpt.is_local
-        assert tree(ckpt.to_directory()) == {
+        assert read_tree(ckpt.to_directory()) == {
             DICT_CHECKPOINT_FILE: pickle.dumps({"x": 2}),
             "sub/f": b"f",
         }

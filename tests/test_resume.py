@@ -15,65 +15,16 @@ import subprocess
 import sys
 
 import pytest
+from support.driving import DRIVER, drive, read_experiment
 
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import ExperimentLog
 from popflow.infra.store.layout import lease_path
 from popflow.infra.store.lease import lease_holder
-from popflow.tasks.progress import comparable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DRIVER = os.path.join(HERE, "crash_driver.py")
 #: the `popflow` command, as installed into the environment
 POPFLOW = os.path.join(os.path.dirname(sys.executable), "popflow")
-
-
-def drive(
-    storage: str,
-    name: str,
-    scheduler: str,
-    kill_at: str | None = None,
-    env: dict | None = None,
-    extra: list[str] | None = None,
-    logs: list[str] | None = None,
-) -> int:
-    """Run the crash driver; its return code (``logs``: gets its stderr)."""
-    cmd = [sys.executable, DRIVER, storage, name, scheduler, *(extra or [])]
-    if kill_at:
-        cmd += ["--kill-at", kill_at]
-    proc = subprocess.run(
-        cmd,
-        start_new_session=True,
-        capture_output=True,
-        timeout=300,
-        env={**os.environ, **(env or {})},
-    )
-    if logs is not None:
-        logs.append(proc.stderr.decode())
-    if kill_at is None and proc.returncode != 0:
-        raise AssertionError(proc.stderr.decode()[-3000:])
-    return proc.returncode
-
-
-def read_experiment(path: str) -> dict:
-    """pbt_global.txt, every trial's results (without volatile fields) and the final state."""
-    out: dict = {"trials": {}}
-    global_log = os.path.join(path, "pbt_global.txt")
-    out["pbt_global"] = open(global_log).read() if os.path.exists(global_log) else ""  # noqa: SIM115
-    for entry in sorted(os.listdir(path)):
-        result_file = os.path.join(path, entry, "result.json")
-        if os.path.exists(result_file):
-            with open(result_file) as f:
-                out["trials"][entry] = [comparable(json.loads(line)) for line in f]
-    log = ExperimentLog(Storage(path))
-    final = log.latest()
-    out["status"] = [t["status"] for t in final["trials"]]
-    out["checkpoints_ok"] = all(
-        os.path.exists(os.path.join(path, t["restore"], ".popflow_manifest.json"))
-        for t in final["trials"]
-        if t["restore"]
-    )
-    return out
 
 
 # 21 kill points spread over the run's 25 commits: inside derived-log appends,
@@ -82,9 +33,11 @@ KINDS = ["append", "commit-before", "commit-after", "remove"]
 KILL_PLAN = [f"{KINDS[k % 4]}:{n}" for k, n in enumerate(range(2, 23))]
 
 
-def test_synch_pbt_killed_at_21_points_ends_identical(prefect_server, tmp_path):
-    drive(str(tmp_path / "ref"), "exp", "pbt_synch")
-    reference = read_experiment(str(tmp_path / "ref" / "exp"))
+@pytest.mark.system
+def test_synch_pbt_killed_at_21_points_ends_identical(
+    prefect_server, pbt_synch_reference, tmp_path
+):
+    reference = pbt_synch_reference
     assert reference["pbt_global"].count("\n") >= 4
     crashed = str(tmp_path / "crash")
     kills = 0
@@ -97,13 +50,17 @@ def test_synch_pbt_killed_at_21_points_ends_identical(prefect_server, tmp_path):
     assert lease_holder(Storage(os.path.join(crashed, "exp"))) is None
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(
     "scheduler", ["pbt_async", "asha", "hyperband", "median", "fifo", "pb2_synch"]
 )
 def test_every_scheduler_resumes_after_a_crash(prefect_server, tmp_path, scheduler):
     storage = str(tmp_path)
-    assert drive(storage, "exp", scheduler, kill_at="commit-after:3") != 0
-    drive(storage, "exp", scheduler)
+    # 12 iterations a trial are enough to crash after commit 3 and resume; PB2 runs the
+    # driver's 24, which its exploits need (checked below)
+    extra = [] if scheduler == "pb2_synch" else ["--iterations", "12"]
+    assert drive(storage, "exp", scheduler, kill_at="commit-after:3", extra=extra) != 0
+    drive(storage, "exp", scheduler, extra=extra)
     state = read_experiment(os.path.join(storage, "exp"))
     assert state["checkpoints_ok"]
     assert set(state["status"]) <= {"TERMINATED"}
@@ -117,7 +74,7 @@ def test_every_scheduler_resumes_after_a_crash(prefect_server, tmp_path, schedul
     if scheduler == "pb2_synch":  # exploits happened: the GP's data came through the crash
         assert state["pbt_global"].count("\n") >= 4
     if scheduler in ("hyperband", "pb2_synch"):  # synchronous: the crash changes nothing
-        drive(str(tmp_path / "ref"), "exp", scheduler)
+        drive(str(tmp_path / "ref"), "exp", scheduler, extra=extra)
         assert state == read_experiment(str(tmp_path / "ref" / "exp"))
 
 
@@ -132,7 +89,10 @@ class ListHandler(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def test_a_fresh_start_under_a_taken_name_starts_a_new_experiment(prefect_server, tmp_path):
+@pytest.mark.system
+def test_a_fresh_start_under_a_taken_name_starts_a_new_experiment(
+    prefect_server, dask_cluster, tmp_path
+):
     """Re-running a script never fails and never touches the old experiment: the new run
     is ``<name>_2`` (then ``_3``); resume=True still continues the old one."""
     from trainables import ParityTrainable
@@ -143,6 +103,7 @@ def test_a_fresh_start_under_a_taken_name_starts_a_new_experiment(prefect_server
     assert drive(storage, "exp", "fifo", kill_at="commit-after:2") != 0
     old_commits = sorted(os.listdir(os.path.join(storage, "exp", ".popflow", "commits")))
     kwargs = dict(num_samples=4, stop={"training_iteration": 24}, storage=storage, name="exp")
+    kwargs["dask_address"] = dask_cluster  # the session's cluster: this is about names
     seen = ListHandler()
     logging.getLogger("popflow.flows.experiment.opening").addHandler(seen)
     try:
@@ -167,6 +128,7 @@ def test_a_fresh_start_under_a_taken_name_starts_a_new_experiment(prefect_server
     assert [r.metrics["training_iteration"] for r in results] == [24] * 4
 
 
+@pytest.mark.unit
 def test_a_live_lease_keeps_a_second_driver_out(tmp_path):
     from popflow.infra.store.lease import Lease, LeaseHeldError
 
@@ -185,6 +147,7 @@ def test_a_live_lease_keeps_a_second_driver_out(tmp_path):
     assert lease_holder(storage) is None
 
 
+@pytest.mark.system
 def test_lease_of_a_dead_driver_is_taken_over(tmp_path):
     from popflow.infra.store.lease import Lease
 
@@ -202,7 +165,8 @@ def test_lease_of_a_dead_driver_is_taken_over(tmp_path):
     lease.release()
 
 
-def test_popflow_command_resumes_and_shows(prefect_server, tmp_path):
+@pytest.mark.system
+def test_popflow_command_resumes_and_shows(prefect_server, pbt_synch_reference, tmp_path):
     storage = str(tmp_path)
     assert drive(storage, "exp", "pbt_synch", kill_at="commit-after:4") != 0
     path = os.path.join(storage, "exp")
@@ -229,10 +193,10 @@ def test_popflow_command_resumes_and_shows(prefect_server, tmp_path):
         check=True,
     )
     assert "exp: finished" in show.stdout
-    drive(str(tmp_path / "ref"), "exp", "pbt_synch")
-    assert read_experiment(path) == read_experiment(str(tmp_path / "ref" / "exp"))
+    assert read_experiment(path) == pbt_synch_reference
 
 
+@pytest.mark.system
 def test_truncated_checkpoint_is_detected_and_not_used(prefect_server, tmp_path):
     storage = str(tmp_path)
     assert drive(storage, "exp", "fifo", kill_at="commit-after:6") != 0
@@ -255,6 +219,7 @@ def test_truncated_checkpoint_is_detected_and_not_used(prefect_server, tmp_path)
     assert iters[-1] == 24
 
 
+@pytest.mark.system
 def test_full_disk_stops_the_run_cleanly_and_resume_finishes_it(prefect_server, tmp_path):
     storage = str(tmp_path / "crash")
     proc = subprocess.run(
@@ -275,6 +240,7 @@ def test_full_disk_stops_the_run_cleanly_and_resume_finishes_it(prefect_server, 
     )
 
 
+@pytest.mark.integration
 def test_prefect_flow_retry_resumes_instead_of_starting_over(prefect_server, tmp_path):
     from prefect import flow
     from trainables import ParityTrainable
@@ -317,6 +283,7 @@ def test_prefect_flow_retry_resumes_instead_of_starting_over(prefect_server, tmp
         assert [json.loads(line)["training_iteration"] for line in f] == [1, 2, 3, 4, 5, 6]
 
 
+@pytest.mark.system
 def test_pbt_replay_resumes_after_a_crash_identically(prefect_server, tmp_path):
     drive(str(tmp_path / "pbt"), "exp", "pbt_synch")
     exp = tmp_path / "pbt" / "exp"
@@ -331,6 +298,7 @@ def test_pbt_replay_resumes_after_a_crash_identically(prefect_server, tmp_path):
     assert [r["training_iteration"] for r in history] == list(range(1, 25))
 
 
+@pytest.mark.system
 def test_storage_errors_in_a_fraction_of_operations_change_nothing(prefect_server, tmp_path):
     """15 % of storage calls (driver and workers) time out once or twice: the retries absorb
     them, and the run ends as an undisturbed one with the same seed."""
@@ -351,6 +319,7 @@ def test_storage_errors_in_a_fraction_of_operations_change_nothing(prefect_serve
     assert read_experiment(str(tmp_path / "flaky" / "pbt")) == read_experiment(f"{clean}/pbt")
 
 
+@pytest.mark.system
 def test_a_killed_drivers_runs_are_marked_crashed_when_another_resumes(prefect_server, tmp_path):
     """SIGKILL leaves the tune flow run and its round task Running in the API; the
     resuming driver marks them Crashed, saying who took over."""

@@ -12,13 +12,15 @@ import time
 import pytest
 from prefect import flow
 from prefect.client.orchestration import get_client
-from test_resume import read_experiment
+from support.driving import read_experiment
 from trainables import ParityTrainable
 
 from popflow import run
 from popflow.flows.spec.run_spec import expand_name
 from popflow.schedulers import PopulationBasedTraining, sample_from
 from popflow.tune import CheckpointConfig
+
+pytestmark = pytest.mark.integration
 
 
 def synch_pbt_run(storage: str, **kwargs):

@@ -77,6 +77,7 @@ def as_data_args() -> dict:
     }
 
 
+@pytest.mark.unit
 def test_arguments_that_json_can_say_are_kept_as_json_only(tmp_path, caplog):
     storage = Storage(str(tmp_path))
     args = as_data_args()
@@ -100,6 +101,7 @@ def test_arguments_that_json_can_say_are_kept_as_json_only(tmp_path, caplog):
     }
 
 
+@pytest.mark.unit
 def test_what_json_cannot_say_is_pickled_and_said(tmp_path, caplog):
     storage = Storage(str(tmp_path))
     args = as_data_args()
@@ -116,6 +118,7 @@ def test_what_json_cannot_say_is_pickled_and_said(tmp_path, caplog):
     assert back["scheduler"]._hyperparam_mutations["c"]() == 3
 
 
+@pytest.mark.integration
 def test_on_an_object_store_what_is_pickled_is_a_warning(s3_server, s3_url, caplog):
     _, options = s3_server
     storage = Storage(f"{s3_url}/exp", options)
@@ -127,6 +130,7 @@ def test_on_an_object_store_what_is_pickled_is_a_warning(s3_server, s3_url, capl
     assert load_run_args(storage)["stop"]("t", {}) is False
 
 
+@pytest.mark.unit
 def test_a_pickle_is_unpickled_only_if_it_is_the_one_the_json_records(tmp_path):
     storage = Storage(str(tmp_path))
     args = as_data_args()
@@ -145,6 +149,7 @@ def test_a_pickle_is_unpickled_only_if_it_is_the_one_the_json_records(tmp_path):
     assert not planted.exists()
 
 
+@pytest.mark.unit
 def test_experiments_of_the_old_format_still_resume(tmp_path):
     storage = Storage(str(tmp_path))
     args = as_data_args()
@@ -168,6 +173,7 @@ def record_of(args: dict) -> bytes:
     return json.dumps({"format": 1, "args": args}).encode()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("name", "data", "message"),
     [
@@ -215,6 +221,7 @@ def test_run_arguments_that_cannot_be_read_back_are_one_line_and_exit_2(
     assert re.search(message, err[0]), err
 
 
+@pytest.mark.unit
 def test_wrong_values_in_the_arguments_are_one_line_and_exit_2(tmp_path, capsys):
     storage = forged_experiment(tmp_path)
     storage.write_text('{"seed": 7}', ".popflow/experiment.json")  # else resume needs it first
@@ -229,6 +236,7 @@ def test_wrong_values_in_the_arguments_are_one_line_and_exit_2(tmp_path, capsys)
     ]
 
 
+@pytest.mark.unit
 def test_with_parameters_files_are_checked_against_their_sha256_name(tmp_path):
     storage = Storage(str(tmp_path))
     trainable = with_parameters(with_data, data=[1, 2, 3])
@@ -257,6 +265,7 @@ def test_with_parameters_files_are_checked_against_their_sha256_name(tmp_path):
             with_stored_parameters(with_data, {"data": bad})
 
 
+@pytest.mark.integration
 def test_a_dict_checkpoint_is_unpickled_only_if_it_matches_its_manifest(tune_env, tmp_path):
     grid = run(
         ParityTrainable,

@@ -16,14 +16,14 @@ import pytest
 import s3fs
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 from s3fs.errors import translate_boto_error
+from support.s3 import FAST
+from support.trees import read_tree, write_tree
 
 import popflow.infra.storage.local_files as local_files
 from popflow.infra.storage.credentials import redact, secret_values
 from popflow.infra.storage.errors import StorageError, is_transient
 from popflow.infra.storage.folder import Storage
 from popflow.infra.storage.retry import RetryPolicy, backoff_delay
-
-FAST = RetryPolicy(attempts=5, base_delay=0.001, max_delay=0.004, deadline=10.0)
 
 
 def client_error(status: int, code: str, op: str = "PutObject") -> ClientError:
@@ -126,37 +126,10 @@ class BrokenFS:
 
 
 @pytest.fixture
-def s3(s3_server, s3_url) -> Storage:
-    _, options = s3_server
-    s = Storage(s3_url, options, retry=FAST)
-    yield s
-    s.remove()
-
-
-@pytest.fixture
 def reader(s3_server) -> s3fs.S3FileSystem:
     """An independent S3 client (its own caches), as another process would have."""
     _, options = s3_server
     return s3fs.S3FileSystem(skip_instance_cache=True, **options)
-
-
-def write_tree(folder, files: dict[str, bytes]) -> str:
-    for rel, data in files.items():
-        path = os.path.join(folder, *rel.split("/"))
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(data)
-    return str(folder)
-
-
-def read_tree(folder) -> dict[str, bytes]:
-    out = {}
-    for d, _, names in os.walk(folder):
-        for n in names:
-            full = os.path.join(d, n)
-            with open(full, "rb") as f:
-                out[os.path.relpath(full, folder).replace(os.sep, "/")] = f.read()
-    return out
 
 
 TREE = {
@@ -169,6 +142,7 @@ TREE = {
 # -- URLs and paths --------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_s3_url_root_paths_and_child(s3_server, s3_bucket):
     _, options = s3_server
     s = Storage(f"s3://{s3_bucket}/experiments/", options)
@@ -187,6 +161,7 @@ def test_s3_url_root_paths_and_child(s3_server, s3_bucket):
 # -- writes, reads, appends --------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_write_read_and_overwrite_are_seen_by_another_client(s3, reader):
     s3.write_bytes(b"a" * 100_000, "dir", "blob")
     s3.write_bytes(b"short", "dir", "blob", durable=True)
@@ -198,6 +173,7 @@ def test_write_read_and_overwrite_are_seen_by_another_client(s3, reader):
     assert s3.exists("dir") and s3.exists("dir", "blob") and not s3.exists("nope")
 
 
+@pytest.mark.integration
 def test_missing_object_raises_file_not_found_unchanged(s3):
     with pytest.raises(FileNotFoundError) as info:
         s3.read_bytes("missing")
@@ -206,6 +182,7 @@ def test_missing_object_raises_file_not_found_unchanged(s3):
         s3.get_file("/tmp/never-written", "missing")
 
 
+@pytest.mark.integration
 def test_append_text_and_truncate(s3, reader):
     assert s3.append_text("abc\n", "logs", "result.json") == 4
     assert s3.append_text("dé\n", "logs", "result.json") == 8  # bytes, not characters
@@ -246,6 +223,7 @@ class CountingFS:
         return call
 
 
+@pytest.mark.integration
 def test_appends_after_the_first_are_one_conditional_put(s3, reader):
     counting = CountingFS(s3.fs)
     s3._fs = counting
@@ -258,6 +236,7 @@ def test_appends_after_the_first_are_one_conditional_put(s3, reader):
     assert reader.cat_file(s3.path("log")) == b"a\nb\nc\nd\n"
 
 
+@pytest.mark.integration
 def test_append_after_another_writer_changed_the_log_loses_nothing(s3, reader):
     s3.append_text("mine 1\n", "log")
     reader.pipe_file(s3.path("log"), reader.cat_file(s3.path("log")) + b"theirs\n")
@@ -272,6 +251,7 @@ def test_append_after_another_writer_changed_the_log_loses_nothing(s3, reader):
     assert reader.cat_file(s3.path("log")) == b"new\nx\n"
 
 
+@pytest.mark.integration
 def test_conditional_put_applied_but_answer_lost_is_not_duplicated(s3, reader):
     def applied_then_lost(put: Any) -> Any:
         put()
@@ -283,6 +263,7 @@ def test_conditional_put_applied_but_answer_lost_is_not_duplicated(s3, reader):
     assert reader.cat_file(s3.path("log")) == b"1\n2\n"
 
 
+@pytest.mark.integration
 def test_store_without_conditional_puts_falls_back_to_rewrites(s3, reader):
     def not_implemented(put: Any) -> Any:
         raise translate_boto_error(client_error(501, "NotImplemented"))
@@ -297,6 +278,7 @@ def test_store_without_conditional_puts_falls_back_to_rewrites(s3, reader):
     assert counting.calls[1:] == [("cat_file", False), ("pipe_file", False)] * 3
 
 
+@pytest.mark.integration
 def test_pickled_storage_does_not_carry_remembered_logs(s3):
     s3.append_text("x\n", "log")
     assert s3._appends is not None and s3._appends.remembered == 1
@@ -306,6 +288,7 @@ def test_pickled_storage_does_not_carry_remembered_logs(s3):
 # -- listings see every write (s3fs caches listings) ------------------------------
 
 
+@pytest.mark.integration
 def test_listdir_sees_writes_and_removes_of_this_and_other_clients(s3, reader):
     assert s3.listdir("d") == []
     s3.write_text("1", "d", "b")
@@ -325,6 +308,7 @@ def test_listdir_sees_writes_and_removes_of_this_and_other_clients(s3, reader):
     assert list(s3.walk_files("nope")) == []
 
 
+@pytest.mark.integration
 def test_remove_file_folder_and_missing(s3, reader):
     s3.write_text("1", "d", "sub", "c")
     s3.write_text("2", "d", "e")
@@ -337,6 +321,7 @@ def test_remove_file_folder_and_missing(s3, reader):
     s3.remove("never", "there")  # missing is fine
 
 
+@pytest.mark.integration
 def test_put_dir_get_dir_round_trip(s3, tmp_path, reader):
     src = write_tree(tmp_path / "src", TREE)
     s3.put_dir(src, "ckpt")
@@ -346,6 +331,7 @@ def test_put_dir_get_dir_round_trip(s3, tmp_path, reader):
     assert read_tree(tmp_path / "dst") == TREE
 
 
+@pytest.mark.integration
 def test_rename_moves_a_folder_and_a_file(s3):
     s3.write_text("1", "a", "x")
     s3.write_text("2", "a", "deep", "y")
@@ -358,6 +344,7 @@ def test_rename_moves_a_folder_and_a_file(s3):
         s3.rename(("nothing",), ("d",))
 
 
+@pytest.mark.integration
 def test_pickled_storage_works_in_another_process_shape(s3):
     s3.write_text("v", "f")
     clone = pickle.loads(pickle.dumps(s3))
@@ -395,6 +382,7 @@ def workload(s: Storage, tmp_path) -> dict[str, Any]:
 EXPECTED_LOG = "".join(f"line {i}\n" for i in range(15)) + "tail\n"
 
 
+@pytest.mark.integration
 def test_transient_failures_are_retried_and_nothing_is_duplicated_or_lost(s3, tmp_path, caplog):
     flaky = FlakyFS(s3.fs, fraction=0.4, seed=1)
     s3._fs = flaky
@@ -415,12 +403,14 @@ def test_transient_failures_are_retried_and_nothing_is_duplicated_or_lost(s3, tm
     )
 
 
+@pytest.mark.integration
 def test_workload_without_failures_gives_the_same_storage(s3, tmp_path):
     out = workload(s3, tmp_path)
     assert out["log"] == EXPECTED_LOG
     assert out["listing"] == [f"b{i}" for i in range(1, 6)]
 
 
+@pytest.mark.integration
 def test_retries_run_out_with_an_error_naming_operation_and_url(s3, caplog):
     broken = BrokenFS(s3.fs, "pipe_file", TimeoutError("read timed out"))
     s3._fs = broken
@@ -440,6 +430,7 @@ def test_retries_run_out_with_an_error_naming_operation_and_url(s3, caplog):
     assert len([r for r in caplog.records if "retrying in" in r.getMessage()]) == 4
 
 
+@pytest.mark.integration
 def test_retries_stop_at_the_deadline(s3_server, s3_url):
     _, options = s3_server
     policy = RetryPolicy(attempts=1000, base_delay=0.01, max_delay=0.01, deadline=0.1)
@@ -453,6 +444,7 @@ def test_retries_stop_at_the_deadline(s3_server, s3_url):
     assert time.monotonic() - start < 5
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("error", "shown"),
     [
@@ -478,6 +470,7 @@ def test_permanent_failure_raises_at_once_naming_operation_and_url(s3, caplog, e
     assert not [r for r in caplog.records if "retrying" in r.getMessage()]
 
 
+@pytest.mark.integration
 def test_programming_errors_are_not_wrapped_or_retried(s3):
     broken = BrokenFS(s3.fs, "pipe_file", TypeError("bad argument"))
     s3._fs = broken
@@ -486,6 +479,7 @@ def test_programming_errors_are_not_wrapped_or_retried(s3):
     assert broken.calls == 1
 
 
+@pytest.mark.unit
 def test_storage_error_survives_pickling():  # Dask ships worker errors back pickled
     e = StorageError("write", "s3://b/k", "OSError: boom", errno.EIO)
     back = pickle.loads(pickle.dumps(e))
@@ -501,11 +495,13 @@ def test_storage_error_survives_pickling():  # Dask ships worker errors back pic
 # -- classification and backoff (pure) --------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("error", transient_errors())
 def test_transient_errors(error):
     assert is_transient(error)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "error",
     [
@@ -522,17 +518,20 @@ def test_permanent_errors(error):
     assert not is_transient(error)
 
 
+@pytest.mark.unit
 def test_throttling_codes_are_transient_whatever_their_status():
     assert is_transient(client_error(400, "Throttling"))
     assert is_transient(client_error(429, "TooManyRequests"))
     assert is_transient(translate_boto_error(client_error(400, "RequestTimeout")))
 
 
+@pytest.mark.unit
 def test_errno_less_oserror_is_transient_only_remotely():
     assert is_transient(OSError("connection dropped"), remote=True)
     assert not is_transient(OSError("odd local failure"), remote=False)
 
 
+@pytest.mark.unit
 def test_backoff_grows_exponentially_with_bounded_jitter_and_a_cap():
     policy = RetryPolicy(attempts=10, base_delay=0.1, max_delay=1.0, deadline=60)
     rng = random.Random(3)
@@ -545,6 +544,7 @@ def test_backoff_grows_exponentially_with_bounded_jitter_and_a_cap():
     assert random.getstate() == global_state  # the global `random` is never used
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -565,6 +565,7 @@ def test_retry_policy_validation(kwargs, message):
 # -- credentials never leak ----------------------------------------------------
 
 
+@pytest.mark.integration
 def test_credentials_never_appear_in_logs_reprs_errors_or_objects(
     s3_server, s3_url, tmp_path, caplog, reader
 ):
@@ -616,6 +617,7 @@ def test_credentials_never_appear_in_logs_reprs_errors_or_objects(
     s.remove()
 
 
+@pytest.mark.integration
 def test_a_storage_passed_to_prefect_is_recorded_without_its_options(s3_server, s3_url):
     from prefect import flow
 
@@ -629,6 +631,7 @@ def test_a_storage_passed_to_prefect_is_recorded_without_its_options(s3_server, 
     assert "sEcReT" not in repr(vars(s))
 
 
+@pytest.mark.unit
 def test_redact_masks_every_secret():
     assert redact("a SECRETXYZ b KEYID", ["SECRETXYZ", "KEYID"]) == "a *** b ***"
     nested = {"key": "k1k1", "client_kwargs": {"aws_session_token": "tok-123"}, "anon": False}
@@ -642,6 +645,7 @@ def leftovers(folder) -> list[str]:
     return [os.path.join(d, f) for d, _, files in os.walk(folder) for f in files if ".tmp-" in f]
 
 
+@pytest.mark.unit
 def test_full_disk_keeps_the_old_object_and_leaves_no_temp_file(tmp_path, monkeypatch):
     s = Storage(str(tmp_path / "root"), retry=FAST)
     s.write_bytes(b"old committed state", "commits", "00000001.json")
@@ -682,6 +686,7 @@ def test_full_disk_keeps_the_old_object_and_leaves_no_temp_file(tmp_path, monkey
     assert leftovers(s.root) == []
 
 
+@pytest.mark.unit
 def test_full_disk_at_fsync_keeps_the_old_object(tmp_path, monkeypatch):
     s = Storage(str(tmp_path / "root"))
     s.write_bytes(b"old", "f")
@@ -699,6 +704,7 @@ def test_full_disk_at_fsync_keeps_the_old_object(tmp_path, monkeypatch):
     assert leftovers(s.root) == []
 
 
+@pytest.mark.integration
 def test_file_exists_is_one_request_for_a_missing_name(s3):
     """Workers look for a newer lease before each publish: one HEAD, where ``exists``
     (which also lists, to find folders) takes two for a name that is not there."""

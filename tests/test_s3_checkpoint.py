@@ -6,7 +6,8 @@ import re
 from typing import Any
 
 import pytest
-from test_s3 import FAST, BrokenFS, FlakyFS, read_tree, write_tree
+from support.trees import read_tree, write_tree
+from test_s3 import BrokenFS, FlakyFS
 
 from popflow.infra.storage.folder import Storage, StorageError
 from popflow.infra.store.checkpoints import (
@@ -16,6 +17,8 @@ from popflow.infra.store.checkpoints import (
     read_manifest,
 )
 from popflow.infra.store.layout import MANIFEST
+
+pytestmark = pytest.mark.integration
 
 FILES = {
     "model.bin": bytes(range(256)) * 400,
@@ -43,15 +46,6 @@ class RecordingFS:
                 attr(lpath, rpath, *a, **k),
             )[1]
         return attr
-
-
-@pytest.fixture
-def s3(s3_server, s3_url) -> Storage:
-    _, options = s3_server
-    s = Storage(s3_url, options, retry=FAST)
-    yield s
-    s._fs = None
-    s.remove()
 
 
 @pytest.fixture

@@ -49,6 +49,7 @@ def credentials(s3_server) -> dict:
     return {**options, "secret": f"sEcReT-{uuid.uuid4().hex}"}
 
 
+@pytest.mark.integration
 def test_synch_pbt_on_s3_then_resume_returns_the_same(
     prefect_server, dask_cluster, s3_server, s3_bucket, credentials, tmp_path
 ):
@@ -111,6 +112,7 @@ def test_synch_pbt_on_s3_then_resume_returns_the_same(
     assert {p: fs.cat_file(p) for p in fs.find(exp)} == snapshot
 
 
+@pytest.mark.integration
 def test_credentials_are_not_stored_as_prefect_flow_parameters(
     prefect_server, dask_cluster, s3_bucket, credentials
 ):
@@ -153,6 +155,7 @@ def _experiment_on_s3(fs: s3fs.S3FileSystem, path: str) -> dict:
     return out
 
 
+@pytest.mark.system
 def test_crash_on_s3_resumes_identically_with_deferred_logs(prefect_server, s3_server, s3_bucket):
     """On S3 the derived logs are flushed every 30 s; a crash in between loses none of them."""
     import os

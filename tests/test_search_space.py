@@ -29,6 +29,8 @@ from popflow.schedulers.search_space import (
     uniform,
 )
 
+pytestmark = pytest.mark.unit
+
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
 DRAWS = 50
 

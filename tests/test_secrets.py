@@ -64,6 +64,7 @@ def readable_forms(data: bytes) -> list[bytes]:
     return forms
 
 
+@pytest.mark.unit
 def test_a_pickled_checkpoint_has_no_credentials() -> None:
     ckpt = remote_checkpoint()
     for dumps in (pickle.dumps, cloudpickle.dumps):
@@ -78,6 +79,7 @@ def test_a_pickled_checkpoint_has_no_credentials() -> None:
     assert SECRET not in repr(ckpt) and ckpt.storage_options["secret"] == SECRET
 
 
+@pytest.mark.integration
 def test_a_checkpoint_through_a_prefect_flow_leaves_no_credentials_in_prefect(
     prefect_server,
 ) -> None:
@@ -135,6 +137,7 @@ def without_credentials(monkeypatch, tmp_path) -> None:
     s3fs.S3FileSystem.clear_instance_cache()  # filesystems made with other credentials
 
 
+@pytest.mark.integration
 def test_results_from_s3_pickle_without_credentials(
     prefect_server, dask_cluster, s3_server, s3_url, monkeypatch, tmp_path
 ):
@@ -164,6 +167,7 @@ def test_results_from_s3_pickle_without_credentials(
     assert again[1].checkpoint.to_dict() == read_back[1].checkpoint.to_dict()
 
 
+@pytest.mark.integration
 def test_a_result_grid_returned_by_a_prefect_flow_leaves_no_credentials_in_prefect(
     prefect_server, dask_cluster, s3_server, s3_url
 ):

@@ -20,6 +20,8 @@ from popflow.tasks.segment import run_segment
 from popflow.tasks.segment_run import should_stop
 from popflow.tasks.specs import SegmentOutcome, SegmentSpec
 
+pytestmark = pytest.mark.unit
+
 TRIAL_DIR = "Counter_t0"
 
 # -- trainables ------------------------------------------------------------------

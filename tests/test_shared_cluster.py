@@ -7,7 +7,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from popflow import run, tune
+
+pytestmark = pytest.mark.integration
 
 
 def three_reports(config: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ import datetime
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 from trainables import FlakyTrainable
 
 from popflow import CheckpointConfig, run
@@ -22,12 +23,14 @@ from popflow.tune.stopper import (
 )
 
 
+@pytest.mark.unit
 def test_maximum_iteration_counts_each_trials_results():
     s = MaximumIterationStopper(2)
     assert [s("a", {}), s("b", {}), s("a", {}), s("b", {})] == [False, False, True, True]
     assert not s.stop_all()
 
 
+@pytest.mark.unit
 def test_trial_plateau_waits_for_grace_and_window_then_compares_std():
     s = TrialPlateauStopper("m", std=0.01, num_results=3, grace_period=4)
     assert [s("t", {"m": 1.0}) for _ in range(4)] == [False, False, False, True]
@@ -35,6 +38,7 @@ def test_trial_plateau_waits_for_grace_and_window_then_compares_std():
     assert [s("t", {"m": v}) for v in (1.0, 2.0, 2.0)] == [False, False, True]
 
 
+@pytest.mark.unit
 def test_trial_plateau_with_a_threshold_stops_only_once_good_enough():
     s = TrialPlateauStopper("m", num_results=2, grace_period=2, metric_threshold=0.5, mode="min")
     assert [s("t", {"m": v}) for v in (0.9, 0.9, 0.4, 0.4)] == [False, False, False, True]
@@ -42,6 +46,7 @@ def test_trial_plateau_with_a_threshold_stops_only_once_good_enough():
         TrialPlateauStopper("m", metric_threshold=1.0)
 
 
+@pytest.mark.unit
 def test_experiment_plateau_stops_all_once_the_top_values_agree():
     s = ExperimentPlateauStopper("m", std=0.001, top=2, mode="max", patience=1)
     decisions = [s("t", {"m": v}) for v in (1.0, 5.0, 5.0, 5.0)]
@@ -50,6 +55,7 @@ def test_experiment_plateau_stops_all_once_the_top_values_agree():
         ExperimentPlateauStopper("m", top=1)
 
 
+@pytest.mark.unit
 def test_timeout_counts_only_the_time_it_is_asked_over():
     s = TimeoutStopper(datetime.timedelta(seconds=0))
     assert s.stop_all()
@@ -61,6 +67,7 @@ def test_timeout_counts_only_the_time_it_is_asked_over():
         TimeoutStopper("soon")
 
 
+@pytest.mark.unit
 def test_combined_and_function_stoppers():
     s = CombinedStopper(FunctionStopper(lambda tid, r: r["m"] > 1), NoopStopper())
     assert [s("t", {"m": 0}), s("t", {"m": 2})] == [False, True] and not s.stop_all()
@@ -79,7 +86,8 @@ def make_stopper(kind: int) -> Stopper:
     ][kind]()
 
 
-@settings(max_examples=200, deadline=None)
+@pytest.mark.unit
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.integers(0, 3),
     st.lists(st.tuples(st.sampled_from("abc"), st.sampled_from([0.0, 0.1, 0.5, 1.0])), max_size=20),
@@ -112,6 +120,7 @@ class StopAllAfter(Stopper):
         return self.seen >= self.n
 
 
+@pytest.mark.integration
 def test_a_stopper_as_stop_ends_trials_and_the_experiment(tune_env):
     results = run(
         FlakyTrainable,

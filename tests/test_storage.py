@@ -11,6 +11,8 @@ import pytest
 
 from popflow.infra.storage.folder import Storage
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture
 def storage(tmp_path) -> Storage:

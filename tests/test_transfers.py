@@ -13,7 +13,7 @@ import tempfile
 from typing import Any
 
 import pytest
-from test_s3 import FAST, BrokenFS
+from test_s3 import BrokenFS
 from test_segment_local import DirCounter, spec
 
 from popflow.infra.storage.folder import Storage
@@ -22,14 +22,7 @@ from popflow.tasks.live import discard_parked
 from popflow.tasks.segment import run_segments
 from popflow.tasks.specs import SegmentOutcome, SegmentSpec
 
-
-@pytest.fixture
-def s3(s3_server, s3_url) -> Storage:
-    _, options = s3_server
-    s = Storage(s3_url, options, retry=FAST)
-    yield s
-    s._fs = None
-    s.remove()
+pytestmark = pytest.mark.integration
 
 
 def trial_spec(storage: Storage, i: int, **kwargs: Any) -> SegmentSpec:

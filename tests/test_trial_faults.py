@@ -28,6 +28,7 @@ def three_trials(tune_env, name: str, how: str, **kwargs):
     )
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("how", "shown"), [("exit", "SystemExit"), ("interrupt", "KeyboardInterrupt")]
 )
@@ -41,6 +42,7 @@ def test_exiting_or_interrupting_inside_step_errors_that_trial_only(tune_env, ho
     assert [r.status for r in again] == ["TERMINATED"] * 3
 
 
+@pytest.mark.integration
 def test_a_metric_of_the_wrong_type_errors_its_trial_naming_trial_and_metric(tune_env):
     results = three_trials(
         tune_env,
@@ -55,6 +57,7 @@ def test_a_metric_of_the_wrong_type_errors_its_trial_naming_trial_and_metric(tun
     assert {r.status for r in results[1:]} == {"TERMINATED"}
 
 
+@pytest.mark.integration
 def test_a_metric_never_reported_is_said_once(tune_env, caplog):
     with caplog.at_level(logging.WARNING, logger="popflow.flows"):
         run(
@@ -74,6 +77,7 @@ def test_a_metric_never_reported_is_said_once(tune_env, caplog):
     assert "cannot stop, pause or exploit" in said[0].getMessage()
 
 
+@pytest.mark.integration
 def test_retries_back_off_and_a_repeated_error_is_logged_once(tune_env, tmp_path: Path, caplog):
     times = tmp_path / "attempts.txt"
     with caplog.at_level(logging.DEBUG, logger="popflow.flows"):
@@ -98,12 +102,14 @@ def test_retries_back_off_and_a_repeated_error_is_logged_once(tune_env, tmp_path
     assert [r.levelno for r in retries] == [logging.WARNING] + [logging.DEBUG] * 3
 
 
+@pytest.mark.unit
 def test_retry_delays_grow_exponentially_to_a_ceiling() -> None:
     delays = [retry_delay(n) for n in range(1, 12)]
     assert delays[:4] == [0.25, 0.5, 1.0, 2.0]
     assert max(delays) == 30.0 and delays == sorted(delays)
 
 
+@pytest.mark.integration
 def test_a_hanging_step_errors_its_trial_after_segment_timeout(tune_env):
     results = three_trials(tune_env, "hangs", "hang", segment_timeout_s=3)
     assert results[0].status == "ERROR"
@@ -111,6 +117,7 @@ def test_a_hanging_step_errors_its_trial_after_segment_timeout(tune_env):
     assert [r.status for r in results[1:]] == ["TERMINATED", "TERMINATED"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("how", ["os_exit", "sigkill"])
 def test_a_trial_whose_process_dies_errors_alone(prefect_server, tmp_path, how):
     """Two of six trials end their worker's process at iteration 2, every time, on the

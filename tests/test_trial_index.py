@@ -3,12 +3,16 @@ change, equal to a scan of the whole table (which made 10,000 trials quadratic).
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from popflow.flows.driver.trial_index import TrialIndex, started
 from popflow.flows.experiment.trial_table import TrialRecord
 from popflow.schedulers import FIFOScheduler, Trial, TrialStatus
+
+pytestmark = pytest.mark.unit
 
 
 def records(n: int) -> list[TrialRecord]:
@@ -32,7 +36,7 @@ def scanned(recs: list[TrialRecord], ready: set[str], cap: int | None) -> list[s
     return [r.trial_id for r in runnable]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.integers(1, 12),
     st.lists(st.tuples(st.integers(0, 11), st.sampled_from(list(TrialStatus))), max_size=40),

@@ -23,6 +23,7 @@ def record(i: int) -> TrialRecord:
     return TrialRecord(trial=Trial(trial_id=f"t{i}", config={"lr": i}), index=i, dirname=f"T_{i}")
 
 
+@pytest.mark.unit
 def test_a_rounds_lines_are_written_after_its_commit_and_the_next_commit_has_their_sizes(
     tmp_path,
 ):
@@ -61,6 +62,7 @@ def test_a_rounds_lines_are_written_after_its_commit_and_the_next_commit_has_the
     logs.close()
 
 
+@pytest.mark.unit
 def test_a_failed_write_stops_later_writes_and_is_raised_before_the_next_commit(tmp_path):
     storage = Storage(str(tmp_path))
     logs = TrialLogs(storage, flush_interval=30.0)
@@ -88,6 +90,7 @@ def test_a_failed_write_stops_later_writes_and_is_raised_before_the_next_commit(
     logs.close()
 
 
+@pytest.mark.unit
 def test_a_driver_taken_over_writes_no_more_lines(tmp_path):
     storage = Storage(str(tmp_path))
     lost = threading.Event()
@@ -110,6 +113,7 @@ def test_a_driver_taken_over_writes_no_more_lines(tmp_path):
     logs.close()
 
 
+@pytest.mark.unit
 def test_the_writer_checks_before_each_file_and_writes_none_after_a_takeover(tmp_path):
     """A driver that stalled mid-batch (say, SIGSTOPped past its lease) and was taken
     over meanwhile writes no file after its next check (``may_write``: the lease's
@@ -148,6 +152,7 @@ def test_the_writer_checks_before_each_file_and_writes_none_after_a_takeover(tmp
     logs.close()
 
 
+@pytest.mark.integration
 def test_params_json_is_written_when_a_trial_first_starts_and_again_if_a_crash_lost_it(
     tune_env,
 ):

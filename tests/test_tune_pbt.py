@@ -8,6 +8,7 @@ import os
 
 import pytest
 from prefect.client.orchestration import get_client
+from support.parity import parity_run, parity_scheduler, parity_space
 from trainables import (
     EndsEarlyTrainable,
     FlakyTrainable,
@@ -24,20 +25,7 @@ from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import ExperimentLog
 from popflow.schedulers import PopulationBasedTraining, sample_from
 
-
-def parity_scheduler(synch: bool) -> PopulationBasedTraining:
-    return PopulationBasedTraining(
-        time_attr="training_iteration",
-        perturbation_interval=1,
-        hyperparam_mutations={"c": lambda: 1},
-        synch=synch,
-    )
-
-
-def parity_space(values: list[int]) -> dict:
-    # sample_from sees the trial index through a closure over an iterator, like Ray's MockParam
-    it = iter(values)
-    return {"a": sample_from(lambda _: next(it)), "c": 1}
+pytestmark = pytest.mark.integration
 
 
 @pytest.mark.parametrize(
@@ -72,14 +60,9 @@ def test_async_pbt_exploits_and_finishes(prefect_server, tmp_path):
     # 0, 1, 2 at iteration 1, then 0 at 2. Under Ray's rule a source must have ranked top
     # at its own latest perturbation, so on two slots the order decides whether the
     # worst trial ever meets a clonable source before it stops (CI saw it not).
-    results = run(
-        ParityTrainable,
-        parity_space([10, 20, 40]),
-        scheduler=parity_scheduler(synch=False),
-        metric="mean_accuracy",
-        mode="max",
-        num_samples=3,
-        stop={"training_iteration": 3},
+    results = parity_run(
+        [10, 20, 40],
+        synch=False,
         name="parity_async",
         seed=0,
         storage=str(tmp_path / "results"),
@@ -101,14 +84,8 @@ def read_lines(path: str) -> list:
 
 
 def test_storage_layout_and_pbt_logs(tune_env):
-    results = run(
-        ParityTrainable,
-        parity_space([10, 20, 40]),
-        scheduler=parity_scheduler(synch=True),
-        metric="mean_accuracy",
-        mode="max",
-        num_samples=3,
-        stop={"training_iteration": 3},
+    results = parity_run(
+        [10, 20, 40],
         checkpoint_config=CheckpointConfig(checkpoint_frequency=1),
         name="layout",
         seed=0,
@@ -134,14 +111,9 @@ def test_storage_layout_and_pbt_logs(tune_env):
 
 
 def test_retention_keeps_what_is_still_needed(tune_env):
-    results = run(
-        ParityTrainable,
-        parity_space([10, 20, 40]),
-        scheduler=parity_scheduler(synch=True),
-        metric="mean_accuracy",
-        mode="max",
-        num_samples=3,
-        stop={"training_iteration": 6},
+    results = parity_run(
+        [10, 20, 40],
+        iterations=6,
         checkpoint_config=CheckpointConfig(
             checkpoint_frequency=1, num_to_keep=1, checkpoint_score_attribute="mean_accuracy"
         ),
@@ -283,13 +255,9 @@ def test_segments_a_worker_cannot_unpickle_fail_the_run_at_once_and_keep_the_wor
     client = tune_env["dask_address"]
     workers = set(client.scheduler_info()["workers"])
     with pytest.raises(CodeUnavailable) as raised:
-        run(
-            ParityTrainable,
-            param_space=parity_space([10, 20, 30]),
-            scheduler=parity_scheduler(synch=False),
-            metric="mean_accuracy",
-            mode="max",
-            num_samples=3,
+        parity_run(
+            [10, 20, 30],
+            synch=False,
             stop=StopOnlyOnTheDriver(),
             name="unreadable",
             **tune_env,
@@ -313,13 +281,8 @@ def test_segments_a_worker_cannot_unpickle_fail_the_run_at_once_and_keep_the_wor
 def test_a_lambda_stop_condition_reaches_the_workers(tune_env):
     """Plain pickle cannot send a lambda; the segments still get to the runners."""
     limit = 4
-    results = run(
-        ParityTrainable,
-        param_space=parity_space([10, 20]),
-        scheduler=parity_scheduler(synch=True),
-        metric="mean_accuracy",
-        mode="max",
-        num_samples=2,
+    results = parity_run(
+        [10, 20],
         stop=lambda trial_id, result: result["training_iteration"] >= limit,
         name="lambda_stop",
         **tune_env,

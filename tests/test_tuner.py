@@ -61,6 +61,7 @@ RAY_DEFAULTS = {
 }
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("cls", list(RAY_DEFAULTS))
 def test_config_classes_have_rays_fields_and_defaults(cls):
     fields = {f.name: f.default for f in dataclasses.fields(cls)}
@@ -69,6 +70,7 @@ def test_config_classes_have_rays_fields_and_defaults(cls):
     assert {k: fields[k] for k in ray} == ray
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("make", "argument"),
     [
@@ -89,6 +91,7 @@ def test_what_popflow_cannot_honour_raises_at_once_naming_the_argument(make, arg
         make()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("make", "message"),
     [
@@ -135,6 +138,7 @@ def initialised(prefect_server, dask_cluster):
     popflow.init()
 
 
+@pytest.mark.integration
 def test_a_tuner_runs_what_run_runs_and_restores(initialised, tmp_path):
     storage = str(tmp_path / "results")
     tuner = tune.Tuner(
@@ -180,6 +184,7 @@ def test_a_tuner_runs_what_run_runs_and_restores(initialised, tmp_path):
         Tuner.restore(str(tmp_path / "nothing"), ParityTrainable)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("fail_fast", [True, "raise"])
 def test_fail_fast_ends_the_experiment_at_the_first_error(tune_env, fail_fast):
     """One trial errors at iteration 3; the others would run 10,000 iterations."""
@@ -205,11 +210,13 @@ def test_fail_fast_ends_the_experiment_at_the_first_error(tune_env, fail_fast):
     assert "boom at iteration 3" in str(results[1].error)
 
 
+@pytest.mark.unit
 def test_fail_fast_is_checked():
     with pytest.raises(ValueError, match="`fail_fast` is 'yes'"):
         run(FlakyTrainable, fail_fast="yes")
 
 
+@pytest.mark.integration
 def test_with_resources_sets_what_each_trial_holds(tune_env):
     try:
         trainable = tune.with_resources(FlakyTrainable, {"cpu": 10_000})
@@ -225,6 +232,7 @@ def test_with_resources_sets_what_each_trial_holds(tune_env):
         tune.with_resources(FlakyTrainable, lambda config: {"cpu": 1})
 
 
+@pytest.mark.unit
 def test_mock_trainable_climbs_its_sigmoid_and_checkpoints(tmp_path):
     import math
 

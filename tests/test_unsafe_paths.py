@@ -82,6 +82,7 @@ def local_files(root: str) -> dict[str, bytes]:
     return out
 
 
+@pytest.mark.integration
 def test_a_forged_commit_on_local_disk_stops_the_resume_and_changes_nothing(tune_env, tmp_path):
     root = tune_env["storage"]  # <tmp_path>/results
     run(ParityTrainable, **pbt_kwargs(), **tune_env, name="exp", max_rounds=1)
@@ -103,6 +104,7 @@ def test_a_forged_commit_on_local_disk_stops_the_resume_and_changes_nothing(tune
     assert local_files(str(tmp_path)) == before
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("command", ["resume", "status", "show"])
 def test_the_cli_reports_a_forged_commit_in_one_line(tmp_path, capsys, command):
     exp = tmp_path / "exp"
@@ -122,6 +124,7 @@ def test_the_cli_reports_a_forged_commit_in_one_line(tmp_path, capsys, command):
     assert local_files(str(tmp_path)) == before
 
 
+@pytest.mark.integration
 def test_a_forged_commit_on_s3_stops_the_resume_and_changes_nothing(
     prefect_server, dask_cluster, s3_server, s3_url
 ):
@@ -173,6 +176,7 @@ def changed(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
     return commit
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("commit", "message"),
     [
@@ -196,6 +200,7 @@ def test_only_popflows_own_names_pass(commit, message):
         check_commit_paths(commit, "s3://b/exp")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("url", ["/tmp/popflow-root/exp", "s3://bucket/exp"])
 def test_storage_refuses_paths_that_leave_its_root(url):
     storage = Storage(url)
@@ -208,6 +213,7 @@ def test_storage_refuses_paths_that_leave_its_root(url):
     assert storage.path("a..b", "c") == f"{storage.root}/a..b/c"
 
 
+@pytest.mark.unit
 def test_a_manifest_naming_files_outside_its_checkpoint_is_refused(tmp_path):
     storage = Storage(str(tmp_path / "exp"))
     manifest = {"files": {"../../../outside.txt": {"size": 1, "sha256": "0"}}, "metadata": {}}

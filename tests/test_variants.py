@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from popflow.schedulers import variants as variants_module
 from popflow.schedulers.domains import Domain
@@ -34,6 +35,8 @@ from popflow.schedulers.variants import (
     generate_variants,
     resolve_variants,
 )
+
+pytestmark = pytest.mark.unit
 
 
 def rng(seed: int = 0) -> np.random.Generator:
@@ -81,7 +84,7 @@ def grid_sizes(space: Any) -> list[int]:
     return []
 
 
-@settings(deadline=None, max_examples=150)
+@settings(deadline=None, max_examples=examples(150))
 @given(space=SPACES, num_samples=st.integers(1, 4), seed=st.integers(0, 2**32 - 1))
 def test_properties_of_random_spaces(space: dict, num_samples: int, seed: int) -> None:
     before = copy.deepcopy(space)

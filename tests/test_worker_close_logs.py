@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import logging
 
+import pytest
 from distributed import LocalCluster
 
 from popflow.infra.cluster.dask_cluster import dask_client
 from popflow.infra.cluster.worker_close_logs import HEARTBEAT_FAILED, ClosingHeartbeat, dask_setup
+
+pytestmark = pytest.mark.integration
 
 WORKER_LOG = "distributed.worker"
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from trainables import WorkerKiller
 
 from popflow import run
 from popflow.schedulers import PopulationBasedTraining, sample_from
 from popflow.tasks.progress import comparable
+
+pytestmark = pytest.mark.integration
 
 
 def run_with_killer(tmp_path, name: str, marker: str | None):

@@ -9,12 +9,15 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
+import pytest
+from support.polling import wait_for
 from trainables import WhereTrainable
 
 from popflow import CheckpointConfig, PopulationBasedTraining, run
+
+pytestmark = pytest.mark.system
 
 DASK = Path(sys.executable).with_name("dask")
 HERE = Path(__file__).parent
@@ -37,13 +40,6 @@ def _worker(address: str, folder: Path) -> subprocess.Popen:
     )  # fmt: skip
 
 
-def _poll(condition, what: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} after {timeout} s"
-        time.sleep(0.1)  # polling for a process or a file, not synchronising on time
-
-
 def test_a_worker_started_mid_run_takes_segments_of_a_synchronous_pbt_run(prefect_server, tmp_path):
     from distributed import Client
 
@@ -53,8 +49,10 @@ def test_a_worker_started_mid_run_takes_segments_of_a_synchronous_pbt_run(prefec
                 ":0", "--scheduler-file", str(scheduler_file)], tmp_path)
     ]  # fmt: skip
     try:
-        _poll(
-            lambda: scheduler_file.exists() and scheduler_file.read_text().strip(), "no scheduler"
+        wait_for(
+            lambda: scheduler_file.exists() and scheduler_file.read_text().strip(),
+            120,
+            "no scheduler",
         )
         address = json.loads(scheduler_file.read_text())["address"]
         procs.append(_worker(address, tmp_path / "first"))
@@ -86,7 +84,7 @@ def test_a_worker_started_mid_run_takes_segments_of_a_synchronous_pbt_run(prefec
 
         driver = threading.Thread(target=tune)
         driver.start()
-        _poll(lambda: Path(f"{gate}.reached").exists(), "the run did not reach the gate")
+        wait_for(lambda: Path(f"{gate}.reached").exists(), 120, "the run did not reach the gate")
         procs.append(_worker(address, tmp_path / "second"))
         client.wait_for_workers(2, timeout=60)
         gate.touch()
