@@ -15,6 +15,8 @@ import pytest
 
 from popflow.infra.store import layout
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parent.parent
 LAYOUT = Path("infra/store/layout.py")
 #: The layers whose modules must take the folder's names from ``layout``.

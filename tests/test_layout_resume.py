@@ -7,9 +7,13 @@ from __future__ import annotations
 import os
 import re
 
+import pytest
+
 from popflow import run
 from popflow.schedulers import PopulationBasedTraining, grid_search
 from popflow.tune import with_parameters
+
+pytestmark = pytest.mark.integration
 
 #: The paths a synch PBT run of two trials with ``with_parameters`` leaves after two
 #: rounds, each file's name with its variable parts as ``<...>``: what main's code

@@ -13,6 +13,8 @@ from popflow.flows.moved_modules import MOVED
 from popflow.flows.spec.config import CheckpointConfig
 from popflow.flows.spec.trainable_paths import import_path
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(("old", "new"), sorted(MOVED.items()))
 def test_each_old_module_name_imports_its_new_home(old, new):

@@ -27,6 +27,8 @@ from popflow.flows.spec.run_spec import RUN_ARGUMENTS, STORED_ARGUMENTS, RunSpec
 from popflow.infra.storage.folder import Storage
 from popflow.schedulers import PopulationBasedTraining
 
+pytestmark = pytest.mark.unit
+
 NAN = math.nan
 
 #: (a group made with a bad value, the error, its message): the messages run() gives

@@ -45,6 +45,7 @@ def histories(folder: Path) -> dict[str, list[dict]]:
     return out
 
 
+@pytest.mark.unit
 def test_a_reported_time_this_iter_s_is_kept_as_ray_keeps_it():
     """Ray's auto-filled ``time_this_iter_s`` may be overridden by the trainable; the
     totals count what it said (the simulated clock and replayed curves rely on it)."""
@@ -55,6 +56,7 @@ def test_a_reported_time_this_iter_s_is_kept_as_ray_keeps_it():
     assert second["time_since_restore"] == 10.0
 
 
+@pytest.mark.unit
 def test_a_simulation_replays_the_same_run_and_orders_results_by_virtual_time(tmp_path):
     """Asynchronous ASHA on 3 slots where a result costs ``cost`` virtual seconds: the same
     seed gives the same run, and the clock says when the last segment ended."""
@@ -82,6 +84,7 @@ def test_a_simulation_replays_the_same_run_and_orders_results_by_virtual_time(tm
     assert sum(costs) / 3 <= a.wall_s < sum(costs)  # three slots ran at once
 
 
+@pytest.mark.unit
 def test_replaying_a_finished_experiment_under_fifo_gives_its_curves_back(tmp_path):
     full = popflow.simulate(
         Drifting,
@@ -105,6 +108,7 @@ def test_replaying_a_finished_experiment_under_fifo_gives_its_curves_back(tmp_pa
     assert (replay.table["iterations"] == replay.table["recorded_iterations"]).all()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "scheduler",
     [
@@ -136,6 +140,7 @@ def test_early_stopping_replayed_on_recorded_curves_spends_less(tmp_path, schedu
     assert sim.best_metric == pytest.approx(sim.table["recorded_best"].max())
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -156,6 +161,7 @@ def test_bad_simulation_arguments_are_named(tmp_path, kwargs, message):
         )
 
 
+@pytest.mark.unit
 def test_a_duration_key_the_results_lack_errors_the_trials_saying_so(tmp_path):
     sim = popflow.simulate(
         Drifting,
@@ -170,6 +176,7 @@ def test_a_duration_key_the_results_lack_errors_the_trials_saying_so(tmp_path):
     assert "`duration` is 'nope', but a result has nope=None" in sim.grid[0].error
 
 
+@pytest.mark.unit
 def test_the_driver_says_what_happened_as_events(tmp_path):
     """Subscribers see each trial start, each result and decision, each round committed
     (round 0, the sampled population, first) and the run's end, last."""
@@ -191,6 +198,7 @@ def test_the_driver_says_what_happened_as_events(tmp_path):
     assert kinds.index("TrialStarted") < kinds.index("TrialResult")
 
 
+@pytest.mark.system
 def test_the_replay_example_prints_each_schedulers_cost(tmp_path):
     """examples/replay_schedulers.py on a finished experiment's folder: a line per scheduler."""
     import subprocess
@@ -211,6 +219,7 @@ def test_the_replay_example_prints_each_schedulers_cost(tmp_path):
     assert int(lines["HyperBand"][1]) < 48, out
 
 
+@pytest.mark.integration
 def test_synch_pbt_decides_the_same_on_the_simulated_backend_as_on_dask(tune_env, tmp_path):
     """The driver is the same on both backends: a seeded synchronous PBT run gives the same
     results, the same exploits (Ray's pbt_global.txt and policy logs) and the same final
