@@ -183,12 +183,13 @@ def _wait_until_recorded(name: str, timeout: float = 120.0) -> None:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
     from prefect.client.schemas.objects import StateType
+    from prefect.client.schemas.sorting import FlowRunSort
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with get_client(sync_client=True) as client:
             runs = [
-                r for r in client.read_flow_runs()
+                r for r in client.read_flow_runs(sort=FlowRunSort.EXPECTED_START_TIME_DESC)
                 if (r.parameters or {}).get("name") == name and r.state.is_running()
             ]  # fmt: skip
             tasks = client.read_task_runs(

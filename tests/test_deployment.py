@@ -112,6 +112,7 @@ def test_a_rounds_deployment_advances_the_experiment_a_budget_per_run(prefect_se
     import asyncio
 
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.sorting import FlowRunSort
     from support.driving import read_experiment
 
     prefect("work-pool", "create", "popflow-local", "--type", "process", "--overwrite")
@@ -139,7 +140,7 @@ def test_a_rounds_deployment_advances_the_experiment_a_budget_per_run(prefect_se
 
     async def messages() -> list[str]:
         async with get_client() as client:
-            runs = await client.read_flow_runs()
+            runs = await client.read_flow_runs(sort=FlowRunSort.EXPECTED_START_TIME_DESC)
         return [r.state.message or "" for r in runs if r.parameters.get("name") == exp_name]
 
     exp_name = "pbt_benchmark_rounds"

@@ -327,6 +327,7 @@ def test_a_killed_drivers_runs_are_marked_crashed_when_another_resumes(prefect_s
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.client.schemas.sorting import FlowRunSort
 
     storage = str(tmp_path)
     name = f"killed-{tmp_path.name}"
@@ -336,7 +337,7 @@ def test_a_killed_drivers_runs_are_marked_crashed_when_another_resumes(prefect_s
 
     async def runs() -> list:
         async with get_client() as client:
-            flow_runs = await client.read_flow_runs()
+            flow_runs = await client.read_flow_runs(sort=FlowRunSort.EXPECTED_START_TIME_DESC)
             mine = [r for r in flow_runs if (r.parameters or {}).get("name") == name]
             tasks = {
                 r.id: await client.read_task_runs(

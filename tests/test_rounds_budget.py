@@ -12,6 +12,7 @@ import time
 import pytest
 from prefect import flow
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.sorting import FlowRunSort
 from support.driving import read_experiment
 from trainables import ParityTrainable
 
@@ -76,7 +77,7 @@ def test_the_flow_runs_final_state_says_how_the_run_ended(tune_env):
 
     async def tune_messages() -> list[str]:
         async with get_client() as client:
-            runs = await client.read_flow_runs()
+            runs = await client.read_flow_runs(sort=FlowRunSort.EXPECTED_START_TIME_DESC)
         return [r.state.message or "" for r in runs if r.name and r.state]
 
     storage = tune_env["storage"]

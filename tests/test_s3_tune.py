@@ -118,6 +118,7 @@ def test_credentials_are_not_stored_as_prefect_flow_parameters(
 ):
     import anyio
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.sorting import FlowRunSort
 
     name = f"secret-{uuid.uuid4().hex[:8]}"
     run(
@@ -133,7 +134,7 @@ def test_credentials_are_not_stored_as_prefect_flow_parameters(
 
     async def stored_parameters() -> list[str]:
         async with get_client() as client:
-            runs = await client.read_flow_runs()
+            runs = await client.read_flow_runs(sort=FlowRunSort.EXPECTED_START_TIME_DESC)
         return [json.dumps(r.parameters, default=str) for r in runs]
 
     stored = anyio.run(stored_parameters)

@@ -8,6 +8,7 @@ import os
 
 import pytest
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.sorting import FlowRunSort
 from support.parity import parity_run, parity_scheduler, parity_space
 from trainables import (
     EndsEarlyTrainable,
@@ -272,7 +273,7 @@ def test_segments_a_worker_cannot_unpickle_fail_the_run_at_once_and_keep_the_wor
 
     async def states() -> list[str]:
         async with get_client() as api:
-            runs = await api.read_flow_runs()
+            runs = await api.read_flow_runs(sort=FlowRunSort.EXPECTED_START_TIME_DESC)
         return [r.state.type.value for r in runs if r.parameters.get("name") == "unreadable"]
 
     assert asyncio.run(states()) == ["FAILED"]  # the tune flow run, in the Prefect API

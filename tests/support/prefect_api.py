@@ -21,10 +21,12 @@ def tune_runs(name: str, then: Any = None) -> Any:
     """The ``tune`` flow runs of experiment ``name`` in the API; with ``then`` (an async
     function of the client and the runs' ids), what it reads of them."""
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+    from prefect.client.schemas.sorting import FlowRunSort
 
     async def call(client: Any) -> Any:
-        runs = await client.read_flow_runs(
-            flow_filter=FlowFilter(name=FlowFilterName(any_=["tune"]))
+        runs = await client.read_flow_runs(  # the newest first: a session's server has many
+            flow_filter=FlowFilter(name=FlowFilterName(any_=["tune"])),
+            sort=FlowRunSort.EXPECTED_START_TIME_DESC,
         )
         runs = [r for r in runs if r.parameters.get("name") == name]
         return runs if then is None else await then(client, [r.id for r in runs])
