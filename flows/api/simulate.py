@@ -200,14 +200,7 @@ def simulate(
     backend = SimulatedBackend(slots, 1.0 if duration is None else duration)
     with open_experiment(spec, resume=False) as experiment:
         controller = Controller(spec, experiment, backend, EventBus(*subscribers))
-        controller.commit()  # round 0, as a run commits it
-        try:
-            while controller.run_round():
-                pass
-            controller.seal()
-        finally:
-            controller.cancel()
-            backend.close()
+        controller.drive(fresh=True)
         grid = results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
     rows = []
     for result in grid:

@@ -100,15 +100,9 @@ def _train(
                 events.subscribe(table.follow)
             topic = table.live.topic if table is not None else None
             controller = Controller(spec, experiment, backend, events, progress_topic=topic)
-            if experiment.resumed_from is None:
-                controller.commit()  # round 0: the sampled population, before any training
-            try:
-                while _round(controller, feed, table):
-                    pass
-                controller.seal()
-            finally:
-                controller.cancel()
-                backend.close()
+            controller.drive(
+                experiment.resumed_from is None, lambda: _round(controller, feed, table)
+            )
             grid = results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
             if table is not None:
                 table.close(experiment.records, grid, _how_it_ended(experiment, controller))

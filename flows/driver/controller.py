@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from popflow.flows.driver.backend import Backend
@@ -452,6 +452,21 @@ class Controller:
             RoundCommitted(self.rounds, self.last_commit["results"], self.notes, self._decisions)
         )
         self.notes, self._decisions = [], []
+
+    def drive(self, fresh: bool, one_round: Callable[[], bool] | None = None) -> None:
+        """The whole run: round 0's commit if ``fresh`` (the sampled population, before any
+        training), rounds until no work remains (``one_round``: a round and what its door
+        does after it; default :meth:`run_round`), the seal; what is in flight is stopped
+        and the backend closed however it ends."""
+        if fresh:
+            self.commit()
+        try:
+            while (one_round or self.run_round)():
+                pass
+            self.seal()
+        finally:
+            self.cancel()
+            self.backend.close()
 
     def seal(self) -> None:
         """After the final commit: one more, so the checkpoints it retired can go and the
