@@ -63,6 +63,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,10 @@ EXAMPLES = [
     "logging_example",
     "pb2_example",
 ]
+#: The Ray release whose examples ``tests/test_ray_examples.py`` runs in CI (its wheel,
+#: downloaded by pip, never installed) and ``--ray-version`` takes by default.
+RAY_VERSION = "2.60.0"
+
 #: ``--quick``: one PBT and one ASHA example.
 QUICK = ["pbt_example", "async_hyperband_example"]
 
@@ -251,6 +256,24 @@ def examples_dir(ray_python: str) -> Path:
     return path
 
 
+def examples_from_wheel(version: str, target: Path) -> Path:
+    """``ray/tune/examples`` of Ray ``version``: pip downloads its wheel into ``target`` (no
+    install, no dependencies) and its example scripts are unpacked beside it."""
+    target.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [python(), "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+         "--no-deps", "--only-binary=:all:", f"ray=={version}", "--dest", str(target)],
+        check=True, timeout=600, capture_output=True,
+    )  # fmt: skip
+    [wheel] = target.glob(f"ray-{version}-*.whl")
+    folder = "ray/tune/examples/"
+    with zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            if name.startswith(folder) and name.endswith(".py") and "/" not in name[len(folder) :]:
+                z.extract(name, target)
+    return target / folder
+
+
 def write_rewritten(source_dir: Path, target: Path) -> dict[str, list[tuple[str, str]]]:
     """Rewrite every example module of ``source_dir`` into ``target``; the changes by name."""
     target.mkdir(parents=True, exist_ok=True)
@@ -392,6 +415,11 @@ def main() -> None:
     parser.add_argument(
         "--ray-python", default=python(), help="interpreter with ray[tune] (default: this one)"
     )
+    parser.add_argument(
+        "--ray-version",
+        help=f"take the examples from this Ray release's wheel (pip download; CI: {RAY_VERSION}) "
+        "instead of the one --ray-python has installed",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     parser.add_argument(
         "--repeats", type=int, default=1, help="runs per side, alternately (median wall shown)"
@@ -399,7 +427,11 @@ def main() -> None:
     args = parser.parse_args()
 
     names = args.only.split(",") if args.only else QUICK if args.quick else EXAMPLES
-    source_dir = examples_dir(args.ray_python)
+    if args.ray_version:
+        wheel_dir = Path(tempfile.mkdtemp(prefix="popflow-ray-wheel-"))
+        source_dir = examples_from_wheel(args.ray_version, wheel_dir)
+    else:
+        source_dir = examples_dir(args.ray_python)
     mode = "full" if args.full else "smoke"
     print(f"Ray's examples from {source_dir}; {mode} mode; popflow: {python()}", flush=True)
     if args.full:

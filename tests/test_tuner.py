@@ -11,6 +11,7 @@ from trainables import FlakyTrainable, ParityTrainable
 
 import popflow
 from popflow import run, tune
+from popflow.flows.spec.config import check_verbose
 from popflow.schedulers import PopulationBasedTraining, grid_search, sample_from
 from popflow.tune import (
     CheckpointConfig,
@@ -115,6 +116,14 @@ def test_what_popflow_cannot_honour_raises_at_once_naming_the_argument(make, arg
 def test_bad_values_are_refused_with_their_name(make, message):
     with pytest.raises((TypeError, ValueError), match=message):
         make()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("given", "level"), [(False, 0), (True, 1), (3, 3), (None, 2)])
+def test_verbose_takes_rays_bools_as_0_and_1(given, level):
+    """Ray's own examples pass ``RunConfig(verbose=False)``; Ray reads a bool as an int."""
+    assert check_verbose(RunConfig(verbose=given).verbose) == level
+    assert type(check_verbose(given)) is int
 
 
 def parity_space() -> dict:

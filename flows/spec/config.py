@@ -106,10 +106,11 @@ VERBOSE_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.INFO, 3: loggi
 DEFAULT_VERBOSE = 2
 
 
-def check_verbose(verbose: int | None) -> int:
-    """``verbose`` as given (None: the default), checked."""
+def check_verbose(verbose: int | bool | None) -> int:
+    """``verbose`` as an int (None: the default), checked. ``False``/``True`` are 0 and 1, as
+    Ray reads them (its examples pass ``RunConfig(verbose=False)``)."""
     if verbose is None:
         return DEFAULT_VERBOSE
-    if isinstance(verbose, bool) or verbose not in VERBOSE_LEVELS:
-        raise ValueError(f"`verbose` is {verbose!r}, but must be 0, 1, 2 or 3")
-    return verbose
+    if not isinstance(verbose, int) or verbose not in VERBOSE_LEVELS:
+        raise ValueError(f"`verbose` is {verbose!r}, but must be 0, 1, 2 or 3 (or False, True)")
+    return int(verbose)
