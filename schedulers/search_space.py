@@ -30,6 +30,7 @@ from typing import Any
 
 from popflow.schedulers.domains import (
     Categorical,
+    Domain,
     LogRandInt,
     LogUniform,
     Normal,
@@ -168,3 +169,18 @@ def grid_search(values: Iterable[Any]) -> dict[str, list[Any]]:
 def is_grid_search(value: Any) -> bool:
     """True for a ``{"grid_search": [...]}`` marker (from :func:`grid_search` or pasted JSON)."""
     return isinstance(value, Mapping) and len(value) == 1 and GRID_SEARCH_KEY in value
+
+
+def has_search_spaces(space: Any) -> bool:
+    """``space`` (a config, nested) holds a domain or a ``grid_search`` anywhere.
+
+    >>> has_search_spaces({"a": 1, "b": {"c": uniform(0, 1)}}), has_search_spaces({"a": [1]})
+    (True, False)
+    """
+    if isinstance(space, Domain) or is_grid_search(space):
+        return True
+    if isinstance(space, Mapping):
+        return any(has_search_spaces(v) for v in space.values())
+    if isinstance(space, list | tuple):
+        return any(has_search_spaces(v) for v in space)
+    return False

@@ -23,6 +23,12 @@ def experiment_generators(seed: int) -> ExperimentGenerators:
     return ExperimentGenerators(np.random.default_rng(variants), np.random.default_rng(scheduler))
 
 
+def searcher_seed(experiment_seed: int) -> int:
+    """The seed a run's search algorithm gets when it has none of its own."""
+    seq = np.random.SeedSequence([experiment_seed, 0x5EA2C4])
+    return int(seq.generate_state(1, dtype=np.uint32)[0])
+
+
 def segment_seed(experiment_seed: int, trial_index: int, step: int, generation: int = 0) -> int:
     """A 32-bit seed for one trial's segment starting at iteration ``step``
     (or, with ``trial_index=DRIVER``, for the driver's ``step``-th decision).

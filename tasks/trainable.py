@@ -86,3 +86,8 @@ class Trainable:
 def is_function_trainable(trainable: object) -> bool:
     """A function trainable (Ray's function API), not a :class:`Trainable` subclass."""
     return not (inspect.isclass(trainable) and issubclass(trainable, Trainable))
+
+
+def trainable_name(trainable: Any) -> str:
+    """The name a trainable (a class or a function) goes by in trial names and folders."""
+    return getattr(trainable, "__name__", type(trainable).__name__)

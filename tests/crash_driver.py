@@ -43,6 +43,7 @@ from popflow.schedulers import (
     MedianStoppingRule,
     PopulationBasedTraining,
     PopulationBasedTrainingReplay,
+    randint,
     sample_from,
 )
 
@@ -77,6 +78,21 @@ def scheduler(kind: str, iterations: int = ITERATIONS):
         # replays the lineage file named by $POPFLOW_TEST_POLICY (one trial)
         "replay": lambda: PopulationBasedTrainingReplay(os.environ["POPFLOW_TEST_POLICY"]),
     }[kind]()
+
+
+def search_alg(kind: str | None):
+    """The searcher of ``--search``: Optuna's TPE (seed 0), at most 2 trials
+    live, so that most trials are suggested after others ended (by the model, after the
+    first 4)."""
+    if kind is None:
+        return None
+    import optuna
+
+    from popflow.tune.search import ConcurrencyLimiter
+    from popflow.tune.search.optuna import OptunaSearch
+
+    sampler = optuna.samplers.TPESampler(n_startup_trials=4, seed=0)
+    return ConcurrencyLimiter(OptunaSearch(sampler=sampler), max_concurrent=2)
 
 
 def inject(kill_at: str | None) -> None:
@@ -215,12 +231,19 @@ def main() -> None:
     parser.add_argument(
         "--num-samples", type=int, default=4, help="trials (a: 10, 20, 40, 30, ...)"
     )
+    parser.add_argument(
+        "--search",
+        choices=["optuna"],
+        help="trials suggested by a search algorithm (a: an integer in [10, 40])",
+    )
     args = parser.parse_args()
     inject(args.kill_at)
     values = itertools.cycle([10, 20, 40, 30])
+    a = sample_from(lambda _: next(values)) if args.search is None else randint(10, 41)
     run(
         ParityTrainable,
-        {"a": sample_from(lambda _: next(values)), "c": 1, "pad": args.pad_bytes},
+        {"a": a, "c": 1, "pad": args.pad_bytes},
+        search_alg=search_alg(args.search),
         scheduler=scheduler(args.scheduler, args.iterations),
         metric="mean_accuracy",
         mode="max",

@@ -56,6 +56,9 @@ def test_every_contract_is_kept(tmp_path: Path) -> None:
     [
         ("schedulers/trial.py", "import fsspec", "schedulers are pure"),
         ("schedulers/trial.py", "from popflow.infra import jsonutil", "schedulers are pure"),
+        # search algorithms: the pure ones here, adapters over libraries in flows/integrations
+        ("schedulers/search/searcher.py", "import optuna", "schedulers are pure"),
+        ("schedulers/search/repeater.py", "from popflow.flows import spec", "schedulers are pure"),
         ("tasks/progress.py", "import prefect", "worker code never imports"),
         ("infra/jsonutil.py", "from popflow.flows.spec import config", "infra never imports"),
         ("tasks/trainable.py", "from popflow.tasks import segment", "no import cycles"),

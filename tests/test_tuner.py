@@ -75,7 +75,6 @@ def test_config_classes_have_rays_fields_and_defaults(cls):
 @pytest.mark.parametrize(
     ("make", "argument"),
     [
-        (lambda: TuneConfig(search_alg=object()), "search_alg"),
         (lambda: RunConfig(storage_filesystem=object()), "storage_filesystem"),
         (lambda: RunConfig(sync_config=object()), "sync_config"),
         (lambda: RunConfig(local_dir="/tmp"), "local_dir"),

@@ -34,6 +34,7 @@ from popflow.infra.cluster.dask_cluster import ClusterStart
 from popflow.infra.fast_exit import skip_teardown_collections
 from popflow.infra.storage.folder import Storage
 from popflow.schedulers import TrialScheduler
+from popflow.schedulers.search import Searcher
 from popflow.tasks.parameters import parameters_of
 from popflow.tasks.trainable import Trainable
 
@@ -43,6 +44,7 @@ def run(
     param_space: dict[str, Any] | None = None,
     *,
     scheduler: TrialScheduler | None = None,
+    search_alg: Searcher | None = None,
     num_samples: int = 1,
     metric: str | None = None,
     mode: str | None = None,
@@ -77,6 +79,10 @@ def run(
       :func:`popflow.tasks.report`.
     - ``param_space``: plain values and search spaces (``uniform``, ``choice``,
       ``grid_search``...); each grid point is sampled ``num_samples`` times.
+    - ``search_alg``: Ray's ``Searcher`` (``OptunaSearch``, ``ConcurrencyLimiter``...):
+      it suggests each new trial's config, up to ``num_samples`` trials, and learns from
+      their results; its calls are committed, so a resume continues its model
+      (:mod:`popflow.flows.driver.suggestions`). None: random and grid search.
     - ``stop``: a dict (stop when any ``result[key] >= value``) or a callable
       ``(trial_id, result) -> bool``; a result with ``done=True`` always stops.
     - ``storage``/``name``: results go to ``<storage>/<name>/`` (a local folder
@@ -128,6 +134,7 @@ def run(
             mode=mode,
             metric=metric,
             scheduler=scheduler,
+            search_alg=search_alg,
             num_samples=num_samples,
             max_concurrent_trials=max_concurrent_trials,
             time_budget_s=time_budget_s,

@@ -40,6 +40,7 @@ from popflow.flows.spec.ray_configs import FailureConfig, RunConfig, TuneConfig
 from popflow.flows.spec.run_spec import run_spec
 from popflow.infra.storage.folder import Storage
 from popflow.schedulers import TrialScheduler, grid_search
+from popflow.schedulers.search import Searcher
 from popflow.tasks.progress import VOLATILE_FIELDS
 from popflow.tasks.trainable import Trainable
 
@@ -130,6 +131,7 @@ def simulate(
     curves_from: str | os.PathLike[str] | None = None,
     storage_options: dict[str, Any] | None = None,
     scheduler: TrialScheduler | None = None,
+    search_alg: Searcher | None = None,
     metric: str | None = None,
     mode: str | None = None,
     num_samples: int = 1,
@@ -157,10 +159,10 @@ def simulate(
     """
     table_extra: dict[str, dict[str, Any]] = {}
     if curves_from is not None:
-        if trainable is not None or param_space is not None:
+        if trainable is not None or param_space is not None or search_alg is not None:
             raise ValueError(
                 "`curves_from` replays a finished experiment's trials: give it without a "
-                "`trainable` or `param_space`"
+                "`trainable`, `param_space` or `search_alg`"
             )
         curves, configs, recorded_metric, recorded_mode = recorded_curves(
             curves_from, storage_options
@@ -183,7 +185,12 @@ def simulate(
         trainable,
         param_space,
         TuneConfig(
-            metric=metric, mode=mode, scheduler=scheduler, num_samples=num_samples, seed=seed
+            metric=metric,
+            mode=mode,
+            scheduler=scheduler,
+            search_alg=search_alg,
+            num_samples=num_samples,
+            seed=seed,
         ),
         RunConfig(
             name=name,

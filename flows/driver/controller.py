@@ -39,6 +39,7 @@ from popflow.flows.driver.guards import (
 )
 from popflow.flows.driver.packing import pack_size, packs
 from popflow.flows.driver.retention import Janitor, retire_checkpoints
+from popflow.flows.driver.suggestions import Suggestions
 from popflow.flows.driver.trial_index import TrialIndex, started
 from popflow.flows.events.callbacks import Hooks
 from popflow.flows.events.run_events import (
@@ -52,6 +53,7 @@ from popflow.flows.events.run_events import (
     TrialResult,
     TrialStarted,
 )
+from popflow.flows.experiment.new_trials import new_record, trial_id_of
 from popflow.flows.experiment.results import checkpoint_of
 from popflow.flows.experiment.trial_logs import TrialLogs
 from popflow.flows.experiment.trial_table import TrialRecord, TrialTable, clone_into
@@ -133,6 +135,18 @@ class Controller:
         self.last_commit: dict[str, Any] = {"results": 0, "events": [], "decisions": []}
         self.early_end = EarlyEnd(spec, resumed, self.clock)
         self.endings = TrialEndings(self)
+        self.suggestions = (
+            None
+            if spec.search_alg is None
+            else Suggestions(
+                spec,
+                self.seed,
+                resumed,
+                make=lambda index, config, tag: new_record(spec, index, config, tag),
+                add=self._add_trial,
+            )
+        )
+        self.hooks.search = self.suggestions
         self.hooks.setup(spec.stop, spec.num_samples, len(self.records))
 
     def _while_waiting(self) -> None:
@@ -151,8 +165,26 @@ class Controller:
         with ``max_concurrent_trials``, Ray's cap on trials started and not ended)."""
         return self.index.runnable(self.retries.ready, self.spec.max_concurrent_trials)
 
+    def _suggest(self) -> None:
+        """New trials from the run's search algorithm, while it has room for them."""
+        if self.suggestions is not None:
+            self.suggestions.fill(self.backend.slots, lambda n: trial_id_of(self.spec.name, n))
+
+    def _add_trial(self, rec: TrialRecord) -> None:
+        """A trial the search algorithm suggested joins the run."""
+        if rec.dirname in self.by_dir:
+            raise ValueError(f"`trial_dirname_creator` gave two trials the folder {rec.dirname!r}")
+        self.records.append(rec)
+        self.by_id[rec.trial_id] = rec
+        self.by_dir[rec.dirname] = rec
+        rec.trial.path = self.storage.full_url(rec.dirname)
+        self.index.add(rec)
+        self.table.trials[rec.trial_id] = rec.trial
+        self.scheduler.on_trial_add(rec.trial)
+
     def _plan(self, limit: int | None) -> list[TrialRecord]:
         """Mark the trials the scheduler picks as running, up to ``limit`` in flight."""
+        self._suggest()
         planned: list[TrialRecord] = []
         room = None if limit is None else limit - self.backend.running
         if room is not None and room <= 0:
@@ -161,6 +193,8 @@ class Controller:
             rec = self.by_id[chosen.trial_id]
             if not started(rec):
                 self.logs.add_params(rec)
+                if self.suggestions is not None:
+                    self.suggestions.started(rec.trial_id)
             self._clock += 1
             rec.trial.status = TrialStatus.RUNNING
             rec.trial.last_train_time = self._clock
@@ -279,7 +313,10 @@ class Controller:
         return more
 
     def _more(self) -> bool:
-        """Work remains: segments in flight, trials to run, or retries waiting."""
+        """Work remains: segments in flight, trials to run, or retries waiting (with a
+        search algorithm, one more ask when nothing is live: it may have more)."""
+        if self.suggestions is not None and not self.index.live and not self.backend:
+            self._suggest()
         return (
             bool(self.backend)
             or bool(self._runnable())
@@ -438,6 +475,14 @@ class Controller:
                 "policy_total": self.logs.policy_total,
                 "stopper": self.early_end.state(),
                 "callbacks": self.hooks.state(),
+                **(
+                    {}
+                    if self.suggestions is None
+                    else {
+                        "search": self.suggestions.state(),
+                        "search_calls": self.suggestions.calls,
+                    }
+                ),
             },
             logs_through=logs_through,
         )

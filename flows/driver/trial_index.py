@@ -31,7 +31,7 @@ def started(rec: TrialRecord) -> bool:
 
 
 class TrialIndex:
-    """Indexes over ``records`` (positions are their places in the list, which is fixed)."""
+    """Indexes over ``records`` (positions are their places in the list, which only grows)."""
 
     def __init__(self, records: Sequence[TrialRecord]) -> None:
         self.records = records
@@ -45,6 +45,17 @@ class TrialIndex:
         for pos, rec in enumerate(records):
             self._place(pos, None)
             rec.trial.watch(self._status_changed)
+
+    def add(self, rec: TrialRecord) -> None:
+        """A new record, appended to ``records`` (the next commit writes the whole table:
+        a delta keeps the table's length)."""
+        pos = len(self._position)
+        if pos >= len(self.records) or self.records[pos] is not rec:
+            raise ValueError(f"{rec.trial_id} must be appended to the records first")
+        self._position[rec.trial_id] = pos
+        self._place(pos, None)
+        rec.trial.watch(self._status_changed)
+        self._changed = None
 
     def close(self) -> None:
         """Stop watching the trials."""

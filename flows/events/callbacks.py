@@ -167,6 +167,8 @@ class Hooks:
         self._iteration = iteration
         self._trials = trials
         self._started: set[str] = set()
+        #: the run's search algorithm on the driver (``Suggestions``), told of results and ends
+        self.search: Any = None
 
     def __bool__(self) -> bool:
         return bool(self.callbacks)
@@ -194,15 +196,21 @@ class Hooks:
             self._call("on_trial_start", trial=trial)
 
     def trial_result(self, trial: Trial, result: dict[str, Any]) -> None:
+        if self.search is not None:
+            self.search.trial_result(trial, result)
         self._call("on_trial_result", trial=trial, result=dict(result))
 
     def trial_complete(self, trial: Trial) -> None:
+        if self.search is not None:
+            self.search.trial_complete(trial)
         self._call("on_trial_complete", trial=trial)
 
     def trial_recover(self, trial: Trial) -> None:
         self._call("on_trial_recover", trial=trial)
 
     def trial_error(self, trial: Trial) -> None:
+        if self.search is not None:
+            self.search.trial_error(trial)
         self._call("on_trial_error", trial=trial)
 
     def checkpoint(self, trial: Trial, checkpoint: Any) -> None:

@@ -12,7 +12,6 @@ deleted, lineage files are rewritten from the committed lineage).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
 import json
 import logging
@@ -28,10 +27,11 @@ import numpy as np
 
 from popflow.flows.experiment.commit_shape import check_commit
 from popflow.flows.experiment.log_repair import rebuild_tails, rewrite_policy_files
+from popflow.flows.experiment.new_trials import new_record
 from popflow.flows.experiment.trial_logs import last_result, params_text
 from popflow.flows.experiment.trial_table import TrialRecord, is_finished
 from popflow.flows.spec.run_args import save_code_origin, save_run_args
-from popflow.flows.spec.run_spec import RunSpec, trainable_name
+from popflow.flows.spec.run_spec import RunSpec
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import CommitConflict, ExperimentLog
 from popflow.infra.store.layout import (
@@ -44,12 +44,12 @@ from popflow.infra.store.layout import (
     commit_path,
     is_scratch,
     restarted_trial_dir,
-    trial_dir,
 )
 from popflow.infra.store.lease import Lease, LeaseLost
 from popflow.schedulers import Trial, TrialScheduler, TrialStatus
 from popflow.schedulers.variants import resolve_variants
 from popflow.tasks.seeding import experiment_generators
+from popflow.tasks.trainable import trainable_name
 
 logger = logging.getLogger(__name__)
 
@@ -252,53 +252,27 @@ def _start(spec: RunSpec, storage: Storage, log: ExperimentLog, lease: Lease) ->
 
 def sample_population(spec: RunSpec, seed: int) -> list[TrialRecord]:
     """The trials of a fresh experiment, added to its scheduler, which gets the
-    experiment's generator."""
+    experiment's generator. With a ``search_alg`` there are none yet: the driver asks
+    the searcher for each (:mod:`popflow.flows.driver.suggestions`)."""
     generators = experiment_generators(seed)
     scheduler = spec.scheduler
     scheduler.set_rng(generators.scheduler)
     # user callables in hyperparam_mutations / sample_from use the global RNGs
     random.seed(seed)
     np.random.seed(seed % 2**32)
-    prefix = hashlib.sha1(spec.name.encode()).hexdigest()[:5]
-    records = []
-    name = trainable_name(spec.trainable)
-    for variant in resolve_variants(spec.param_space, spec.num_samples, generators.variants):
-        trial_id = f"{prefix}_{variant.index:05d}"
-        config = scheduler.complete_config(variant.config)
-        trial = Trial(
-            trial_id=trial_id, config=config, experiment_tag=variant.tag, trainable_name=name
-        )
-        trial.custom_name = _created("trial_name_creator", spec.trial_name_creator, trial)
-        dirname = _created("trial_dirname_creator", spec.trial_dirname_creator, trial)
-        records.append(
-            TrialRecord(
-                trial=trial, index=variant.index, dirname=dirname or trial_dir(name, trial_id)
-            )
-        )
+    if spec.search_alg is not None:
+        return []
+    records = [
+        new_record(spec, variant.index, variant.config, variant.tag)
+        for variant in resolve_variants(spec.param_space, spec.num_samples, generators.variants)
+    ]
     dirnames = [r.dirname for r in records]
     if len(set(dirnames)) < len(dirnames):
         twice = sorted({d for d in dirnames if dirnames.count(d) > 1})
         raise ValueError(f"`trial_dirname_creator` gave two trials the same folder: {twice}")
     for rec in records:
-        scheduler.on_trial_add(rec.trial)
+        spec.scheduler.on_trial_add(rec.trial)
     return records
-
-
-def _created(argument: str, creator: Any, trial: Trial) -> str | None:
-    """What Ray's ``trial_name_creator``/``trial_dirname_creator`` returns for ``trial``."""
-    if creator is None:
-        return None
-    made = creator(trial)
-    if not isinstance(made, str) or not made.strip():
-        raise ValueError(f"`{argument}` returned {made!r} for {trial.trial_id}; it must be a name")
-    if argument == "trial_dirname_creator" and (
-        "/" in made or "\\" in made or made in (".", "..") or made.startswith(".")
-    ):
-        raise ValueError(
-            f"`{argument}` returned {made!r} for {trial.trial_id}; a trial folder is one "
-            "name (no '/', not starting with '.')"
-        )
-    return made
 
 
 # -- reading an experiment back ---------------------------------------------------

@@ -23,6 +23,7 @@ from popflow.flows.events.callbacks import check_callbacks
 from popflow.flows.spec.config import CheckpointConfig, check_verbose
 from popflow.flows.spec.experiment_name import check_name
 from popflow.schedulers import TrialScheduler
+from popflow.schedulers.search import check_searcher
 from popflow.schedulers.validation import check_real, is_int
 
 
@@ -78,12 +79,7 @@ class TuneConfig:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        refuse(
-            "search_alg",
-            self.search_alg,
-            None,
-            "popflow samples `param_space` itself (random and grid search); drop it",
-        )
+        check_searcher(self.search_alg)
         if not isinstance(self.reuse_actors, bool):
             raise TypeError(f"`reuse_actors` must be a bool, got {self.reuse_actors!r}")
         if self.scheduler is not None and not isinstance(self.scheduler, TrialScheduler):

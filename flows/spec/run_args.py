@@ -33,7 +33,7 @@ import cloudpickle
 
 from popflow.flows.spec.args_codec import ArgsDecodeError, Decoder, Encoder, ImportFailed
 from popflow.flows.spec.config import CheckpointConfig
-from popflow.flows.spec.run_spec import RUN_ARGUMENTS, trainable_name
+from popflow.flows.spec.run_spec import RUN_ARGUMENTS
 from popflow.flows.spec.trainable_paths import check_trainable, path_of
 from popflow.infra.jsonutil import dumps
 from popflow.infra.storage.folder import Storage
@@ -44,6 +44,7 @@ from popflow.infra.store.layout import (
     RUN_ARGS_FILE,
 )
 from popflow.schedulers import TrialScheduler
+from popflow.tasks.trainable import trainable_name
 
 logger = logging.getLogger(__name__)
 

@@ -15,6 +15,7 @@ that take it (``popflow.run``, and Ray's ``tune.run`` where Ray has it).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import time
@@ -31,13 +32,10 @@ from popflow.infra.storage.folder import Storage
 from popflow.infra.store.layout import LOG_DIR, PARAMS
 from popflow.schedulers import FIFOScheduler
 from popflow.schedulers.domains import Categorical
-from popflow.tasks.trainable import Trainable, is_function_trainable
+from popflow.schedulers.search_space import has_search_spaces
+from popflow.tasks.trainable import Trainable, is_function_trainable, trainable_name
 
-__all__ = ["RUN_ARGUMENTS", "RunSpec", "expand_name", "run_spec", "trainable_name"]
-
-
-def trainable_name(trainable: Any) -> str:
-    return getattr(trainable, "__name__", type(trainable).__name__)
+__all__ = ["RUN_ARGUMENTS", "RunSpec", "expand_name", "run_spec"]
 
 
 class Flat:
@@ -86,6 +84,9 @@ class RunSpec:
 
     #: the scheduler the run uses (FIFO if none was given), with metric and mode set
     scheduler = Flat("tune_config")
+    #: Ray's ``Searcher`` (None: random and grid search over ``param_space``); kept in
+    #: ``run_args.json`` only when given, so older experiments' files read the same
+    search_alg = Flat("tune_config", stored=False)
     num_samples = Flat("tune_config")
     seed = Flat("tune_config")
     time_budget_s = Flat("tune_config")
@@ -148,6 +149,7 @@ class RunSpec:
             **stored,
             "seed": seed,
             "callbacks": list(self.callbacks) or None,
+            **({} if self.search_alg is None else {"search_alg": self.search_alg}),
             # an address, not a Client: a Client's cluster may live only as long as its process
             "dask_address": self.dask_address if isinstance(self.dask_address, str) else None,
         }
@@ -219,6 +221,35 @@ def _check_keys(value: Any, where: str) -> None:
             _check_keys(sub, f"{where}.categories[{i}]")
 
 
+def check_search_alg(
+    search_alg: Any, metric: str | None, mode: str | None, param_space: dict[str, Any] | None
+) -> None:
+    """What Ray refuses of a ``search_alg``, before anything starts: a metric or mode
+    unlike the run's, a search space of its own beside one in ``param_space``, no metric
+    at all. Checked on a copy: the run's searcher is set up by the driver."""
+    for what, run_value in (("metric", metric), ("mode", mode)):
+        own = getattr(search_alg, what, None)
+        if own is not None and run_value is not None and own != run_value:
+            raise ValueError(
+                f"`{what}` is {run_value!r} for the run but {own!r} for the search_alg "
+                f"({type(search_alg).__name__}); set it in one place only"
+            )
+    probe = copy.deepcopy(search_alg)
+    took = probe.set_search_properties(metric, mode, dict(param_space or {}), num_samples=1)
+    if not took and has_search_spaces(param_space or {}):
+        raise ValueError(
+            "You passed a `param_space` with search spaces to run(), but the search_alg "
+            f"({type(search_alg).__name__}) was already given a search space of its own. "
+            "Make sure that `param_space` holds no more search spaces: put them all in "
+            "the search algorithm's space"
+        )
+    if getattr(probe, "bounded_by_num_samples", True) and probe.metric is None:
+        raise ValueError(
+            f"the search_alg ({type(search_alg).__name__}) has no metric to learn from: pass "
+            "`metric` and `mode` to run() (or TuneConfig), or to the search algorithm"
+        )
+
+
 def _check_reachable(storage: Storage, name: str) -> None:
     """On an object store, one listing of the experiment's log folder, the last check:
     a missing bucket, credentials or endpoint fail here, as a StorageError naming what
@@ -265,6 +296,8 @@ def run_spec(
             "`metric`/`mode` were passed to run() but the scheduler already has its own; "
             "set them in one place only"
         )
+    if tune_config.search_alg is not None:
+        check_search_alg(tune_config.search_alg, tune_config.metric, tune_config.mode, param_space)
     name = run_config.name
     name = (
         expand_name(name)

@@ -50,6 +50,8 @@ STATE_KEYS = (
     "policy_total",
     "stopper",
     "callbacks",
+    "search",
+    "search_calls",
 )
 #: Deltas after which a snapshot is written even if they are small: bounds the
 #: objects a resume reads.

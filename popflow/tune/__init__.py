@@ -30,9 +30,10 @@ from popflow.schedulers import (
     sample_from,
     uniform,
 )
+from popflow.schedulers.stoppers import Stopper
 from popflow.tasks import Checkpoint, Trainable, get_checkpoint, report
 from popflow.tasks.parameters import with_parameters
-from popflow.tune import logger, schedulers, stopper
+from popflow.tune import logger, schedulers, search, stopper
 
 __all__ = [
     "Callback",
@@ -42,6 +43,7 @@ __all__ = [
     "Result",
     "ResultGrid",
     "RunConfig",
+    "Stopper",
     "Trainable",
     "TrialError",
     "TuneConfig",
@@ -63,6 +65,7 @@ __all__ = [
     "run",
     "sample_from",
     "schedulers",
+    "search",
     "stopper",
     "uniform",
     "with_parameters",

@@ -1,0 +1,5 @@
+"""``ray.tune.search.basic_variant``: random and grid search."""
+
+from popflow.schedulers.search import BasicVariantGenerator
+
+__all__ = ["BasicVariantGenerator"]
