@@ -88,6 +88,9 @@ EXAMPLES = [
     "custom_func_checkpointing",
     "logging_example",
     "pb2_example",
+    "optuna_example",
+    "optuna_define_by_run_example",
+    "optuna_multiobjective_example",
 ]
 #: The Ray release whose examples ``tests/test_ray_examples.py`` runs in CI (its wheel,
 #: downloaded by pip, never installed) and ``--ray-version`` takes by default.

@@ -66,7 +66,8 @@ def test_rays_example_runs_on_popflow_with_only_its_imports_changed(rewritten, t
     assert fits, output[-4000:]
     for fit in fits:
         assert fit["trials"] >= 1 and fit["errors"] == 0, (fit, output[-4000:])
-        assert "best_error" not in fit, fit
+        # a multi-objective run has no one metric for get_best_result() (nor has Ray's)
+        assert "best_error" not in fit or fit["metric"] is None, fit
 
 
 @pytest.mark.unit
