@@ -32,6 +32,8 @@ and reports the run of median wall. Ray runs with
 
 - default: each example with ``--smoke-test`` on popflow only: rc, process wall
   time, best metric, trials, errors and the last error line of a failed run;
+- ``--side-by-side``: the same ``--smoke-test`` runs on popflow *and* the original
+  script on Ray, alternately (process walls, their ratio, the best metric of each);
 - ``--full``: each example on its full settings (no ``--smoke-test``) on popflow
   *and* the original script on Ray, alternately (popflow, then Ray, per
   example): process walls, their ratio and the best metric of each.
@@ -412,6 +414,11 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--full", action="store_true", help="full settings, popflow and Ray")
+    parser.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="--smoke-test on popflow and on Ray, alternately",
+    )
     parser.add_argument("--only", help="comma-separated example names (default: all)")
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
@@ -437,7 +444,7 @@ def main() -> None:
         source_dir = examples_dir(args.ray_python)
     mode = "full" if args.full else "smoke"
     print(f"Ray's examples from {source_dir}; {mode} mode; popflow: {python()}", flush=True)
-    if args.full:
+    if args.full or args.side_by_side:
         print(f"Ray: {args.ray_python}", flush=True)
 
     figures: dict[str, Any] = {
@@ -477,7 +484,7 @@ def main() -> None:
                 continue
             entry["rewritten_lines"] = changes[name]
             sides = [("popflow", python(), scripts / f"{name}.py", popflow_env)]
-            if args.full:
+            if args.full or args.side_by_side:
                 sides.append(("ray", args.ray_python, source_dir / f"{name}.py", ray_env))
             for repeat in range(args.repeats):
                 for side, interpreter, script, extra in sides:
@@ -505,7 +512,7 @@ def main() -> None:
             print(f"kept {root}")
 
     print()
-    if args.full:
+    if args.full or args.side_by_side:
         print(full_table(figures["runs"]))
     else:
         print(smoke_table(figures["runs"]))
