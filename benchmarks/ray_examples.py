@@ -93,6 +93,8 @@ EXAMPLES = [
     "optuna_example",
     "optuna_define_by_run_example",
     "optuna_multiobjective_example",
+    "xgboost_example",
+    "lightgbm_example",
 ]
 #: The Ray release whose examples ``tests/test_ray_examples.py`` runs in CI (its wheel,
 #: downloaded by pip, never installed) and ``--ray-version`` takes by default.

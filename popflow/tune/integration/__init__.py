@@ -1,0 +1,2 @@
+"""``ray.tune.integration``: report callbacks for training libraries (``.xgboost``,
+``.lightgbm``), each needing its library."""
