@@ -95,6 +95,8 @@ EXAMPLES = [
     "optuna_multiobjective_example",
     "xgboost_example",
     "lightgbm_example",
+    "nevergrad_example",
+    "bayesopt_example",
 ]
 #: The Ray release whose examples ``tests/test_ray_examples.py`` runs in CI (its wheel,
 #: downloaded by pip, never installed) and ``--ray-version`` takes by default.

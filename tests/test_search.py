@@ -3,19 +3,16 @@ their own, and every searcher through the real driver on the simulated backend."
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
-from trainables import Drifting
+from support.searchers import committed, configs, replayed_suggestions, simulate
 
-import popflow
 from popflow import ASHAScheduler, choice, grid_search, uniform
 from popflow import tune as ray_tune
 from popflow.flows.spec.run_args import load_run_args
 from popflow.infra.storage.folder import Storage
-from popflow.infra.store.commit_log import ExperimentLog
 from popflow.tune.search import (
     BasicVariantGenerator,
     ConcurrencyLimiter,
@@ -25,8 +22,6 @@ from popflow.tune.search import (
 from popflow.tune.search.optuna import OptunaSearch
 
 pytestmark = pytest.mark.unit
-
-SPACE = {"lr": uniform(0.0, 1.0)}
 
 
 class Counting(Searcher):
@@ -56,29 +51,6 @@ class Counting(Searcher):
 
     def on_trial_complete(self, trial_id, result=None, error=False) -> None:
         type(self).told.append(("complete", trial_id, error))
-
-
-def simulate(tmp_path: Path, search_alg: Searcher | None, **kwargs: Any) -> popflow.Simulation:
-    args: dict[str, Any] = {
-        "metric": "score",
-        "mode": "max",
-        "num_samples": 6,
-        "slots": 2,
-        "stop": {"training_iteration": 4},
-        "storage": str(tmp_path),
-        "seed": 3,
-    }
-    space = kwargs.pop("param_space", SPACE)
-    return popflow.simulate(Drifting, space, search_alg=search_alg, **{**args, **kwargs})
-
-
-def configs(sim: popflow.Simulation) -> list[dict[str, Any]]:
-    return [r.config for r in sorted(sim.grid, key=lambda r: r.trial_id)]
-
-
-def committed(tmp_path: Path) -> dict[str, Any]:
-    """The last commit's state of the run simulated into ``tmp_path``."""
-    return ExperimentLog(Storage(str(tmp_path / "simulation"))).latest()
 
 
 # -- the pure searchers on their own --------------------------------------------------
@@ -305,3 +277,11 @@ def test_a_run_keeps_a_fresh_copy_of_its_searcher_for_popflow_resume(tmp_path):
     kept = load_run_args(Storage(str(tmp_path / "simulation")))["search_alg"]
     assert isinstance(kept, ConcurrencyLimiter) and kept.live_trials == set()
     assert isinstance(kept.searcher, OptunaSearch) and kept.searcher._study is None
+
+
+def test_replaying_optuna_search_calls_gives_back_every_suggestion(tmp_path):
+    """What a resume does (tests/test_search_resume.py kills real drivers)."""
+    searcher = ConcurrencyLimiter(OptunaSearch(), max_concurrent=2)
+    scheduler = ASHAScheduler(max_t=4, grace_period=1, reduction_factor=2)
+    made, again = replayed_suggestions(searcher, tmp_path, scheduler=scheduler, num_samples=12)
+    assert len(made) == 12 and again == made
