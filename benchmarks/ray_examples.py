@@ -96,6 +96,7 @@ EXAMPLES = [
     "xgboost_example",
     "lightgbm_example",
     "nevergrad_example",
+    "hyperopt_conditional_search_space_example",
     "bayesopt_example",
 ]
 #: The Ray release whose examples ``tests/test_ray_examples.py`` runs in CI (its wheel,

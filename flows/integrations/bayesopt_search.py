@@ -30,8 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from popflow.flows.integrations.nevergrad_search import _metric_of, _number
-from popflow.flows.integrations.optuna_search import DEFAULT_METRIC, _flat, _unflat
+from popflow.flows.integrations.search_values import (
+    DEFAULT_METRIC,
+    flat_keys,
+    is_number,
+    metric_of,
+    nested_keys,
+)
 from popflow.flows.integrations.tensorboard import require
 from popflow.schedulers import domains
 from popflow.schedulers.search import Searcher
@@ -116,7 +121,7 @@ class BayesOptSearch(Searcher):
         self._skip_duplicate = skip_duplicate
         self._verbose = verbose
         self._analysis = analysis
-        self._points = [_flat(dict(p)) for p in points_to_evaluate or []]
+        self._points = [flat_keys(dict(p)) for p in points_to_evaluate or []]
         self.optimizer: Any = None  # bayes_opt's BayesianOptimization, made on first use
         self._observed: list[tuple[dict[str, float], float]] = []  # what it was told
         self._config_counter: dict[str, int] = {}
@@ -190,7 +195,7 @@ class BayesOptSearch(Searcher):
             self._total_random_search_trials += 1
         self._live[trial_id] = config
         self._suggested += 1
-        return _unflat(dict(config))
+        return nested_keys(dict(config))
 
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
@@ -199,7 +204,7 @@ class BayesOptSearch(Searcher):
         # Ray learns nothing from a failed trial (its result is None there)
         if params is None or result is None or error:
             return
-        value = _metric_of(result, self.metric)
+        value = metric_of(result, self.metric)
         if not self._random_done:
             self._buffered.append((params, value))
             if len(self._buffered) >= self.random_search_trials:
@@ -212,10 +217,10 @@ class BayesOptSearch(Searcher):
         ``metrics``) told to the process."""
         self._setup()
         for result in analysis:
-            flat = _flat(dict(result.config or {}))
+            flat = flat_keys(dict(result.config or {}))
             params = {name: flat.get(name) for name in self._space or {}}
-            if all(_number(v) for v in params.values()):
-                self._register(params, _metric_of(result.metrics or {}, self.metric))
+            if all(is_number(v) for v in params.values()):
+                self._register(params, metric_of(result.metrics or {}, self.metric))
 
     # -- the process ----------------------------------------------------------------
     def _setup(self) -> None:
@@ -238,7 +243,7 @@ class BayesOptSearch(Searcher):
             missing = [name for name in self._space if name not in point]
             if missing:
                 raise ValueError(
-                    f"a point of `points_to_evaluate` ({_unflat(point)!r}) has no value for "
+                    f"a point of `points_to_evaluate` ({nested_keys(point)!r}) has no value for "
                     f"{missing}"
                 )
         self.optimizer = self._new_optimizer(self._base_seed)
@@ -270,7 +275,7 @@ class BayesOptSearch(Searcher):
 
     def _register(self, params: dict[str, Any], value: Any) -> None:
         """One result told to the process: bayes_opt maximises, so "min" is negated."""
-        if not _number(value) or not math.isfinite(float(value)):
+        if not is_number(value) or not math.isfinite(float(value)):
             # Ray filters NaN and infinities out, and never gets a result without its metric
             logger.debug("BayesOptSearch: %r of %s is not told", value, params)
             return
@@ -295,7 +300,7 @@ def convert_search_space(space: dict[str, Any]) -> dict[str, tuple[float, float]
     """popflow's (Ray's) search space as bayes_opt's ``(lower, upper)`` bounds by
     ``/``-joined name; constants are left to the run's ``param_space``."""
     out: dict[str, tuple[float, float]] = {}
-    for name, domain in _flat(space).items():
+    for name, domain in flat_keys(space).items():
         if is_grid_search(domain):
             raise ValueError(
                 f"`{name}` is a grid_search, which BayesOpt cannot sample: use uniform(...)"
@@ -328,7 +333,7 @@ def convert_search_space(space: dict[str, Any]) -> dict[str, tuple[float, float]
 def _bounds_of(space: dict[str, Any]) -> dict[str, tuple[float, float]]:
     """A ``space`` given to the searcher: popflow's domains (converted, with Ray's
     warning) or ``(lower, upper)`` bounds by name."""
-    flat = _flat(space)
+    flat = flat_keys(space)
     if any(isinstance(v, domains.Domain) or is_grid_search(v) for v in flat.values()):
         logger.warning(
             "BayesOptSearch got popflow search spaces as `space`: they are converted, but "
@@ -341,7 +346,7 @@ def _bounds_of(space: dict[str, Any]) -> dict[str, tuple[float, float]]:
             not isinstance(bounds, Sequence)
             or isinstance(bounds, str)
             or len(bounds) != 2
-            or not all(_number(b) for b in bounds)
+            or not all(is_number(b) for b in bounds)
             or not bounds[0] < bounds[1]
         ):
             raise ValueError(
@@ -371,7 +376,7 @@ def _base_seed(random_state: Any) -> int | None:
 def _config_key(config: dict[str, Any], precision: int) -> str:
     """Two configs are one when their floats agree to ``precision`` decimals (Ray's)."""
     rounded = {
-        k: f"{v:.{precision}f}" if isinstance(v, float) else v for k, v in _flat(config).items()
+        k: f"{v:.{precision}f}" if isinstance(v, float) else v for k, v in flat_keys(config).items()
     }
     return json.dumps(rounded, sort_keys=True, default=str)
 

@@ -27,7 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from popflow.flows.integrations.optuna_search import DEFAULT_METRIC, _flat, _unflat
+from popflow.flows.integrations.search_values import (
+    DEFAULT_METRIC,
+    flat_keys,
+    is_number,
+    metric_of,
+    nested_keys,
+    plain,
+)
 from popflow.flows.integrations.tensorboard import require
 from popflow.schedulers import domains
 from popflow.schedulers.search import Searcher
@@ -134,7 +141,7 @@ class NevergradSearch(Searcher):
         if self._points_asked < len(self._points):
             # the point as given: Nevergrad's own copy went through its transforms
             # (a log-scaled 0.01 comes back 0.010000000000000004)
-            point = _flat(self._points[self._points_asked])
+            point = flat_keys(self._points[self._points_asked])
             self._points_asked += 1
             values = {name: point[name] for name in self._point_names()}
         elif candidate.kwargs:
@@ -143,7 +150,7 @@ class NevergradSearch(Searcher):
             values = dict(zip(self._names, np.ravel(candidate.args[0]), strict=True))
         else:
             values = dict(candidate.value)
-        return _unflat({k: _plain(v) for k, v in values.items()})
+        return nested_keys({k: plain(v) for k, v in values.items()})
 
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
@@ -152,8 +159,8 @@ class NevergradSearch(Searcher):
         # Ray tells nothing of a trial that failed (its result is None there)
         if candidate is None or error or not result:
             return
-        value = _metric_of(result, self.metric)
-        if not _number(value):
+        value = metric_of(result, self.metric)
+        if not is_number(value):
             logger.warning(
                 "NevergradSearch: trial %s ended without a number for `%s` (%r): not told",
                 trial_id,
@@ -253,7 +260,7 @@ class NevergradSearch(Searcher):
         # Nevergrad asks its suggestions last in, first out: the last point goes in first
         names = self._point_names()
         for point in reversed(self._points):
-            flat = _flat(point)
+            flat = flat_keys(point)
             missing = [n for n in names if n not in flat]
             if missing:
                 raise ValueError(
@@ -272,7 +279,7 @@ def convert_search_space(space: dict[str, Any]) -> Any:
     """popflow's (Ray's) search space as an ``ng.p.Dict`` by ``/``-joined name (None when
     it has none); constants are left to the run's ``param_space``."""
     ng = _nevergrad()
-    out = _parameters(ng, _flat(space))
+    out = _parameters(ng, flat_keys(space))
     return ng.p.Dict(**out) if out else None
 
 
@@ -333,7 +340,7 @@ def _space_from_dict(space: dict[str, Any]) -> Any:
     """A dict given as ``space``: popflow's domains (converted, as Ray does, with its
     warning) or Nevergrad parameters by name, as one ``ng.p.Dict``."""
     ng = _nevergrad()
-    flat = _flat(space)
+    flat = flat_keys(space)
     if any(isinstance(v, domains.Domain) or is_grid_search(v) for v in flat.values()):
         logger.warning(
             "NevergradSearch got popflow search spaces as `space`: they are converted, but "
@@ -355,28 +362,3 @@ def _nevergrad() -> Any:
 
 def _is_names(space: Any) -> bool:
     return isinstance(space, list | tuple) and all(isinstance(n, str) for n in space)
-
-
-def _metric_of(result: dict[str, Any], metric: str | None) -> Any:
-    """``result[metric]``; a ``/``-joined metric names a nested value, as in Ray."""
-    if metric is None:
-        return None
-    if metric in result:
-        return result[metric]
-    node: Any = result
-    for part in metric.split("/"):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(
-        value, bool | np.bool_
-    )
-
-
-def _plain(value: Any) -> Any:
-    """numpy scalars as Python ones (configs are JSON)."""
-    return value.item() if isinstance(value, np.generic) else value

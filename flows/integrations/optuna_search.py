@@ -23,15 +23,18 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from popflow.flows.integrations.search_values import (
+    DEFAULT_METRIC,
+    flat_keys,
+    has_domains,
+    nested_keys,
+)
 from popflow.flows.integrations.tensorboard import require
 from popflow.schedulers import domains
 from popflow.schedulers.search import Searcher
 from popflow.schedulers.search_space import is_grid_search
 
 logger = logging.getLogger(__name__)
-
-#: the metric a searcher given only a ``mode`` optimises (Ray's ``DEFAULT_METRIC``)
-DEFAULT_METRIC = "_metric"
 
 
 class OptunaSearch(Searcher):
@@ -84,7 +87,9 @@ class OptunaSearch(Searcher):
                 f"`points_to_evaluate` {len(points_to_evaluate or [])} points: one each"
             )
         if isinstance(space, Mapping) and space:
-            space = convert_search_space(dict(space)) if _has_domains(space) else _flat(dict(space))
+            space = (
+                convert_search_space(dict(space)) if has_domains(space) else flat_keys(dict(space))
+            )
         self._space: Any = space or None
         self._points = [dict(p) for p in points_to_evaluate or []]
         self._rewards = list(evaluated_rewards) if evaluated_rewards is not None else None
@@ -130,8 +135,8 @@ class OptunaSearch(Searcher):
                     "the define-by-run function passed as `space` must return None or a dict "
                     f"with str keys, not {constants!r}"
                 )
-            return _unflat({**trial.params, **(constants or {})})
-        return _unflat(dict(trial.params))
+            return nested_keys({**trial.params, **(constants or {})})
+        return nested_keys(dict(trial.params))
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         # Optuna takes no intermediate values for several objectives
@@ -184,7 +189,7 @@ class OptunaSearch(Searcher):
         trial = _optuna().trial.create_trial(
             state=state.FAIL if error else state.PRUNED if pruned else state.COMPLETE,
             value=None if error else value,
-            params=_flat(parameters),
+            params=flat_keys(parameters),
             distributions=self._space,
             intermediate_values=dict(enumerate(intermediate_values or [])) or None,
         )
@@ -230,7 +235,7 @@ class OptunaSearch(Searcher):
                 self.add_evaluated_point(point, reward)
         else:
             for point in self._points:
-                study.enqueue_trial(_flat(point))
+                study.enqueue_trial(flat_keys(point))
         return study
 
 
@@ -239,7 +244,7 @@ def convert_search_space(space: dict[str, Any]) -> dict[str, Any]:
     constants are left to the run's ``param_space``."""
     dist = _optuna().distributions
     out: dict[str, Any] = {}
-    for name, domain in _flat(space).items():
+    for name, domain in flat_keys(space).items():
         if is_grid_search(domain):
             raise ValueError(
                 f"`{name}` is a grid_search, which Optuna cannot sample: use choice(...)"
@@ -274,34 +279,6 @@ def convert_search_space(space: dict[str, Any]) -> dict[str, Any]:
 def _optuna() -> Any:
     """Optuna, imported when first needed (an optional extra)."""
     return require("optuna", "optuna", "OptunaSearch")
-
-
-def _has_domains(space: Mapping[str, Any]) -> bool:
-    return any(
-        isinstance(v, domains.Domain) or is_grid_search(v) for v in _flat(dict(space)).values()
-    )
-
-
-def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dicts as one dict with ``/``-joined keys (a grid_search marker is a leaf)."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict) and value and not is_grid_search(value):
-            out.update(_flat(value, f"{prefix}{key}/"))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def _unflat(params: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in params.items():
-        *parents, leaf = key.split("/")
-        node = out
-        for parent in parents:
-            node = node.setdefault(parent, {})
-        node[leaf] = value
-    return out
 
 
 def _finite(value: Any) -> bool:

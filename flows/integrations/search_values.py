@@ -1,0 +1,78 @@
+"""What every search-algorithm adapter shares: a config's nested keys as ``/``-joined
+names (the libraries take flat spaces) and back, a result's metric, and the values a
+model is told or suggests (numbers; numpy scalars as JSON's)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from popflow.schedulers import domains
+from popflow.schedulers.search_space import is_grid_search
+
+#: the metric a searcher given only a ``mode`` optimises (Ray's ``DEFAULT_METRIC``)
+DEFAULT_METRIC = "_metric"
+
+
+def flat_keys(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as one dict with ``/``-joined keys (a grid_search marker is a leaf)."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value and not is_grid_search(value):
+            out.update(flat_keys(value, f"{prefix}{key}/"))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def nested_keys(params: dict[str, Any]) -> dict[str, Any]:
+    """``/``-joined names as nested dicts again."""
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        *parents, leaf = key.split("/")
+        node = out
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[leaf] = value
+    return out
+
+
+def has_domains(space: Mapping[str, Any]) -> bool:
+    """``space`` holds popflow search spaces (domains or grid searches)."""
+    return any(
+        isinstance(v, domains.Domain) or is_grid_search(v) for v in flat_keys(dict(space)).values()
+    )
+
+
+def metric_of(result: dict[str, Any], metric: str | None) -> Any:
+    """``result[metric]``; a ``/``-joined metric names a nested value, as in Ray."""
+    if metric is None:
+        return None
+    if metric in result:
+        return result[metric]
+    node: Any = result
+    for part in metric.split("/"):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def is_number(value: Any) -> bool:
+    """A number a model can be told (not a bool)."""
+    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(
+        value, bool | np.bool_
+    )
+
+
+def plain(value: Any) -> Any:
+    """numpy scalars as Python ones, all through a config (configs are JSON)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(plain(v) for v in value)
+    return value
