@@ -11,6 +11,7 @@ A pytest plugin: ``tests/conftest.py`` loads it.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing.process
 import socket
 import subprocess
@@ -57,6 +58,14 @@ def forbid_the_outside(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket.socket, "connect_ex", _refuse("connect a socket"))
     monkeypatch.setattr(subprocess.Popen, "_execute_child", _refuse("start a subprocess"))
     monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", _refuse("start a process"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """matplotlib builds its font cache the first time it is imported on a machine, and
+    runs ``fc-list`` to do it: done here, before any test, so that the first unit test
+    that draws on a fresh machine is not failed for starting a process."""
+    with contextlib.suppress(ImportError):  # without the plots extra nothing draws
+        import matplotlib.font_manager  # noqa: F401
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
