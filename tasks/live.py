@@ -78,6 +78,8 @@ class LiveClass:
         return False
 
     def run(self, run: SegmentRun) -> EndReason:
+        if run.saves_first():  # still at the result the driver asked to save: save it now
+            self._save(run, required=True, result=run.spec.save_first)
         self.clock.start()
         while True:
             metrics = self.trainable.step()
@@ -93,7 +95,7 @@ class LiveClass:
             if reason is not None:
                 return reason
 
-    def _save(self, run: SegmentRun, required: bool) -> None:
+    def _save(self, run: SegmentRun, required: bool, result: dict[str, Any] | None = None) -> None:
         with run.checkpoint_folder() as d:
             try:
                 saved = self.trainable.save_checkpoint(d)
@@ -107,7 +109,7 @@ class LiveClass:
                     out = DigestingWriter(f)
                     pickle.dump(saved, out)
                 known = {DICT_CHECKPOINT_FILE: out.entry()}
-            run.publish(d, known)
+            run.publish(d, known, result)
 
     def discard(self) -> None:
         self.trainable.cleanup()

@@ -21,6 +21,7 @@ from popflow.infra.store.layout import checkpoint_name, checkpoint_path
 from popflow.infra.store.lease import fence
 from popflow.tasks.progress import ProgressClock
 from popflow.tasks.progress_events import ProgressSender
+from popflow.tasks.result_keys import SHOULD_CHECKPOINT, TRAINING_ITERATION
 from popflow.tasks.specs import (
     CheckpointNeed,
     CheckpointRecord,
@@ -103,11 +104,18 @@ class SegmentRun:
         freq = self.spec.checkpoint_frequency
         if freq and self.clock.iteration % freq == 0:
             return CheckpointNeed.REQUIRED
+        if self.outcome.results[-1].get(SHOULD_CHECKPOINT) or self.saves_first():
+            return CheckpointNeed.REQUIRED
         if reason in (EndReason.DONE, EndReason.STOP) and self.spec.checkpoint_at_end:
             return CheckpointNeed.REQUIRED
-        if reason is not None and reason.is_decision_point:
+        if reason is not None and reason.is_decision_point and self.spec.save_at_decisions:
             return CheckpointNeed.OPTIONAL
         return None
+
+    def saves_first(self) -> bool:
+        """The trainable is at the iteration of the result the driver asked to save."""
+        first = self.spec.save_first
+        return first is not None and first.get(TRAINING_ITERATION) == self.clock.iteration
 
     @contextlib.contextmanager
     def checkpoint_folder(self) -> Iterator[str]:
@@ -132,10 +140,16 @@ class SegmentRun:
                 self.spec.storage.remove(staged)
             self._staged = None
 
-    def publish(self, local_dir: str, known: dict[str, dict[str, Any]] | None = None) -> None:
-        """Publish ``local_dir`` as the checkpoint of the latest result (``known``: the
-        manifest entries of files popflow wrote there, see ``publish_checkpoint``)."""
-        result = self.outcome.results[-1]
+    def publish(
+        self,
+        local_dir: str,
+        known: dict[str, dict[str, Any]] | None = None,
+        result: dict[str, Any] | None = None,
+    ) -> None:
+        """Publish ``local_dir`` as the checkpoint of ``result``, by default the latest
+        (``known``: the manifest entries of files popflow wrote there, see
+        ``publish_checkpoint``)."""
+        result = self.outcome.results[-1] if result is None else result
         name = checkpoint_name(self.clock.iteration, self._taken)
         self._taken.add(name)
         metadata = {**self.clock.metadata(), "result": jsonable(result)}

@@ -65,6 +65,12 @@ class SegmentSpec:
     stop: StopCondition = None
     checkpoint_frequency: int = 0
     checkpoint_at_end: bool = True
+    #: save at MILESTONE and MAX_ITERATIONS ends (False: those ends are only for the
+    #: driver to see each result, and saving there would checkpoint every iteration)
+    save_at_decisions: bool = True
+    #: a driver-side callback asked for a checkpoint at this result (``should_checkpoint``)
+    #: after the segment that reached it ended: saved once the trainable is at its iteration
+    save_first: dict[str, Any] | None = None
     taken: frozenset[str] = frozenset()  # checkpoint names this trial has or is deleting
     live_token: str | None = None  # continue the trainable this worker parked under it
     lease_epoch: int = 0  # the driver's lease: no checkpoint is published once a newer exists

@@ -31,6 +31,7 @@ import pandas as pd
 
 from popflow.flows.backends.simulated import Duration, SimulatedBackend
 from popflow.flows.driver.controller import Controller
+from popflow.flows.events.callbacks import Callback
 from popflow.flows.events.run_events import EventBus, Subscriber
 from popflow.flows.experiment.opening import open_experiment
 from popflow.flows.experiment.results import ResultGrid, results_of
@@ -144,18 +145,20 @@ def simulate(
     storage: str | os.PathLike[str] | None = None,
     name: str = "simulation",
     seed: int = 0,
+    callbacks: Sequence[Callback] | None = None,
     subscribers: Sequence[Subscriber] = (),
 ) -> Simulation:
     """Run ``scheduler`` over ``trainable`` (or the curves of the finished experiment at
-    ``curves_from``) on ``slots`` simulated slots; what it did and cost.
+        ``curves_from``) on ``slots`` simulated slots; what it did and cost.
 
-    ``duration``: virtual seconds per result: a number, a result key (the time the
-    trainable reports), or a function of the result. Default: 1 per result for a
-    trainable, the recorded ``time_this_iter_s`` for replayed curves. ``commit_interval``
-    is virtual seconds too. Results go to ``storage`` (default: a new temporary folder,
-    kept so the grid can read its trials' histories). ``subscribers`` follow the driver's
-    events (:mod:`popflow.flows.events.run_events`). The other arguments are
-    :func:`popflow.run`'s.
+        ``duration``: virtual seconds per result: a number, a result key (the time the
+        trainable reports), or a function of the result. Default: 1 per result for a
+        trainable, the recorded ``time_this_iter_s`` for replayed curves. ``commit_interval``
+        is virtual seconds too. Results go to ``storage`` (default: a new temporary folder,
+        kept so the grid can read its trials' histories). ``callbacks``: Ray's ``tune.Callback``s,
+    called as in a real run. ``subscribers`` follow the driver's
+        events (:mod:`popflow.flows.events.run_events`). The other arguments are
+        :func:`popflow.run`'s.
     """
     table_extra: dict[str, dict[str, Any]] = {}
     if curves_from is not None:
@@ -198,6 +201,7 @@ def simulate(
             checkpoint_config=checkpoint_config,
             verbose=0,
             stop=stop,
+            callbacks=list(callbacks) if callbacks is not None else None,
         ),
         StorageSpec(
             Storage(storage or tempfile.mkdtemp(prefix="popflow-simulation-")),

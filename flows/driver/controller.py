@@ -60,6 +60,7 @@ from popflow.flows.experiment.trial_table import TrialRecord, TrialTable, clone_
 from popflow.infra.store.json_delta import Changed
 from popflow.infra.store.layout import checkpoint_path
 from popflow.schedulers import Action, Exploit, Trial, TrialStatus
+from popflow.tasks.result_keys import TRAINING_ITERATION
 from popflow.tasks.seeding import DRIVER, seed_globals, segment_seed
 from popflow.tasks.specs import EndReason, SegmentOutcome, SegmentSpec
 
@@ -207,6 +208,8 @@ class Controller:
         target = self.scheduler.next_milestone(rec.trial)
         freq = self.spec.checkpoint_config.checkpoint_frequency
         stopper = self.early_end.stopper
+        each = self.hooks.see_each_result
+        save_first, rec.save_first = rec.save_first, None  # asked for once
         return SegmentSpec(
             trainable=self.spec.trainable,
             trial_id=rec.trial_id,
@@ -218,8 +221,14 @@ class Controller:
             time_attr=self.scheduler.time_attr,
             target=target,
             # without a scheduler milestone, end segments at checkpoints so progress is
-            # committed; a stopper (on the driver) sees every result before the next step
-            max_iterations=(freq or (1 if stopper else None)) if target is None else None,
+            # committed; a stopper (on the driver) sees every result before the next step,
+            # and so does a callback that acts on results (it may ask for a checkpoint)
+            max_iterations=(1 if each else freq or (1 if stopper else None))
+            if target is None
+            else None,
+            # segments cut for such a callback alone are no decision points worth a save
+            save_at_decisions=not (each and target is None and not stopper),
+            save_first=save_first,
             stop=None if stopper is not None else self.spec.stop,
             checkpoint_frequency=freq,
             checkpoint_at_end=self.spec.checkpoint_at_end,
@@ -328,14 +337,16 @@ class Controller:
         for outcome in sorted(outcomes, key=lambda o: self.by_id[o.trial_id].index):
             self._reduce(outcome)
 
-    def record(self, rec: TrialRecord, result: dict[str, Any]) -> None:
-        """One result of ``rec``'s trial: logged, told to the callbacks and subscribers."""
+    def record(self, rec: TrialRecord, result: dict[str, Any]) -> bool:
+        """One result of ``rec``'s trial: logged, told to the callbacks and subscribers;
+        whether a callback asked for a checkpoint at it (``should_checkpoint``)."""
         result["config"] = rec.trial.config  # as Ray: the config this result was trained with
         rec.num_results += 1
         rec.trial.last_result = result
         self.logs.add_result(rec, result)
-        self.hooks.trial_result(rec.trial, result)
+        asked = self.hooks.trial_result(rec.trial, result)
         self.events.emit(TrialResult(rec, result))
+        return asked
 
     def _reduce(self, outcome: SegmentOutcome) -> None:
         rec = self.by_id[outcome.trial_id]
@@ -367,8 +378,9 @@ class Controller:
         rec.restore_from(outcome.checkpoints, outcome.results)
         terminal = outcome.reason.is_terminal
         action = Action.CONTINUE
+        asked = False  # a callback asked for a checkpoint
         for i, result in enumerate(outcome.results):
-            self.record(rec, result)
+            asked = self.record(rec, result) or asked
             if rec.replays(result):  # decided on before the trial was sent back
                 continue
             if self.early_end.stops(rec.trial_id, result):
@@ -393,10 +405,30 @@ class Controller:
                 break
         if rec.restore_results is not None:  # results dropped after a stop
             rec.restore_results = min(rec.restore_results, rec.num_results)
+        if asked:
+            self._save_first(rec, outcome, ended=terminal or action == Action.STOP)
         self.table.end_segment(rec.trial, action, terminal)
         held = rec.trial.status == TrialStatus.PAUSED and self.scheduler.pause_is_barrier
         if rec.trial.status != TrialStatus.PENDING and not held:
             self.discard_live(rec)  # paused for long or ended: free the worker's memory
+
+    def _save_first(self, rec: TrialRecord, outcome: SegmentOutcome, ended: bool) -> None:
+        """A callback asked for a checkpoint in this segment: its trainable saves the
+        segment's last result first thing next segment, unless that result has one.
+        The asked-for result is the last but where a scheduler's milestone let the
+        segment run several iterations (then the state of the later one is saved)."""
+        last = outcome.results[-1]
+        iteration = last.get(TRAINING_ITERATION)
+        if any(c.iteration == iteration for c in outcome.checkpoints):
+            return
+        if ended:
+            logger.warning(
+                "trial %s ended at the result a callback asked to checkpoint: its state is "
+                "gone (set CheckpointConfig(checkpoint_at_end=True) to keep it)",
+                rec.trial_id,
+            )
+            return
+        rec.save_first = {k: v for k, v in last.items() if k != "config"}
 
     def _seed_user_code(self) -> None:
         """Reseed the driver's global RNGs before a scheduler call.

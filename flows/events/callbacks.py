@@ -10,6 +10,13 @@ committed before stays, so the experiment can be resumed.
 A callback's ``get_state()`` (JSON-able) is committed every round and given
 back to ``set_state()`` when the experiment resumes. Not called (yet):
 ``on_trial_restore``.
+
+As in Ray, ``on_trial_result`` may set ``result[SHOULD_CHECKPOINT] = True``
+(:mod:`popflow.tune.result`): the trial saves a checkpoint of that result's state
+before its next step. A run with such a callback (one that overrides
+``on_trial_result`` and is not a ``LoggerCallback``) lets each trial run one
+iteration at a time where no scheduler milestone bounds its segments, so the
+callback sees every result before the next step, as Ray's does.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from popflow.schedulers import Trial
+from popflow.tasks.result_keys import SHOULD_CHECKPOINT
 
 
 class Callback:
@@ -54,7 +62,8 @@ class Callback:
     def on_trial_result(
         self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any
     ) -> None:
-        """For every result ``trial`` reports (a copy: changing it changes nothing)."""
+        """For every result ``trial`` reports (a copy: of what is set on it, only
+        ``result[SHOULD_CHECKPOINT] = True`` is acted on, as a request for a checkpoint)."""
 
     def on_trial_complete(
         self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
@@ -195,10 +204,27 @@ class Hooks:
             self._started.add(trial.trial_id)
             self._call("on_trial_start", trial=trial)
 
-    def trial_result(self, trial: Trial, result: dict[str, Any]) -> None:
+    def trial_result(self, trial: Trial, result: dict[str, Any]) -> bool:
+        """Tell the searcher and the callbacks; whether a callback asked for a checkpoint
+        at this result (``result[SHOULD_CHECKPOINT] = True`` on the copy it got, as Ray)."""
         if self.search is not None:
             self.search.trial_result(trial, result)
-        self._call("on_trial_result", trial=trial, result=dict(result))
+        if not self.callbacks:
+            return False
+        told = dict(result)
+        self._call("on_trial_result", trial=trial, result=told)
+        return bool(told.get(SHOULD_CHECKPOINT)) and not result.get(SHOULD_CHECKPOINT)
+
+    @property
+    def see_each_result(self) -> bool:
+        """A callback of the user's acts on results (``on_trial_result``, not a logger's):
+        it sees each result before the trial's next step, as in Ray, so that the
+        checkpoint it may ask for is of that result's state."""
+        return any(
+            type(cb).on_trial_result is not Callback.on_trial_result
+            and not isinstance(cb, LoggerCallback)
+            for cb in self.callbacks
+        )
 
     def trial_complete(self, trial: Trial) -> None:
         if self.search is not None:

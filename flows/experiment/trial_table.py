@@ -58,6 +58,9 @@ class TrialRecord:
     #: (token, worker address) of the trainable parked on a worker; memory only,
     #: never committed: a lost live trainable just means a restore from storage
     live: tuple[str, str] | None = None
+    #: the result a driver-side callback asked to checkpoint (``should_checkpoint``) that
+    #: has none yet: its segment had ended; the next segment saves it first. Memory only
+    save_first: dict[str, Any] | None = None
 
     @property
     def trial_id(self) -> str:

@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 
 from popflow.flows.integrations.search_values import (
-    DEFAULT_METRIC,
     flat_keys,
     is_number,
     metric_of,
@@ -39,6 +38,7 @@ from popflow.flows.integrations.tensorboard import require
 from popflow.schedulers import domains
 from popflow.schedulers.search import Searcher
 from popflow.schedulers.search_space import is_grid_search
+from popflow.tasks.result_keys import DEFAULT_METRIC
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from popflow.flows.integrations.search_values import (
-    DEFAULT_METRIC,
     flat_keys,
     has_domains,
     nested_keys,
@@ -33,6 +32,7 @@ from popflow.flows.integrations.tensorboard import require
 from popflow.schedulers import domains
 from popflow.schedulers.search import Searcher
 from popflow.schedulers.search_space import is_grid_search
+from popflow.tasks.result_keys import DEFAULT_METRIC
 
 logger = logging.getLogger(__name__)
 

@@ -12,9 +12,6 @@ import numpy as np
 from popflow.schedulers import domains
 from popflow.schedulers.search_space import is_grid_search
 
-#: the metric a searcher given only a ``mode`` optimises (Ray's ``DEFAULT_METRIC``)
-DEFAULT_METRIC = "_metric"
-
 
 def flat_keys(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested dicts as one dict with ``/``-joined keys (a grid_search marker is a leaf)."""
