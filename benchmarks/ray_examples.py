@@ -99,6 +99,7 @@ EXAMPLES = [
     "hyperopt_conditional_search_space_example",
     "bayesopt_example",
     "custom_checkpointing_with_callback",
+    "bohb_example",
 ]
 #: The Ray release whose examples ``tests/test_ray_examples.py`` runs in CI (its wheel,
 #: downloaded by pip, never installed) and ``--ray-version`` takes by default.

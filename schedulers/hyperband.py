@@ -211,6 +211,8 @@ class HyperBandScheduler(TrialScheduler):
     """
 
     synchronous = True
+    #: the brackets' class (HyperBandForBOHB's wait until they are filled)
+    _bracket_type: type[_Bracket] = _Bracket
 
     def __init__(
         self,
@@ -273,7 +275,7 @@ class HyperBandScheduler(TrialScheduler):
             return
         if not self._brackets or not self._brackets[-1].accepting():
             rungs = self._plan[len(self._brackets) % len(self._plan)]
-            self._brackets.append(_Bracket(len(rungs) - 1, rungs))
+            self._brackets.append(self._bracket_type(len(rungs) - 1, rungs))
         bracket = self._brackets[-1]
         bracket.members.append(trial.trial_id)
         bracket.live.append(trial.trial_id)
@@ -400,7 +402,7 @@ class HyperBandScheduler(TrialScheduler):
                     f"expected s={len(expected) - 1}: construct the scheduler with the "
                     f"same max_t and reduction_factor"
                 )
-            b = _Bracket(saved["s"], by_s[saved["s"]])
+            b = self._bracket_type(saved["s"], by_s[saved["s"]])
             b.rung = int(saved["rung"])
             b.members = list(saved["members"])
             b.live = list(saved["live"])

@@ -46,6 +46,7 @@ from popflow.schedulers import (
     randint,
     sample_from,
 )
+from popflow.tune.schedulers.hb_bohb import HyperBandForBOHB
 
 ITERATIONS = 24
 
@@ -71,6 +72,7 @@ def scheduler(kind: str, iterations: int = ITERATIONS):
         ),
         "asha": lambda: ASHAScheduler(grace_period=1, max_t=iterations, reduction_factor=2),
         "hyperband": lambda: HyperBandScheduler(max_t=iterations, reduction_factor=2),
+        "bohb": lambda: HyperBandForBOHB(max_t=iterations, reduction_factor=2),
         "median": lambda: MedianStoppingRule(
             time_attr="training_iteration", grace_period=2, min_samples_required=2
         ),
@@ -81,14 +83,19 @@ def scheduler(kind: str, iterations: int = ITERATIONS):
 
 
 def search_alg(kind: str | None):
-    """The searcher of ``--search``: Optuna's TPE (seed 0), at most 2 trials
-    live, so that most trials are suggested after others ended (by the model, after the
-    first 4)."""
+    """The searcher of ``--search``: Optuna's TPE (seed 0), or BOHB's model (seed 0;
+    scheduler ``bohb``), at most 2 trials live, so that most trials are suggested after
+    others ended (by the model, after the first 4)."""
     if kind is None:
         return None
+    from popflow.tune.search import ConcurrencyLimiter
+
+    if kind == "bohb":
+        from popflow.tune.search.bohb import TuneBOHB
+
+        return ConcurrencyLimiter(TuneBOHB(seed=0), max_concurrent=2)
     import optuna
 
-    from popflow.tune.search import ConcurrencyLimiter
     from popflow.tune.search.optuna import OptunaSearch
 
     sampler = optuna.samplers.TPESampler(n_startup_trials=4, seed=0)
@@ -233,7 +240,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--search",
-        choices=["optuna"],
+        choices=["optuna", "bohb"],
         help="trials suggested by a search algorithm (a: an integer in [10, 40])",
     )
     args = parser.parse_args()

@@ -17,6 +17,7 @@ from popflow.infra.store.commit_log import ExperimentLog
 pytestmark = pytest.mark.system
 
 SEARCH = ["--search", "optuna", "--num-samples", "10", "--iterations", "8"]
+BOHB = ["--search", "bohb", "--num-samples", "10", "--iterations", "8"]
 
 
 def test_a_synchronous_run_with_optuna_killed_twice_ends_identical(prefect_server, tmp_path):
@@ -30,6 +31,20 @@ def test_a_synchronous_run_with_optuna_killed_twice_ends_identical(prefect_serve
     state = read_experiment(os.path.join(crashed, "exp"))
     assert state == read_experiment(str(tmp_path / "ref" / "exp"))
     assert len(state["trials"]) == 10
+    assert len({rows[0]["config"]["a"] for rows in state["trials"].values()}) > 5
+
+
+def test_a_synchronous_bohb_run_killed_twice_ends_identical(prefect_server, tmp_path):
+    """HyperBandForBOHB and TuneBOHB (seeded): the kills change nothing, down to every
+    suggested config (the model is rebuilt from the committed calls, its generator too)."""
+    crashed = str(tmp_path / "crash")
+    assert drive(crashed, "exp", "bohb", kill_at="commit-after:3", extra=BOHB) != 0
+    assert drive(crashed, "exp", "bohb", kill_at="append:6", extra=BOHB) != 0
+    drive(crashed, "exp", "bohb", extra=BOHB)
+    drive(str(tmp_path / "ref"), "exp", "bohb", extra=BOHB)
+    state = read_experiment(os.path.join(crashed, "exp"))
+    assert state == read_experiment(str(tmp_path / "ref" / "exp"))
+    assert len(state["trials"]) == 10 and set(state["status"]) == {"TERMINATED"}
     assert len({rows[0]["config"]["a"] for rows in state["trials"].values()}) > 5
 
 

@@ -194,8 +194,8 @@ class Controller:
             rec = self.by_id[chosen.trial_id]
             if not started(rec):
                 self.logs.add_params(rec)
-                if self.suggestions is not None:
-                    self.suggestions.started(rec.trial_id)
+            if self.suggestions is not None:
+                self.suggestions.started(rec.trial_id)
             self._clock += 1
             rec.trial.status = TrialStatus.RUNNING
             rec.trial.last_train_time = self._clock
@@ -408,6 +408,8 @@ class Controller:
         if asked:
             self._save_first(rec, outcome, ended=terminal or action == Action.STOP)
         self.table.end_segment(rec.trial, action, terminal)
+        if self.suggestions is not None and rec.trial.status == TrialStatus.PAUSED:
+            self.suggestions.paused(rec.trial_id)
         held = rec.trial.status == TrialStatus.PAUSED and self.scheduler.pause_is_barrier
         if rec.trial.status != TrialStatus.PENDING and not held:
             self.discard_live(rec)  # paused for long or ended: free the worker's memory

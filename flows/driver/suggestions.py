@@ -3,7 +3,7 @@ told of every result and every trial's end, its calls committed with the rounds.
 
 Ray's ``Searcher`` keeps its model in memory and Ray pickles it beside the experiment
 now and then; a resume restores whatever was pickled last. Here the calls the driver
-made to the searcher (each suggestion with its config, each result, each end) are part
+made to the searcher (each suggestion with its config, each result, each end, each pause and unpause) are part
 of the round's commit (``search_calls``, a list that only grows, so a commit writes the
 new calls only). A resume makes the searcher afresh, as the script does, and replays
 those calls: its model is the one the committed rounds built, and a seeded searcher
@@ -75,6 +75,7 @@ class Suggestions:
         self.finished: bool = state.get("finished", False)
         self.calls: list[list[Any]] = []
         self._waiting: set[str] = set(state.get("waiting", []))  # suggested, not started
+        self._paused: set[str] = set()  # told on_pause, not yet on_unpause or ended
         self._replay((resumed or {}).get("search_calls") or [])
 
     # -- the driver's side ---------------------------------------------------------
@@ -116,7 +117,19 @@ class Suggestions:
         return added
 
     def started(self, trial_id: str) -> None:
+        """``trial_id`` runs (again): a paused trial is unpaused (Ray's ``on_unpause``)."""
         self._waiting.discard(trial_id)
+        if trial_id in self._paused:
+            self._paused.discard(trial_id)
+            self.calls.append(["u", trial_id])
+            self.searcher.on_unpause(trial_id)
+
+    def paused(self, trial_id: str) -> None:
+        """The scheduler paused ``trial_id`` (Ray's ``on_pause``)."""
+        if trial_id not in self._paused:
+            self._paused.add(trial_id)
+            self.calls.append(["p", trial_id])
+            self.searcher.on_pause(trial_id)
 
     def _tag(self, trial_id: str, config: dict[str, Any]) -> str:
         if isinstance(self.searcher, BasicVariantGenerator):
@@ -141,6 +154,7 @@ class Suggestions:
 
     def _end(self, trial: Trial, error: bool) -> None:
         self._waiting.discard(trial.trial_id)
+        self._paused.discard(trial.trial_id)
         last = trial.last_result or None
         told = jsonable({k: v for k, v in last.items() if k != "config"}) if last else None
         self.calls.append(["c", trial.trial_id, told, error])
@@ -166,7 +180,14 @@ class Suggestions:
             elif kind == "r":
                 self.searcher.on_trial_result(call[1], call[2])
             elif kind == "c":
+                self._paused.discard(call[1])
                 self.searcher.on_trial_complete(call[1], result=call[2], error=call[3])
+            elif kind == "p":
+                self._paused.add(call[1])
+                self.searcher.on_pause(call[1])
+            elif kind == "u":
+                self._paused.discard(call[1])
+                self.searcher.on_unpause(call[1])
             self.calls.append(call)
         if differed:
             logger.warning(

@@ -28,6 +28,8 @@ class ConcurrencyLimiter(Searcher):
         self.live_trials: set[str] = set()
         self.num_unfinished_live_trials = 0
         self.cached_results: dict[str, tuple[dict[str, Any] | None, bool]] = {}
+        #: False where the searcher keeps the limit itself (``set_max_concurrency``)
+        self._limit_concurrency = True
 
     @property
     def metric(self) -> str | None:
@@ -40,10 +42,16 @@ class ConcurrencyLimiter(Searcher):
     def set_search_properties(
         self, metric: str | None, mode: str | None, config: dict[str, Any], **spec: Any
     ) -> bool:
+        # as Ray: a searcher with its own rule for the limit (TuneBOHB) takes it over
+        self._limit_concurrency = not self.searcher.set_max_concurrency(self.max_concurrent)
         return self.searcher.set_search_properties(metric, mode, config, **spec)
 
+    def set_max_concurrency(self, max_concurrent: int) -> bool:
+        self.max_concurrent = max_concurrent
+        return True
+
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
-        if len(self.live_trials) >= self.max_concurrent:
+        if self._limit_concurrency and len(self.live_trials) >= self.max_concurrent:
             return None
         suggestion = self.searcher.suggest(trial_id)
         if isinstance(suggestion, dict):
@@ -54,6 +62,12 @@ class ConcurrencyLimiter(Searcher):
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         if trial_id in self.live_trials:
             self.searcher.on_trial_result(trial_id, result)
+
+    def on_pause(self, trial_id: str) -> None:
+        self.searcher.on_pause(trial_id)
+
+    def on_unpause(self, trial_id: str) -> None:
+        self.searcher.on_unpause(trial_id)
 
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False

@@ -64,6 +64,18 @@ class Searcher:
     ) -> None:
         """``trial_id`` ended: with its last ``result``, or with an ``error``."""
 
+    def on_pause(self, trial_id: str) -> None:
+        """The scheduler paused ``trial_id`` (HyperBand between rungs, PBT's time-sharing):
+        it holds no slot until :meth:`on_unpause`."""
+
+    def on_unpause(self, trial_id: str) -> None:
+        """``trial_id``, paused, runs again."""
+
+    def set_max_concurrency(self, max_concurrent: int) -> bool:
+        """A ``ConcurrencyLimiter``'s limit; True: this searcher keeps it itself (counting
+        paused trials out, say), so the limiter does not."""
+        return False
+
     def add_evaluated_point(
         self,
         parameters: dict[str, Any],

@@ -73,6 +73,10 @@ def replayed_suggestions(
             fresh.on_trial_result(call[1], call[2])
         elif call[0] == "c":
             fresh.on_trial_complete(call[1], result=call[2], error=call[3])
+        elif call[0] == "p":
+            fresh.on_pause(call[1])
+        elif call[0] == "u":
+            fresh.on_unpause(call[1])
     return made, again
 
 

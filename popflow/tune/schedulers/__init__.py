@@ -11,12 +11,14 @@ from popflow.schedulers import (
     PopulationBasedTrainingReplay,
     TrialScheduler,
 )
+from popflow.schedulers.hb_bohb import HyperBandForBOHB
 
 __all__ = [
     "PB2",
     "ASHAScheduler",
     "AsyncHyperBandScheduler",
     "FIFOScheduler",
+    "HyperBandForBOHB",
     "HyperBandScheduler",
     "MedianStoppingRule",
     "PopulationBasedTraining",
