@@ -100,7 +100,21 @@ EXAMPLES = [
     "bayesopt_example",
     "custom_checkpointing_with_callback",
     "bohb_example",
+    "mlflow_example",
 ]
+#: What an example needs in its environment beyond a user's defaults (``{cwd}``: its
+#: working directory): MLflow 3 refuses the file store Ray's mlflow_example logs to
+#: (``tempfile.gettempdir()/mlruns``) unless allowed, and the folder is the run's own.
+EXAMPLE_ENV: dict[str, dict[str, str]] = {
+    "mlflow_example": {"MLFLOW_ALLOW_FILE_STORE": "true", "TMPDIR": "{cwd}"},
+}
+
+
+def example_env(name: str, cwd: Path) -> dict[str, str]:
+    """``EXAMPLE_ENV``'s variables for example ``name`` run in ``cwd``."""
+    return {k: v.format(cwd=cwd) for k, v in EXAMPLE_ENV.get(name, {}).items()}
+
+
 #: The Ray release whose examples ``tests/test_ray_examples.py`` runs in CI (its wheel,
 #: downloaded by pip, never installed) and ``--ray-version`` takes by default.
 RAY_VERSION = "2.60.0"
@@ -500,7 +514,7 @@ def main() -> None:
                     cmd += [side, str(script), *script_args]
                     run = run_example(
                         cmd,
-                        _child_env(cwd, extra),
+                        _child_env(cwd, {**extra, **example_env(name, cwd)}),
                         cwd,
                         args.timeout,
                         _log(f"{mode}_{name}_{side}_{repeat}"),

@@ -184,3 +184,27 @@ def has_search_spaces(space: Any) -> bool:
     if isinstance(space, list | tuple):
         return any(has_search_spaces(v) for v in space)
     return False
+
+
+def flat_keys(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as one dict with ``/``-joined keys (a grid_search marker, or an empty
+    dict, is a leaf): what search libraries and trackers take."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value and not is_grid_search(value):
+            out.update(flat_keys(value, f"{prefix}{key}/"))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def nested_keys(params: dict[str, Any]) -> dict[str, Any]:
+    """``/``-joined keys as nested dicts again."""
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        *parents, leaf = key.split("/")
+        node = out
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[leaf] = value
+    return out

@@ -37,6 +37,7 @@ from popflow.tasks.function_api import run_in_session
 from popflow.tasks.progress import ProgressClock
 from popflow.tasks.specs import CheckpointNeed, EndReason
 from popflow.tasks.trainable import Trainable
+from popflow.tasks.trial_context import TuneContext, bound, discarded
 
 if TYPE_CHECKING:
     from popflow.tasks.segment_run import SegmentRun
@@ -64,6 +65,7 @@ class LiveClass:
     ) -> None:
         self.config = config
         self.clock = clock
+        self.trial_id = trial_id
         self.trainable = trainable_cls(config, trial_id=trial_id)
         if restore_dir is not None:
             load_folder(self.trainable, restore_dir)
@@ -111,8 +113,11 @@ class LiveClass:
                 known = {DICT_CHECKPOINT_FILE: out.entry()}
             run.publish(d, known, result)
 
-    def discard(self) -> None:
-        self.trainable.cleanup()
+    def discard(self, failed: bool = False) -> None:
+        try:
+            self.trainable.cleanup()
+        finally:
+            discarded(self.trial_id, failed)
 
 
 class LiveFunction:
@@ -125,8 +130,11 @@ class LiveFunction:
         trial_id: str,
         restore_dir: str | None,
         clock: ProgressClock,
+        context: TuneContext | None = None,
     ) -> None:
         self.fn = fn
+        self.trial_id = trial_id
+        self.context = context  # tune.get_context() in the function's own thread
         self.config = config
         self.clock = clock
         self._restore_dir = restore_dir  # owned: the function may read it lazily
@@ -141,7 +149,8 @@ class LiveFunction:
     def _main(self) -> None:
         restore = Checkpoint(self._restore_dir) if self._restore_dir else None
         try:
-            finished = run_in_session(self.fn, self.config, self._on_report, restore)
+            with bound(self.context):
+                finished = run_in_session(self.fn, self.config, self._on_report, restore)
             self._events.put(("finished" if finished else "discarded", None))
         except BaseException:  # the thread must always answer the segment waiting on it
             self._events.put(("error", traceback.format_exc()))
@@ -178,12 +187,13 @@ class LiveFunction:
             return run.reason
         return run.reason or EndReason.FINISHED
 
-    def discard(self) -> None:
+    def discard(self, failed: bool = False) -> None:
         if self._thread.is_alive():
             self._commands.put(None)
             self._thread.join(timeout=10)
         if self._restore_dir:
             shutil.rmtree(os.path.dirname(self._restore_dir), ignore_errors=True)
+        discarded(self.trial_id, failed)
 
 
 Live = LiveClass | LiveFunction

@@ -30,6 +30,7 @@ from popflow.tasks.seeding import seed_globals
 from popflow.tasks.segment_run import SegmentRun
 from popflow.tasks.specs import EndReason, SegmentOutcome, SegmentSpec
 from popflow.tasks.trainable import is_function_trainable
+from popflow.tasks.trial_context import TuneContext, bound
 from popflow.tasks.uploads import Uploads, transfer_threads
 
 logger = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ def _build(spec: SegmentSpec, fetched: Future[Fetched] | None = None) -> Live:
         clock = ProgressClock.restored(spec.trial_id, metadata)
         if function:
             live: Live = LiveFunction(
-                spec.trainable, spec.config, spec.trial_id, restore_dir, clock
+                spec.trainable, spec.config, spec.trial_id, restore_dir, clock, context_of(spec)
             )
             owned = restore_dir is not None  # a live function owns its restore folder
             return live
@@ -91,6 +92,16 @@ def _build(spec: SegmentSpec, fetched: Future[Fetched] | None = None) -> Live:
     finally:
         if tmp is not None and not owned:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def context_of(spec: SegmentSpec) -> TuneContext:
+    """What ``tune.get_context()`` says inside ``spec``'s trial."""
+    return TuneContext(
+        trial_id=spec.trial_id,
+        trial_name=spec.trial_name or spec.trial_id,
+        trial_dir=spec.storage.full_url(spec.trial_dir),
+        experiment_name=spec.experiment_name,
+    )
 
 
 def _continue_or_build(spec: SegmentSpec, fetched: Future[Fetched] | None) -> tuple[Live, bool]:
@@ -135,10 +146,11 @@ def _run_segment(
     run: SegmentRun | None = None
     live: Live | None = None
     try:
-        live, built = _continue_or_build(spec, fetched)
-        run = SegmentRun(spec, live.clock, uploads)
-        run.outcome.restored = built
-        run.outcome.reason = live.run(run)
+        with bound(context_of(spec)):  # a class trainable is built and runs in this thread
+            live, built = _continue_or_build(spec, fetched)
+            run = SegmentRun(spec, live.clock, uploads)
+            run.outcome.restored = built
+            run.outcome.reason = live.run(run)
         if run.outcome.reason.is_decision_point:
             run.outcome.live_token = park(live)
             run.outcome.worker = worker or current_worker_address()
@@ -157,7 +169,7 @@ def _run_segment(
         logger.warning("trial %s failed:\n%s", spec.trial_id, outcome.error)
         if live is not None:
             try:
-                live.discard()
+                live.discard(failed=True)
             except Exception:
                 logger.exception("cleanup after a failed segment failed")
         return outcome

@@ -75,6 +75,9 @@ class SegmentSpec:
     live_token: str | None = None  # continue the trainable this worker parked under it
     lease_epoch: int = 0  # the driver's lease: no checkpoint is published once a newer exists
     progress_topic: str | None = None  # send the latest result meanwhile (tasks.progress_events)
+    #: what ``tune.get_context()`` says in the trial: its name and its experiment's
+    trial_name: str = ""
+    experiment_name: str = ""
     #: a simulation's clock: the seconds each iteration took, from its metrics (None: measured)
     iteration_seconds: Callable[[dict[str, Any]], float] | None = None
 

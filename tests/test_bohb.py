@@ -29,6 +29,7 @@ from popflow import (
 )
 from popflow.schedulers import Trial
 from popflow.schedulers.search import bohb
+from popflow.schedulers.search_space import flat_keys
 from popflow.schedulers.trial import TrialStatus
 from popflow.schedulers.trial_scheduler import Action, Decision
 from popflow.tune.schedulers import HyperBandForBOHB as Exported
@@ -165,7 +166,7 @@ def test_every_domain_is_sampled_inside_its_bounds():
     }
     # each value's coordinate gives the value back
     model = bohb.BOHBModel(converted)
-    flat = {k: v for k, v in bohb._flat(seen[0]).items()}
+    flat = {k: v for k, v in flat_keys(seen[0]).items()}
     assert model.config(model.vector(flat)) == pytest.approx(flat)
 
 

@@ -58,6 +58,7 @@ def test_rays_example_runs_on_popflow_with_only_its_imports_changed(rewritten, t
     cmd = [sys.executable, "-c", f"PREFIX = {rx.RESULT_PREFIX!r}\n" + rx.LAUNCHER, "popflow"]
     cmd += [str(scripts / f"{name}.py"), "--smoke-test"]
     env = {**embedded_env(home), "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    env.update(rx.example_env(name, tmp_path))
     env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     run = rx.run_example(cmd, env, tmp_path, 300.0, tmp_path / "output.log")
     output = (tmp_path / "output.log").read_text()

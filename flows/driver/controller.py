@@ -214,6 +214,8 @@ class Controller:
             trainable=self.spec.trainable,
             trial_id=rec.trial_id,
             trial_dir=rec.dirname,
+            trial_name=str(rec.trial),
+            experiment_name=self.spec.name,
             config=rec.trial.config,
             storage=self.storage,
             seed=segment_seed(self.seed, rec.index, rec.start_iteration, rec.generation),

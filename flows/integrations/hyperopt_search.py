@@ -36,17 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from popflow.flows.integrations.search_values import (
-    flat_keys,
-    has_domains,
-    is_number,
-    metric_of,
-    plain,
-)
-from popflow.flows.integrations.tensorboard import require
+from popflow.flows.integrations.search_values import has_domains, is_number, metric_of, plain
+from popflow.infra.optional_imports import require
 from popflow.schedulers import domains
 from popflow.schedulers.search import Searcher
-from popflow.schedulers.search_space import is_grid_search
+from popflow.schedulers.search_space import flat_keys, is_grid_search
 from popflow.tasks.result_keys import DEFAULT_METRIC
 
 logger = logging.getLogger(__name__)

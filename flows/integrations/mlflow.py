@@ -19,7 +19,8 @@ from fsspec.implementations.local import LocalFileSystem
 
 from popflow.flows.events.callbacks import LoggerCallback
 from popflow.flows.experiment.results import flatten
-from popflow.flows.integrations.tensorboard import is_number, require, step_of
+from popflow.flows.integrations.tensorboard import is_number, step_of
+from popflow.infra.optional_imports import require
 from popflow.schedulers import Trial
 
 EXPERIMENT_ENV = ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID")

@@ -1,6 +1,6 @@
-"""What every search-algorithm adapter shares: a config's nested keys as ``/``-joined
-names (the libraries take flat spaces) and back, a result's metric, and the values a
-model is told or suggests (numbers; numpy scalars as JSON's)."""
+"""What every search-algorithm adapter shares: whether a space holds search spaces, a
+result's metric, and the values a model is told or suggests (numbers; numpy scalars as
+JSON's). Nested keys as ``/``-joined names: :mod:`popflow.schedulers.search_space`."""
 
 from __future__ import annotations
 
@@ -10,30 +10,7 @@ from typing import Any
 import numpy as np
 
 from popflow.schedulers import domains
-from popflow.schedulers.search_space import is_grid_search
-
-
-def flat_keys(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dicts as one dict with ``/``-joined keys (a grid_search marker is a leaf)."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict) and value and not is_grid_search(value):
-            out.update(flat_keys(value, f"{prefix}{key}/"))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def nested_keys(params: dict[str, Any]) -> dict[str, Any]:
-    """``/``-joined names as nested dicts again."""
-    out: dict[str, Any] = {}
-    for key, value in params.items():
-        *parents, leaf = key.split("/")
-        node = out
-        for parent in parents:
-            node = node.setdefault(parent, {})
-        node[leaf] = value
-    return out
+from popflow.schedulers.search_space import flat_keys, is_grid_search
 
 
 def has_domains(space: Mapping[str, Any]) -> bool:

@@ -9,7 +9,6 @@ Needs the ``tensorboard`` extra (``pip install 'popflow[tensorboard]'``).
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import shutil
@@ -22,6 +21,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from popflow.flows.events.callbacks import LoggerCallback
 from popflow.flows.experiment.results import flatten
+from popflow.infra.optional_imports import require
 from popflow.infra.storage.errors import is_storage_failure
 from popflow.infra.store.layout import TENSORBOARD_EVENTS
 from popflow.schedulers import Trial
@@ -32,16 +32,6 @@ logger = logging.getLogger(__name__)
 TAG_PREFIX = "ray/tune/"
 #: result keys Ray does not log to TensorBoard
 NOT_LOGGED = ("config", "pid", "timestamp", "time_total_s", "training_iteration")
-
-
-def require(module: str, extra: str, who: str) -> Any:
-    """Import ``module`` of the optional ``extra``; missing, a one-line hint to install it."""
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        if e.name != module:
-            raise  # installed, but something it imports is missing: say that
-        raise ImportError(f"{who} needs {module}: pip install 'popflow[{extra}]'") from None
 
 
 def step_of(result: dict[str, Any]) -> int:

@@ -33,6 +33,7 @@ from popflow.schedulers import (
 from popflow.schedulers.stoppers import Stopper
 from popflow.tasks import Checkpoint, Trainable, get_checkpoint, report
 from popflow.tasks.parameters import with_parameters
+from popflow.tasks.trial_context import TuneContext, get_context
 from popflow.tune import logger, schedulers, search, stopper
 
 __all__ = [
@@ -47,11 +48,13 @@ __all__ = [
     "Trainable",
     "TrialError",
     "TuneConfig",
+    "TuneContext",
     "TuneError",
     "Tuner",
     "Unsupported",
     "choice",
     "get_checkpoint",
+    "get_context",
     "grid_search",
     "logger",
     "lograndint",

@@ -53,7 +53,7 @@ from scipy import special, stats
 
 from popflow.schedulers import domains
 from popflow.schedulers.search.searcher import Searcher
-from popflow.schedulers.search_space import is_grid_search
+from popflow.schedulers.search_space import flat_keys, is_grid_search, nested_keys
 
 logger = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ def convert_search_space(spec: Mapping[str, Any]) -> dict[str, domains.Domain]:
     ``/``-joined name (constants are left to the run's ``param_space``). A grid_search or a
     ``sample_from`` cannot be modelled: ValueError naming it."""
     out: dict[str, domains.Domain] = {}
-    for name, value in _flat(dict(spec)).items():
+    for name, value in flat_keys(dict(spec)).items():
         if is_grid_search(value):
             raise ValueError(
                 f"`{name}` is a grid_search: grid search parameters cannot be automatically "
@@ -356,7 +356,7 @@ class BOHBModel:
         """The coordinates of a config (flat names); ValueError naming what is missing."""
         missing = [p.name for p in self.params if p.name not in config]
         if missing:
-            raise ValueError(f"the point {_unflat(dict(config))!r} has no value for {missing}")
+            raise ValueError(f"the point {nested_keys(dict(config))!r} has no value for {missing}")
         return np.array([p.coordinate(config[p.name]) for p in self.params])
 
 
@@ -427,7 +427,7 @@ class TuneBOHB(Searcher):
         self._seed = seed
         self._run_seed: int | None = None
         self._max_concurrent = max_concurrent
-        self._points = [_flat(dict(p)) for p in points_to_evaluate or []]
+        self._points = [flat_keys(dict(p)) for p in points_to_evaluate or []]
         if self._space:
             self._check(self._space)  # a bad bohb_config or point named now
         self.trial_to_params: dict[str, np.ndarray] = {}
@@ -486,7 +486,7 @@ class TuneBOHB(Searcher):
             config = self.bohber.config(vector)
         self.trial_to_params[trial_id] = vector
         self.running.add(trial_id)
-        return _unflat(config)
+        return nested_keys(config)
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         if trial_id not in self.paused:
@@ -548,25 +548,3 @@ class TuneBOHB(Searcher):
 
 def _real(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dicts as one dict with ``/``-joined keys (a grid_search marker is a leaf)."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict) and value and not is_grid_search(value):
-            out.update(_flat(value, f"{prefix}{key}/"))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def _unflat(params: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in params.items():
-        *parents, leaf = key.split("/")
-        node = out
-        for parent in parents:
-            node = node.setdefault(parent, {})
-        node[leaf] = value
-    return out
