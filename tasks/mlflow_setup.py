@@ -117,13 +117,14 @@ def setup_mlflow(
     return mlflow
 
 
-def _close(mlflow: Any, run_id: str) -> None:
-    """Take a run this function opened off this thread's active runs, with the status
-    its trial's end gave it, in the tracking store it lives in."""
+def _close(mlflow: Any, run_id: str, status: str | None = None) -> None:
+    """Take a run this function opened off this thread's active runs, in the tracking
+    store it lives in, with ``status`` (None: the one its trial's end gave it)."""
     current = mlflow.get_tracking_uri()
     try:
         mlflow.set_tracking_uri(_opened.pop(run_id))
-        status = mlflow.get_run(run_id).info.status
+        if status is None:
+            status = mlflow.get_run(run_id).info.status
         mlflow.end_run(status=status if status != "RUNNING" else "FINISHED")
     finally:
         mlflow.set_tracking_uri(current)
@@ -131,9 +132,19 @@ def _close(mlflow: Any, run_id: str) -> None:
 
 def _end_with_the_trial(mlflow: Any, run_id: str) -> None:
     """The run ends (FINISHED, or FAILED) when the trial's trainable object goes, as a
-    Ray actor's process exit ends it."""
+    Ray actor's process exit ends it; off this thread's active runs too where the object
+    goes in the thread that opened it (else the next setup_mlflow there takes it off)."""
     client = mlflow.tracking.MlflowClient(tracking_uri=mlflow.get_tracking_uri())
-    at_discard(lambda failed: client.set_terminated(run_id, "FAILED" if failed else "FINISHED"))
+
+    def end(failed: bool) -> None:
+        status = "FAILED" if failed else "FINISHED"
+        active = mlflow.active_run()
+        if active is not None and active.info.run_id == run_id and run_id in _opened:
+            _close(mlflow, run_id, status)
+        else:
+            client.set_terminated(run_id, status)
+
+    at_discard(end)
 
 
 def _experiment(
