@@ -1,5 +1,5 @@
-"""Search quality at equal budget: random search, OptunaSearch, ASHA + OptunaSearch on
-popflow, and Optuna's own ``optimize`` with the same sampler (and pruner), side by side.
+"""Search quality at equal budget: random search, OptunaSearch, ASHA + OptunaSearch and
+BOHB on popflow, and Optuna's own ``optimize`` with the same sampler (and pruner), side by side.
 
 The objective is a real model: ``examples/digits_mlp.py``'s MLP on scikit-learn's
 bundled digits, tuned over its ``lr``, ``momentum`` and ``weight_decay``; an iteration
@@ -12,6 +12,8 @@ trials and stop most early, and the table shows the iterations each spent.
 - ``optuna``: popflow, ``ConcurrencyLimiter(OptunaSearch(), 2)`` (TPE, seeded by the run);
 - ``asha+optuna``: the same searcher with ``ASHAScheduler(grace_period=1,
   reduction_factor=3)``;
+- ``bohb``: popflow, ``ConcurrencyLimiter(TuneBOHB(), 2)`` with
+  ``HyperBandForBOHB(reduction_factor=3)``, the ``--asha-trials`` trials;
 - ``optuna.optimize``: ``TPESampler(seed)``, no pruner, ``n_jobs=2`` threads;
 - ``optuna.optimize+SHA``: the same with ``SuccessiveHalvingPruner(min_resource=1,
   reduction_factor=3)`` (ASHA's rungs), the ``--asha-trials`` trials.
@@ -53,8 +55,10 @@ WORKERS = 2
 #: epochs of SGD per iteration (an epoch of the digits MLP is ~10 ms: too short to say
 #: anything about a tuner's overhead)
 EPOCHS = 5
-METHODS = ["random", "optuna", "asha+optuna", "optuna.optimize", "optuna.optimize+SHA"]
-POPFLOW_METHODS = {"random", "optuna", "asha+optuna"}
+METHODS = ["random", "optuna", "asha+optuna", "bohb", "optuna.optimize", "optuna.optimize+SHA"]
+POPFLOW_METHODS = {"random", "optuna", "asha+optuna", "bohb"}
+#: the methods that stop trials early, given ``--asha-trials`` trials
+EARLY_STOPPING = {"asha+optuna", "bohb", "optuna.optimize+SHA"}
 
 
 def make_trainable() -> type:
@@ -72,24 +76,30 @@ def make_trainable() -> type:
 
 def run_popflow(args: argparse.Namespace) -> None:
     from popflow import ASHAScheduler, FIFOScheduler, run
+    from popflow.tune.schedulers.hb_bohb import HyperBandForBOHB
     from popflow.tune.search import ConcurrencyLimiter
+    from popflow.tune.search.bohb import TuneBOHB
     from popflow.tune.search.optuna import OptunaSearch
 
     example = load_example("digits_mlp")
-    asha = args.method == "asha+optuna"
-    searcher = None if args.method == "random" else ConcurrencyLimiter(OptunaSearch(), WORKERS)
-    scheduler = (
-        ASHAScheduler(max_t=args.max_t, grace_period=1, reduction_factor=3)
-        if asha
-        else FIFOScheduler()
-    )
+    asha = args.method in EARLY_STOPPING
+    searcher = {
+        "random": None,
+        "optuna": lambda: ConcurrencyLimiter(OptunaSearch(), WORKERS),
+        "asha+optuna": lambda: ConcurrencyLimiter(OptunaSearch(), WORKERS),
+        "bohb": lambda: ConcurrencyLimiter(TuneBOHB(), WORKERS),
+    }[args.method]
+    scheduler = {
+        "asha+optuna": lambda: ASHAScheduler(max_t=args.max_t, grace_period=1, reduction_factor=3),
+        "bohb": lambda: HyperBandForBOHB(max_t=args.max_t, reduction_factor=3),
+    }.get(args.method, FIFOScheduler)()
     with scratch_dir("popflow-bench-searchers-") as storage:
         start = time.perf_counter()
         results = run(
             make_trainable(),
             example.param_space(),
             scheduler=scheduler,
-            search_alg=searcher,
+            search_alg=searcher() if searcher else None,
             metric="val_loss",
             mode="min",
             num_samples=args.asha_trials if asha else args.trials,
@@ -171,7 +181,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2 seeds, fewer trials")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--trials", type=int, default=30, help="trials trained to max_t")
-    parser.add_argument("--asha-trials", type=int, default=90, help="trials of the ASHA methods")
+    parser.add_argument(
+        "--asha-trials", type=int, default=90, help="trials of the early-stopping methods"
+    )
     parser.add_argument("--max-t", type=int, default=12, help="iterations of a full trial")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--method", help=argparse.SUPPRESS)
@@ -196,7 +208,7 @@ def main() -> None:
     env.update({"PREFECT_HOME": str(home), "OMP_NUM_THREADS": "1"})
     print(
         f"digits MLP, {EPOCHS} epochs an iteration, {args.max_t} iterations a full trial; "
-        f"{args.trials} trials (random, optuna) or {args.asha_trials} (ASHA/SHA); "
+        f"{args.trials} trials (random, optuna) or {args.asha_trials} (ASHA, SHA, BOHB); "
         f"{args.seeds} seeds; {WORKERS} workers",
         flush=True,
     )
