@@ -102,9 +102,10 @@ EXAMPLES = [
     "bohb_example",
     "mlflow_example",
 ]
-#: What an example needs in its environment beyond a user's defaults (``{cwd}``: its
-#: working directory): MLflow 3 refuses the file store Ray's mlflow_example logs to
-#: (``tempfile.gettempdir()/mlruns``) unless allowed, and the folder is the run's own.
+#: What an example needs in its environment on popflow beyond a user's defaults
+#: (``{cwd}``: its working directory): MLflow 3 refuses the file store Ray's
+#: mlflow_example logs to (``tempfile.gettempdir()/mlruns``) unless allowed, and the
+#: folder is the run's own (Ray's side: see :func:`side_env`).
 EXAMPLE_ENV: dict[str, dict[str, str]] = {
     "mlflow_example": {"MLFLOW_ALLOW_FILE_STORE": "true", "TMPDIR": "{cwd}"},
 }
@@ -113,6 +114,13 @@ EXAMPLE_ENV: dict[str, dict[str, str]] = {
 def example_env(name: str, cwd: Path) -> dict[str, str]:
     """``EXAMPLE_ENV``'s variables for example ``name`` run in ``cwd``."""
     return {k: v.format(cwd=cwd) for k, v in EXAMPLE_ENV.get(name, {}).items()}
+
+
+def side_env(name: str, side: str, cwd: Path) -> dict[str, str]:
+    """:func:`example_env` for ``side``; Ray's without ``TMPDIR``: its sockets under a
+    run's folder would outgrow AF_UNIX's 107-byte paths."""
+    env = example_env(name, cwd)
+    return env if side == "popflow" else {k: v for k, v in env.items() if k != "TMPDIR"}
 
 
 #: The Ray release whose examples ``tests/test_ray_examples.py`` runs in CI (its wheel,
@@ -514,7 +522,7 @@ def main() -> None:
                     cmd += [side, str(script), *script_args]
                     run = run_example(
                         cmd,
-                        _child_env(cwd, {**extra, **example_env(name, cwd)}),
+                        _child_env(cwd, {**extra, **side_env(name, side, cwd)}),
                         cwd,
                         args.timeout,
                         _log(f"{mode}_{name}_{side}_{repeat}"),
