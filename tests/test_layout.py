@@ -50,6 +50,10 @@ ALLOWED = {
     ): "infra/storage is below infra/store (store imports storage; the acyclic-siblings "
     "contract forbids the reverse): any file it writes is staged in a '<file>.tmp-<hex>' "
     "sibling of its own, removed at once, which layout's scratch markers also match",
+    (
+        "flows/integrations/wandb.py",
+        "a checkpoint folder",
+    ): "Ray's name for a W&B model artifact ('checkpoint_<trial>'), in W&B, not a path",
 }
 
 

@@ -66,6 +66,22 @@ def test_the_callback_logs_each_trials_results_in_its_own_run(tmp_path, offline)
         assert run.config["trial_id"] == run.run_id  # Ray's auto keys go to the config
 
 
+class Saving(tune.Trainable):
+    def step(self) -> dict[str, Any]:
+        return {"score": float(self.iteration + 1)}
+
+    def save_checkpoint(self, checkpoint_dir: str) -> dict[str, Any]:
+        return {"n": self.iteration}
+
+
+def test_upload_checkpoints_logs_each_checkpoint_folder_as_a_model_artifact(tmp_path, offline):
+    callback = WandbLoggerCallback(project="p", upload_checkpoints=True)
+    every = tune.CheckpointConfig(checkpoint_frequency=1, checkpoint_at_end=False)
+    simulate(tmp_path, "artifacts", Saving, {}, callbacks=[callback], checkpoint_config=every)
+    (run,) = offline_runs(offline, "artifacts").values()
+    assert run.artifacts == [f"checkpoint_{run.name}"] * 3  # iterations 1, 2 and 3
+
+
 def test_the_callback_needs_a_project(tmp_path, offline, monkeypatch):
     monkeypatch.delenv("WANDB_PROJECT", raising=False)
     with pytest.raises(ValueError, match="project name"):

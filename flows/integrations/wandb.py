@@ -155,7 +155,7 @@ class WandbLoggerCallback(LoggerCallback):
             logger.info("W&B: checkpoint %s is not a local folder: not uploaded", path)
             return
         wandb = require("wandb", "wandb", "WandbLoggerCallback")
-        artifact = wandb.Artifact(name=f"checkpoint_{trial.trial_id}", type="model")
+        artifact = wandb.Artifact(name=f"checkpoint_{trial}", type="model")  # Ray's name
         artifact.add_dir(str(path))
         self._runs[trial.trial_id].log_artifact(artifact)
 

@@ -24,6 +24,7 @@ class OfflineRun:
     config: dict[str, Any] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     exit_code: int | None = None
+    artifacts: list[str] = field(default_factory=list)  # names of the logged artifacts
 
 
 def payloads(data: bytes) -> list[bytes]:
@@ -74,6 +75,8 @@ def read_run(run_dir: str) -> OfflineRun:
                 key = item.key or "/".join(item.nested_key)
                 row[key] = json.loads(item.value_json)
             run.history.append(row)
+        elif kind == "artifact":
+            run.artifacts.append(record.artifact.name)
         elif kind == "exit":
             run.exit_code = record.exit.exit_code
     return run
