@@ -222,3 +222,23 @@ def test_a_worker_imports_the_worker_side_without_the_flows_layer() -> None:
     assert probe.stdout.split("\n")[:2] == ["False", "True True init"], probe.stderr
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         popflow.nothing_here  # noqa: B018
+
+
+@pytest.mark.unit
+def test_every_package_folder_is_in_the_wheel() -> None:
+    """An editable install finds every folder; a wheel holds only the packages
+    pyproject.toml lists (``popflow.flows.events`` was missing: ``from popflow import
+    tune`` failed in a non-editable install)."""
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    setup = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = set()
+    for package, folder in setup["package-dir"].items():
+        for here, subs, files in os.walk(root / folder):
+            subs[:] = [s for s in subs if not s.startswith((".", "__"))]
+            if "__init__.py" in files:
+                rel = Path(here).relative_to(root / folder)
+                found.add(".".join([package, *rel.parts]))
+    assert sorted(found - set(setup["packages"])) == []
+    assert sorted(set(setup["packages"]) - found) == []
