@@ -134,10 +134,7 @@ class BayesOptSearch(Searcher):
         """The run's metric and mode where this searcher has none (and its seed, with
         ``random_state=None``); its ``param_space`` as the space unless the searcher has
         its own (then False)."""
-        if self._metric is None and metric:
-            self._metric = metric
-        if self._mode is None and mode:
-            self._mode = mode
+        self.take_run_metric(metric, mode)
         if self._base_seed is None and spec.get("seed") is not None:
             self._base_seed = int(spec["seed"])
         if self._space is not None:

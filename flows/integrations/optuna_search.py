@@ -103,10 +103,7 @@ class OptunaSearch(Searcher):
     ) -> bool:
         """The run's metric, mode and seed where this searcher has none; its
         ``param_space`` as the space unless the searcher has its own (then False)."""
-        if self._metric is None and metric:
-            self._metric = metric
-        if self._mode is None and mode:
-            self._mode = mode
+        self.take_run_metric(metric, mode)
         if self._seed is None and spec.get("seed") is not None:
             self._seed = spec["seed"]
         if self._space:

@@ -51,6 +51,14 @@ class Searcher:
         searcher has none of its own; False: it cannot (Ray's contract)."""
         return False
 
+    def take_run_metric(self, metric: str | None, mode: str | None) -> None:
+        """The run's ``metric`` and ``mode`` where this searcher was given none (Ray's
+        ``set_search_properties`` rule, which every adapter follows)."""
+        if self._metric is None and metric:
+            self._metric = metric
+        if self._mode is None and mode:
+            self._mode = mode
+
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         """The config of the new trial ``trial_id``; None: not now; :data:`FINISHED`: never
         again."""
