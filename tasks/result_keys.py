@@ -1,6 +1,26 @@
 """The result keys Ray Tune gives meaning to (``ray.tune.result``), in one place for the
 worker and the driver."""
 
+from popflow.schedulers.search.searcher import DEFAULT_METRIC
+
+__all__ = [
+    "DEFAULT_METRIC",
+    "DONE",
+    "EPISODES_THIS_ITER",
+    "EPISODES_TOTAL",
+    "EPISODE_REWARD_MEAN",
+    "EXPERIMENT_TAG",
+    "MEAN_ACCURACY",
+    "MEAN_LOSS",
+    "SHOULD_CHECKPOINT",
+    "TIMESTEPS_THIS_ITER",
+    "TIMESTEPS_TOTAL",
+    "TIME_THIS_ITER_S",
+    "TIME_TOTAL_S",
+    "TRAINING_ITERATION",
+    "TRIAL_ID",
+]
+
 #: a trial's result saying it is finished
 DONE = "done"
 #: a result with this key true asks for a checkpoint of the trial at that result: set
@@ -18,5 +38,3 @@ MEAN_LOSS = "mean_loss"
 MEAN_ACCURACY = "mean_accuracy"
 TRIAL_ID = "trial_id"
 EXPERIMENT_TAG = "experiment_tag"
-#: the metric a searcher given only a ``mode`` optimises
-DEFAULT_METRIC = "_metric"

@@ -20,6 +20,8 @@ from typing import Any
 
 #: What :meth:`Searcher.suggest` returns when it will suggest nothing more.
 FINISHED = "FINISHED"
+#: the metric a searcher given only a ``mode`` optimises (Ray's ``DEFAULT_METRIC``)
+DEFAULT_METRIC = "_metric"
 
 
 class Searcher:
