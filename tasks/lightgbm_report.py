@@ -17,42 +17,20 @@ from typing import Any
 from lightgbm import Booster
 
 from popflow.tasks.boosting_reports import (
-    Metrics,
-    Postprocess,
-    check_arguments,
+    BoostingReport,
     dash_joined,
     model_path,
-    pick,
-    report_with_model,
 )
 from popflow.tasks.checkpoint import Checkpoint
-from popflow.tasks.function_api import report
 
 
-class TuneReportCheckpointCallback:
-    """Reports ``metrics`` (all of the evaluation results if None; a dict renames
-    ``{reported: lightgbm's}``) after every round; every ``frequency`` rounds (0: never)
-    with the booster saved as ``filename`` in a checkpoint, and at the last round if
-    ``checkpoint_at_end``. ``results_postprocessing_fn`` changes the dict before it is
-    reported."""
+class TuneReportCheckpointCallback(BoostingReport):
+    """Reports after every round (see :class:`BoostingReport` for the arguments); the
+    checkpoint at the end is the last round's."""
 
     CHECKPOINT_NAME = "model.txt"
     # lightgbm calls callbacks by ``order``; after its own (early stopping is 30)
     order = 40
-
-    def __init__(
-        self,
-        metrics: Metrics = None,
-        filename: str = CHECKPOINT_NAME,
-        frequency: int = 0,
-        checkpoint_at_end: bool = True,
-        results_postprocessing_fn: Postprocess = None,
-    ) -> None:
-        self._metrics = check_arguments(metrics, frequency)
-        self._filename = filename
-        self._frequency = frequency
-        self._checkpoint_at_end = checkpoint_at_end
-        self._postprocess = results_postprocessing_fn
 
     @classmethod
     def get_model(cls, checkpoint: Checkpoint, filename: str = CHECKPOINT_NAME) -> Booster:
@@ -60,14 +38,10 @@ class TuneReportCheckpointCallback:
         return model_path(checkpoint, filename, lambda path: Booster(model_file=path))
 
     def __call__(self, env: Any) -> None:
-        metrics = pick(dash_joined(_results(env)), self._metrics, self._postprocess)
+        metrics = self.metrics_of(dash_joined(_results(env)))
         last = env.iteration == env.end_iteration - 1
-        if (last and self._checkpoint_at_end) or (
-            self._frequency and (env.iteration + 1) % self._frequency == 0
-        ):
-            report_with_model(metrics, self._filename, _saver(env.model))
-        else:
-            report(metrics)
+        keep = (last and self._checkpoint_at_end) or self.due(env.iteration)
+        self.report(metrics, _booster(env.model).save_model if keep else None)
 
 
 def _results(env: Any) -> dict[str, dict[str, Any]]:
@@ -83,7 +57,6 @@ def _results(env: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _saver(model: Any) -> Any:
+def _booster(model: Any) -> Booster:
     # lgb.cv hands a CVBooster: its first fold's booster is the model kept
-    booster = model if isinstance(model, Booster) else model.boosters[0]
-    return booster.save_model
+    return model if isinstance(model, Booster) else model.boosters[0]

@@ -18,41 +18,22 @@ from xgboost import Booster
 from xgboost.callback import TrainingCallback
 
 from popflow.tasks.boosting_reports import (
-    Metrics,
-    Postprocess,
-    check_arguments,
+    BoostingReport,
     dash_joined,
     model_path,
-    pick,
-    report_with_model,
 )
 from popflow.tasks.checkpoint import Checkpoint
-from popflow.tasks.function_api import report
 
 
-class TuneReportCheckpointCallback(TrainingCallback):
-    """Reports ``metrics`` (all of the evaluation log if None; a dict renames
-    ``{reported: xgboost's}``) after every round; every ``frequency`` rounds (0: never)
-    with the booster saved as ``filename`` in a checkpoint, and at the end of training
-    if ``checkpoint_at_end`` and the last round has none. ``results_postprocessing_fn``
-    changes the dict before it is reported (``xgboost.cv``: average the folds)."""
+class TuneReportCheckpointCallback(BoostingReport, TrainingCallback):
+    """Reports after every round (see :class:`BoostingReport` for the arguments); the
+    checkpoint at the end comes after training, unless the last round has one
+    (``xgboost.cv``: ``results_postprocessing_fn`` may average the folds)."""
 
     CHECKPOINT_NAME = "model.ubj"
 
-    def __init__(
-        self,
-        metrics: Metrics = None,
-        filename: str = CHECKPOINT_NAME,
-        frequency: int = 0,
-        checkpoint_at_end: bool = True,
-        results_postprocessing_fn: Postprocess = None,
-    ) -> None:
-        super().__init__()
-        self._metrics = check_arguments(metrics, frequency)
-        self._filename = filename
-        self._frequency = frequency
-        self._checkpoint_at_end = checkpoint_at_end
-        self._postprocess = results_postprocessing_fn
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self._last: dict[str, Any] | None = None
         self._checkpointed_round: int | None = None
 
@@ -69,33 +50,26 @@ class TuneReportCheckpointCallback(TrainingCallback):
 
     def after_iteration(self, model: Any, epoch: int, evals_log: dict[str, Any]) -> bool:
         # the last value of each metric (xgboost.cv's are (mean, std) pairs, as in Ray)
-        flat = {k: v[-1] for k, v in dash_joined(evals_log).items()}
-        self._last = metrics = pick(flat, self._metrics, self._postprocess)
-        if self._frequency and (epoch + 1) % self._frequency == 0:
+        self._last = metrics = self.metrics_of(
+            {k: v[-1] for k, v in dash_joined(evals_log).items()}
+        )
+        keep = self.due(epoch)
+        if keep:
             self._checkpointed_round = epoch
-            report_with_model(metrics, self._filename, _saver(model))
-        else:
-            report(metrics)
+        self.report(metrics, _booster(model).save_model if keep else None)
         return False  # go on training
 
     def after_training(self, model: Any) -> Any:
+        booster = _booster(model)
         if not self._checkpoint_at_end:
             return model
-        if self._checkpointed_round is not None and (
-            _rounds(model) - 1 == self._checkpointed_round
-        ):
+        if self._checkpointed_round == booster.num_boosted_rounds() - 1:
             return model  # the last round's checkpoint is there already
-        report_with_model(self._last or {}, self._filename, _saver(model))
+        self.report(self._last or {}, booster.save_model)
         return model
 
 
-def _saver(model: Any) -> Any:
+def _booster(model: Any) -> Booster:
     # xgboost.cv hands a packed list of boosters: Ray saves nothing usable either; the
     # first fold's booster is the model kept
-    booster = model if isinstance(model, Booster) else model.cvfolds[0].bst
-    return booster.save_model
-
-
-def _rounds(model: Any) -> int:
-    booster = model if isinstance(model, Booster) else model.cvfolds[0].bst
-    return booster.num_boosted_rounds()
+    return model if isinstance(model, Booster) else model.cvfolds[0].bst
