@@ -39,6 +39,7 @@ from popflow.flows.driver.guards import (
 )
 from popflow.flows.driver.packing import pack_size, packs
 from popflow.flows.driver.retention import Janitor, retire_checkpoints
+from popflow.flows.driver.segment_cuts import ask_to_save, cut
 from popflow.flows.driver.suggestions import Suggestions
 from popflow.flows.driver.trial_index import TrialIndex, started
 from popflow.flows.events.callbacks import Hooks
@@ -60,7 +61,6 @@ from popflow.flows.experiment.trial_table import TrialRecord, TrialTable, clone_
 from popflow.infra.store.json_delta import Changed
 from popflow.infra.store.layout import checkpoint_path
 from popflow.schedulers import Action, Exploit, Trial, TrialStatus
-from popflow.tasks.result_keys import TRAINING_ITERATION
 from popflow.tasks.seeding import DRIVER, seed_globals, segment_seed
 from popflow.tasks.specs import EndReason, SegmentOutcome, SegmentSpec
 
@@ -208,7 +208,7 @@ class Controller:
         target = self.scheduler.next_milestone(rec.trial)
         freq = self.spec.checkpoint_config.checkpoint_frequency
         stopper = self.early_end.stopper
-        each = self.hooks.see_each_result
+        cuts = cut(target, freq, stopper is not None, self.hooks.see_each_result)
         save_first, rec.save_first = rec.save_first, None  # asked for once
         return SegmentSpec(
             trainable=self.spec.trainable,
@@ -222,14 +222,8 @@ class Controller:
             restore=rec.restore,
             time_attr=self.scheduler.time_attr,
             target=target,
-            # without a scheduler milestone, end segments at checkpoints so progress is
-            # committed; a stopper (on the driver) sees every result before the next step,
-            # and so does a callback that acts on results (it may ask for a checkpoint)
-            max_iterations=(1 if each else freq or (1 if stopper else None))
-            if target is None
-            else None,
-            # segments cut for such a callback alone are no decision points worth a save
-            save_at_decisions=not (each and target is None and not stopper),
+            max_iterations=cuts.max_iterations,
+            save_at_decisions=cuts.save_at_decisions,
             save_first=save_first,
             stop=None if stopper is not None else self.spec.stop,
             checkpoint_frequency=freq,
@@ -408,31 +402,13 @@ class Controller:
         if rec.restore_results is not None:  # results dropped after a stop
             rec.restore_results = min(rec.restore_results, rec.num_results)
         if asked:
-            self._save_first(rec, outcome, ended=terminal or action == Action.STOP)
+            ask_to_save(rec, outcome, ended=terminal or action == Action.STOP)
         self.table.end_segment(rec.trial, action, terminal)
         if self.suggestions is not None and rec.trial.status == TrialStatus.PAUSED:
             self.suggestions.paused(rec.trial_id)
         held = rec.trial.status == TrialStatus.PAUSED and self.scheduler.pause_is_barrier
         if rec.trial.status != TrialStatus.PENDING and not held:
             self.discard_live(rec)  # paused for long or ended: free the worker's memory
-
-    def _save_first(self, rec: TrialRecord, outcome: SegmentOutcome, ended: bool) -> None:
-        """A callback asked for a checkpoint in this segment: its trainable saves the
-        segment's last result first thing next segment, unless that result has one.
-        The asked-for result is the last but where a scheduler's milestone let the
-        segment run several iterations (then the state of the later one is saved)."""
-        last = outcome.results[-1]
-        iteration = last.get(TRAINING_ITERATION)
-        if any(c.iteration == iteration for c in outcome.checkpoints):
-            return
-        if ended:
-            logger.warning(
-                "trial %s ended at the result a callback asked to checkpoint: its state is "
-                "gone (set CheckpointConfig(checkpoint_at_end=True) to keep it)",
-                rec.trial_id,
-            )
-            return
-        rec.save_first = {k: v for k, v in last.items() if k != "config"}
 
     def _seed_user_code(self) -> None:
         """Reseed the driver's global RNGs before a scheduler call.
