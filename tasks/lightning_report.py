@@ -28,8 +28,17 @@ from typing import Any
 
 try:
     from lightning.pytorch import Callback, Trainer
-except ModuleNotFoundError:  # the package's name before Lightning 2.0
-    from pytorch_lightning import Callback, Trainer
+except ModuleNotFoundError as e:
+    if e.name not in ("lightning", "lightning.pytorch"):
+        raise
+    try:  # the package's name before Lightning 2.0
+        from pytorch_lightning import Callback, Trainer
+    except ModuleNotFoundError as e:
+        if e.name != "pytorch_lightning":
+            raise
+        raise ImportError(
+            "Lightning's callback needs lightning: pip install 'popflow[lightning]'"
+        ) from None
 
 from popflow.tasks.checkpoint import Checkpoint
 from popflow.tasks.function_api import report

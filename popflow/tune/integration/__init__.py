@@ -1,2 +1,2 @@
 """``ray.tune.integration``: report callbacks for training libraries (``.xgboost``,
-``.lightgbm``, ``.pytorch_lightning``), each needing its library."""
+``.lightgbm``, ``.pytorch_lightning``, ``.keras``), each needing its library."""
