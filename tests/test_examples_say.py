@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from support.scripts import embedded_env
+from support.scripts import embedded_env, hiding
 
 pytestmark = pytest.mark.system
 
@@ -21,34 +21,24 @@ def run_example(tmp_path, name: str, *args: str, env: dict[str, str] | None = No
     )  # fmt: skip
 
 
-#: a ``sitecustomize`` that makes ``import torch`` fail as if PyTorch were not installed
-NO_TORCH = """
-import sys
-
-
-class NoTorch:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "torch":
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-
-
-sys.meta_path.insert(0, NoTorch())
-"""
-
-
 def test_the_torch_example_without_torch_names_the_extra_and_starts_nothing(tmp_path):
     """It used to start the cluster, print two worker tracebacks and "no trial reported a
     finite 'mean_accuracy'"; PyTorch is made unimportable here whether installed or not."""
-    blocker = tmp_path / "no_torch"
-    blocker.mkdir()
-    (blocker / "sitecustomize.py").write_text(NO_TORCH)
-    env = embedded_env()
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(blocker), env.get("PYTHONPATH")]))
+    env = hiding(tmp_path / "no_torch", {"torch"}, embedded_env())
     proc = run_example(tmp_path, "pytorch_cnn.py", "--smoke-test", env=env)
     assert proc.returncode != 0
     assert "pip install 'popflow[torch]'" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and "Dask" not in proc.stderr + proc.stdout
     assert not (tmp_path / "results").exists()  # nothing started, nothing written
+
+
+def test_the_rl_example_without_its_libraries_names_the_extra_and_starts_nothing(tmp_path):
+    env = hiding(tmp_path / "no_rl", {"stable_baselines3", "gymnasium"}, embedded_env())
+    proc = run_example(tmp_path, "ppo_pbt.py", "--smoke-test", env=env)
+    assert proc.returncode != 0
+    assert "pip install 'popflow[rl]'" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "Dask" not in proc.stderr + proc.stdout
+    assert not (tmp_path / "results").exists()
 
 
 def test_the_deployable_flow_run_directly_says_how_to_deploy_or_run_it(tmp_path):

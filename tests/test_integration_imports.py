@@ -9,32 +9,15 @@ import subprocess
 import sys
 
 import pytest
+from support.scripts import hiding
 
 pytestmark = pytest.mark.system
 
-#: a ``sitecustomize`` that makes importing the named top-level packages fail as if they
-#: were not installed
-HIDE = """
-import sys
-
-HIDDEN = {hidden!r}
-
-
-class Hide:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in HIDDEN:
-            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
-
-
-sys.meta_path.insert(0, Hide())
-"""
-
 
 def import_error(tmp_path, module: str, hidden: set[str], env: dict[str, str]) -> str:
-    (tmp_path / "sitecustomize.py").write_text(HIDE.format(hidden=sorted(hidden)))
     proc = subprocess.run(
         [sys.executable, "-c", f"import {module}"],
-        env={**env, "PYTHONPATH": str(tmp_path)},
+        env=hiding(tmp_path / "hide", hidden, env),
         capture_output=True,
         text=True,
         timeout=120,

@@ -20,3 +20,30 @@ def embedded_env(
     if home is not None:
         out["PREFECT_HOME"] = str(home)
     return out
+
+
+#: a ``sitecustomize`` that makes importing the named top-level packages fail as if they
+#: were not installed
+_HIDE = """
+import sys
+
+HIDDEN = {hidden!r}
+
+
+class Hide:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in HIDDEN:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+
+
+sys.meta_path.insert(0, Hide())
+"""
+
+
+def hiding(folder: Path, packages: set[str], env: dict[str, str]) -> dict[str, str]:
+    """``env`` for a Python in which ``packages`` cannot be imported, installed or not (a
+    ``sitecustomize`` written into ``folder``, put first on ``PYTHONPATH``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(_HIDE.format(hidden=sorted(packages)))
+    path = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH")]))
+    return {**env, "PYTHONPATH": path}
