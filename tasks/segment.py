@@ -22,6 +22,7 @@ from typing import Any
 from popflow.infra.cluster.dask_cluster import current_worker_address
 from popflow.infra.storage.errors import StorageError
 from popflow.infra.store.checkpoints import CheckpointError, fetch_checkpoint, verify_in_place
+from popflow.tasks.checkpoint_cache import cache
 from popflow.tasks.dask_sampling import isolate_dask_sampling
 from popflow.tasks.live import Live, LiveClass, LiveFunction, UserCodeError, is_parked, park, take
 from popflow.tasks.parameters import parameters_of
@@ -46,8 +47,13 @@ def _fetch(spec: SegmentSpec) -> Fetched:
     if spec.restore is None:
         return None, None
     tmp = tempfile.mkdtemp(prefix="popflow-restore-")
+    target = os.path.join(tmp, "checkpoint")
     try:
-        return tmp, fetch_checkpoint(spec.storage, spec.restore, os.path.join(tmp, "checkpoint"))
+        # this worker's own copy of the committed version, else a download
+        metadata = cache.copy_to(spec.storage, spec.restore, spec.restore_digest, target)
+        if metadata is None:
+            metadata = fetch_checkpoint(spec.storage, spec.restore, target)
+        return tmp, metadata
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

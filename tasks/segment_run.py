@@ -16,7 +16,7 @@ from typing import Any
 
 from popflow.infra.jsonutil import jsonable
 from popflow.infra.storage.errors import FULL_ERRNOS, StorageError
-from popflow.infra.store.checkpoints import publish_checkpoint, staging_folder
+from popflow.infra.store.checkpoints import manifest_digest, publish_checkpoint, staging_folder
 from popflow.infra.store.layout import checkpoint_name, checkpoint_path
 from popflow.infra.store.lease import fence
 from popflow.tasks.progress import ProgressClock
@@ -154,18 +154,20 @@ class SegmentRun:
         self._taken.add(name)
         metadata = {**self.clock.metadata(), "result": jsonable(result)}
         rel_path = checkpoint_path(self.spec.trial_dir, name)
-        self.outcome.checkpoints.append(
-            CheckpointRecord(name, self.clock.iteration, metadata["result"])
-        )
+        record = CheckpointRecord(name, self.clock.iteration, metadata["result"])
+        self.outcome.checkpoints.append(record)
         storage, epoch = self.spec.storage, self.spec.lease_epoch
         guard = functools.partial(fence, storage, epoch) if epoch else None
         if self.uploads is not None and not storage.is_local:
-            self.uploads.submit(self.outcome, storage, local_dir, rel_path, metadata, guard, known)
+            self.uploads.submit(
+                self.outcome, record, storage, local_dir, rel_path, metadata, guard, known
+            )
         else:  # a local publish is a rename (a copy for a folder of the user's): no thread
             staged = (
                 self._staged if self._staged and storage.path(self._staged) == local_dir else None
             )
             self._staged = None  # published, or removed by publish_checkpoint if it failed
-            publish_checkpoint(
+            manifest = publish_checkpoint(
                 storage, local_dir, rel_path, metadata, guard, staged=staged, known=known
             )
+            record.digest = manifest_digest(manifest)

@@ -59,6 +59,7 @@ class SegmentSpec:
     storage: Storage
     seed: int
     restore: str | None = None  # checkpoint folder relative to ``storage``
+    restore_digest: str | None = None  # its committed version (``CheckpointRecord.digest``)
     time_attr: str | None = None
     target: float | None = None  # end the segment once result[time_attr] >= target
     max_iterations: int | None = None  # end the segment after this many iterations
@@ -90,6 +91,9 @@ class CheckpointRecord:
     #: how many of its trial's logged results the checkpoint's state accounts for (the
     #: driver sets it; None in commits written before it was kept)
     results: int | None = None
+    #: the published version's manifest digest (``manifest_digest``; None in commits
+    #: written before it was kept): a worker's own copy of that version may serve a restore
+    digest: str | None = None
 
 
 @dataclass

@@ -23,8 +23,9 @@ from typing import Any
 
 from popflow.infra.storage.errors import StorageError
 from popflow.infra.storage.folder import Storage
-from popflow.infra.store.checkpoints import publish_checkpoint
-from popflow.tasks.specs import EndReason, SegmentOutcome
+from popflow.infra.store.checkpoints import manifest_digest, publish_checkpoint
+from popflow.tasks.checkpoint_cache import cache
+from popflow.tasks.specs import CheckpointRecord, EndReason, SegmentOutcome
 
 TRANSFER_THREADS = 4  # per worker process, shared by its runners
 
@@ -47,22 +48,30 @@ def _publish_staged(
     metadata: dict[str, Any],
     guard: Callable[[], None] | None,
     known: dict[str, dict[str, Any]] | None,
-) -> None:
+) -> str:
+    """Publish the staged copy, then keep it as this worker's copy of that version (a
+    restore here reads it from disk); the published version's digest."""
+    kept = False
     try:
-        publish_checkpoint(storage, staged, rel_path, metadata, guard, known=known)
+        manifest = publish_checkpoint(storage, staged, rel_path, metadata, guard, known=known)
+        digest = manifest_digest(manifest)
+        kept = cache.keep(storage, rel_path, staged, digest, manifest)
+        return digest
     finally:
-        shutil.rmtree(staged, ignore_errors=True)
+        if not kept:
+            shutil.rmtree(staged, ignore_errors=True)
 
 
 class Uploads:
     """The uploads one runner call started; ``finish`` waits for them."""
 
     def __init__(self) -> None:
-        self._pending: list[tuple[SegmentOutcome, Future[None]]] = []
+        self._pending: list[tuple[SegmentOutcome, CheckpointRecord, Future[str]]] = []
 
     def submit(
         self,
         outcome: SegmentOutcome,
+        record: CheckpointRecord,
         storage: Storage,
         local_dir: str,
         rel_path: str,
@@ -79,7 +88,7 @@ class Uploads:
         future = transfer_threads().submit(
             _publish_staged, storage, staged, rel_path, metadata, guard, known
         )
-        self._pending.append((outcome, future))
+        self._pending.append((outcome, record, future))
 
     def finish(self) -> list[SegmentOutcome]:
         """Wait for every upload; a segment whose upload failed ends in error.
@@ -89,9 +98,9 @@ class Uploads:
         """
         pending, self._pending = self._pending, []
         failed: list[SegmentOutcome] = []
-        for outcome, future in pending:
+        for outcome, record, future in pending:
             try:
-                future.result()
+                record.digest = future.result()
             except Exception as exc:
                 if isinstance(exc, StorageError):  # the run's failure (a full disk, say)
                     outcome.storage_failure = exc

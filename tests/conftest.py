@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -228,7 +229,15 @@ def s3_bucket() -> str:
 
 
 @pytest.fixture(scope="session")
-def s3_server(s3_bucket: str) -> Iterator[tuple[str, dict]]:
+def s3_home() -> Iterator[Path]:
+    """The moto server's folder: its log, ``moto.log``, lists every request it served."""
+    home = Path(tempfile.mkdtemp(prefix="popflow-moto-"))
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def s3_server(s3_bucket: str, s3_home: Path) -> Iterator[tuple[str, dict]]:
     """moto's S3 server as a real process on 127.0.0.1 (as in s3fs's own tests), with a bucket.
 
     Yields ``(endpoint_url, storage_options)`` for s3fs. The credentials are
@@ -237,7 +246,7 @@ def s3_server(s3_bucket: str) -> Iterator[tuple[str, dict]]:
     """
     import boto3
 
-    home = tempfile.mkdtemp(prefix="popflow-moto-")
+    home = str(s3_home)
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     env = {

@@ -57,7 +57,12 @@ from popflow.flows.events.run_events import (
 from popflow.flows.experiment.new_trials import new_record, trial_id_of
 from popflow.flows.experiment.results import checkpoint_of
 from popflow.flows.experiment.trial_logs import TrialLogs
-from popflow.flows.experiment.trial_table import TrialRecord, TrialTable, clone_into
+from popflow.flows.experiment.trial_table import (
+    TrialRecord,
+    TrialTable,
+    clone_into,
+    restore_digest,
+)
 from popflow.infra.store.json_delta import Changed
 from popflow.infra.store.layout import checkpoint_path
 from popflow.schedulers import Action, Exploit, Trial, TrialStatus
@@ -220,6 +225,7 @@ class Controller:
             storage=self.storage,
             seed=segment_seed(self.seed, rec.index, rec.start_iteration, rec.generation),
             restore=rec.restore,
+            restore_digest=restore_digest(self.by_dir, rec.restore),
             time_attr=self.scheduler.time_attr,
             target=target,
             max_iterations=cuts.max_iterations,

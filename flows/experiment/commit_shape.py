@@ -102,7 +102,11 @@ OPTIONAL_TRIAL_FIELDS: dict[str, Rule] = {
     "replay_through": COUNT,
 }
 CHECKPOINT_FIELDS: dict[str, Rule] = {"name": TEXT, "iteration": COUNT, "result": OBJECT}
-OPTIONAL_CHECKPOINT_FIELDS: dict[str, Rule] = {"results": _COUNT_OR_NULL}
+_SHA256_OR_NULL: Rule = (
+    lambda v: v is None or (_str(v) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)),
+    "a SHA-256 in hex or null",
+)
+OPTIONAL_CHECKPOINT_FIELDS: dict[str, Rule] = {"results": _COUNT_OR_NULL, "digest": _SHA256_OR_NULL}
 
 #: ``experiment.json``'s fields, each optional (a reader falls back on the commit's).
 INFO_FIELDS: dict[str, Rule] = {

@@ -11,7 +11,7 @@ owns this one rule on every backend, and passes in what an exploit means
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,7 +129,13 @@ class TrialRecord:
             "restore_results": self.restore_results,
             "replay_through": self.replay_through,
             "checkpoints": [
-                {"name": c.name, "iteration": c.iteration, "result": c.result, "results": c.results}
+                {
+                    "name": c.name,
+                    "iteration": c.iteration,
+                    "result": c.result,
+                    "results": c.results,
+                    "digest": c.digest,
+                }
                 for c in self.checkpoints
             ],
             "num_failures": self.num_failures,
@@ -201,6 +207,17 @@ def clone_into(target: TrialRecord, source: TrialRecord, exploit: Exploit) -> li
     entry = jsonable(exploit.policy_entry())
     target.lineage = [*source.lineage, entry] if source is not target else [*target.lineage, entry]
     return entry
+
+
+def restore_digest(by_dir: Mapping[str, TrialRecord], path: str | None) -> str | None:
+    """The committed version of the checkpoint at ``path`` (whichever trial owns it), for
+    a worker that holds its own copy of it; None when unknown."""
+    if path is None:
+        return None
+    dirname, _, name = path.rpartition("/")
+    owner = by_dir.get(dirname)
+    found = owner and next((c for c in owner.checkpoints if c.name == name), None)
+    return found.digest if found else None
 
 
 def fall_back_from(records: list[TrialRecord], path: str) -> str | None:

@@ -27,6 +27,13 @@ class CheckpointError(RuntimeError):
     """A checkpoint is missing, incomplete or corrupt."""
 
 
+def manifest_digest(manifest: Mapping[str, Any]) -> str:
+    """The SHA-256 of a checkpoint's manifest as published: one name for one version of
+    a checkpoint (its files' digests and its metadata), which the driver commits so a
+    worker can tell its own copy of that version from any other."""
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+
+
 def _digest(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -204,6 +211,13 @@ def verify_in_place(storage: Storage, rel_path: str) -> tuple[str, dict[str, Any
     """A local checkpoint verified where it is (no copy): its folder and its metadata."""
     manifest = read_manifest(storage, rel_path)
     folder = storage.path(rel_path)
+    check_folder(storage, rel_path, folder, manifest)
+    return folder, manifest["metadata"]
+
+
+def check_folder(storage: Storage, rel_path: str, folder: str, manifest: dict[str, Any]) -> None:
+    """``folder`` holds the files of the checkpoint at ``rel_path`` that ``manifest`` lists,
+    each of its size and SHA-256 (else :class:`CheckpointError`)."""
     for rel, expected in manifest["files"].items():
         path = os.path.join(folder, *rel.split("/"))
         if not os.path.isfile(path):
@@ -211,7 +225,6 @@ def verify_in_place(storage: Storage, rel_path: str) -> tuple[str, dict[str, Any
                 f"checkpoint {storage.full_url(rel_path)} is missing file {rel!r}"
             )
         _check(storage, rel_path, rel, path, expected)
-    return folder, manifest["metadata"]
 
 
 def _check(storage: Storage, rel_path: str, rel: str, path: str, expected: dict[str, Any]) -> None:
