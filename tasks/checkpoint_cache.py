@@ -7,12 +7,13 @@ committed version (:func:`popflow.infra.store.checkpoints.manifest_digest`) matc
 copy takes it from local disk, checked against its manifest as a download would be. A
 checkpoint published again (a retried segment, elsewhere) has another digest, so an
 older copy is never used for it. The copies live in one temporary folder per worker
-process, the least recently used going first past ``POPFLOW_CHECKPOINT_CACHE_BYTES``
-(default 2 GiB; 0 keeps none).
+process, removed when it exits, the least recently used going first past
+``POPFLOW_CHECKPOINT_CACHE_BYTES`` (default 2 GiB; 0 keeps none).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import shutil
@@ -59,6 +60,8 @@ class CheckpointCache:
         with self._lock:
             if self._root is None:
                 self._root = tempfile.mkdtemp(prefix="popflow-checkpoint-cache-")
+                # the copies go with the worker process (its temporary files, not the run's)
+                atexit.register(shutil.rmtree, self._root, ignore_errors=True)
             self._next += 1
             target = os.path.join(self._root, str(self._next))
             try:
