@@ -5,7 +5,10 @@ worker's copies turned off reads them from S3, and both end the same."""
 
 from __future__ import annotations
 
+import glob
+import os
 import re
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -22,6 +25,11 @@ def checkpoint_gets(log: Path, prefix: str) -> int:
     """The GETs moto served of objects in the experiment's checkpoint folders."""
     pattern = re.compile(rf'"GET /{re.escape(prefix)}/[^ ]*/checkpoint_\d+')
     return sum(1 for line in log.read_text(errors="replace").splitlines() if pattern.search(line))
+
+
+def copies() -> set[str]:
+    """The workers' folders of checkpoint copies now in the temporary folder."""
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "popflow-checkpoint-cache-*")))
 
 
 def pbt_on_one_worker(s3_server, s3_bucket: str, cache_bytes: str | None) -> tuple[list, str]:
@@ -49,7 +57,9 @@ def test_restores_of_a_workers_own_checkpoints_read_nothing_from_s3(
     prefect_server, s3_server, s3_bucket, s3_home
 ):
     log = s3_home / "moto.log"
+    before = copies()
     scores, prefix = pbt_on_one_worker(s3_server, s3_bucket, None)
+    assert copies() == before  # the worker's copies went with its process
     assert scores == [43, 43, 43]  # every member ends as the best one, cloned twice
     own = checkpoint_gets(log, prefix)
 
