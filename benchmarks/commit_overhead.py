@@ -76,6 +76,11 @@ class OneSecondRound(Trainable):
         return True
 
 
+def round_seconds() -> float:
+    """The training in one round: each worker trains its share of the members one step."""
+    return STEP_S * MEMBERS / WORKERS
+
+
 def tune_rounds(storage: str, options: dict | None, rounds: int, client: object) -> list[float]:
     """Run the 1 s-round PBT experiment; the wall time of each round (from the commit log)."""
     from popflow import CheckpointConfig, run
@@ -127,11 +132,11 @@ def end_to_end(options: dict, rounds: int, work: str) -> dict:
     for name, wall in walls.items():
         extra = wall - base
         logger.info(
-            "   %-11s %6.3f s   overhead vs tmpfs %6.1f ms = %5.1f %% of a 1 s round",
+            "   %-11s %6.3f s   overhead vs tmpfs %6.1f ms = %5.1f %% of the round's training",
             name,
             wall,
             extra * 1e3,
-            extra * 100,
+            extra * 100 / round_seconds(),
         )
     return {
         name: {"round_wall_s": wall, "overhead_vs_tmpfs_s": wall - base}
@@ -225,7 +230,23 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=12, help="end-to-end rounds")
     parser.add_argument("--ops-rounds", type=int, default=20, help="storage-only rounds")
+    parser.add_argument(
+        "--size-mb",
+        type=float,
+        default=SIZE / (1 << 20),
+        help="each member's checkpoint (and live state), MiB",
+    )
+    parser.add_argument(
+        "--step-s",
+        type=float,
+        default=STEP_S,
+        help="training per step; a round is 4 steps per worker",
+    )
     args = parser.parse_args()
+    global SIZE, STEP_S
+    SIZE, STEP_S = int(args.size_mb * (1 << 20)), args.step_s
+    logger.info("%d members, %.0f MiB checkpoints, rounds of %.2f s of training",
+                MEMBERS, SIZE / (1 << 20), STEP_S * MEMBERS / WORKERS)  # fmt: skip
     work = tempfile.mkdtemp(prefix="popflow-overhead-")
     srcs = []
     for i in range(MEMBERS):
@@ -253,7 +274,7 @@ def main() -> None:
                 "appends",
                 "commit",
                 "total",
-                "of 1 s round",
+                "of training",
             )
             for name, make in backends.items():
                 for parallel in (False, True):
@@ -268,14 +289,14 @@ def main() -> None:
                         m["appends"] * 1e3,
                         m["commit"] * 1e3,
                         m["total"] * 1e3,
-                        m["total"] * 100,
+                        m["total"] * 100 / round_seconds(),
                     )
             e2e = figures["end_to_end"]
             worst = max(v["overhead_vs_tmpfs_s"] for v in e2e.values())
             logger.info(
-                "target: durable round overhead <= %.0f %% of a 1 s round: %s",
+                "target: durable round overhead <= %.0f %% of the round's training: %s",
                 TARGET * 100,
-                "met" if worst <= TARGET else "NOT met",
+                "met" if worst <= TARGET * round_seconds() else "NOT met",
             )
             logger.info("figures written to %s", write_json("commit_overhead", figures))
     finally:

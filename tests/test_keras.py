@@ -7,9 +7,7 @@ from functools import partial
 from typing import Any
 
 import pytest
-
-import popflow
-from popflow import ASHAScheduler, PopulationBasedTraining
+from support.framework_runs import asha_spent, clone_at_2, simulate_lrs
 
 pytestmark = [
     pytest.mark.unit,
@@ -26,19 +24,8 @@ def digits() -> Any:
     return keras_digits
 
 
-def simulate(tmp_path, trainable, lrs: list[float], **kwargs: Any) -> popflow.Simulation:
-    return popflow.simulate(
-        trainable,
-        {"lr": popflow.grid_search(lrs)},
-        metric=kwargs.pop("metric", "loss"),
-        mode="min",
-        storage=str(tmp_path),
-        **kwargs,
-    )
-
-
 def test_each_epoch_is_reported_renamed_with_the_model(tmp_path, digits):
-    sim = simulate(tmp_path, digits.fit, [0.5, 0.05])
+    sim = simulate_lrs(tmp_path, digits.fit, [0.5, 0.05])
     for result in sim.grid:
         history = list(result.history)
         assert [r["training_iteration"] for r in history] == list(range(1, digits.EPOCHS + 1))
@@ -54,42 +41,27 @@ def test_a_clone_resumes_the_donors_model_where_it_left_off(tmp_path, digits):
     """PBT clones the better trial's model (weights and optimizer) into the worse at epoch
     2; ``initial_epoch`` from the optimizer's step count goes on from there, so the clone's
     epochs 3 and 4 are the donor's to the last digit."""
-    pbt = PopulationBasedTraining(
-        perturbation_interval=2,
-        hyperparam_mutations={"lr": [0.5]},
-        quantile_fraction=0.5,
-        resample_probability=1.0,
-        synch=True,
-    )
-    sim = simulate(tmp_path, digits.fit, [0.5, 0.001], scheduler=pbt)
-    donor, clone = sorted(sim.grid, key=lambda r: r.metrics["loss"])
-    donor_h, clone_h = list(donor.history), list(clone.history)
+    donor_h, clone_h = clone_at_2(tmp_path, digits.fit)
     assert len(clone_h) == digits.EPOCHS
     assert clone_h[1]["loss"] > donor_h[1]["loss"]
     assert clone_h[2]["loss"] == donor_h[2]["loss"] and clone_h[3]["loss"] == donor_h[3]["loss"]
 
 
 def test_a_trial_the_scheduler_stops_unwinds_out_of_fit(tmp_path, digits):
-    sim = simulate(
-        tmp_path,
-        digits.fit,
-        [0.5, 0.001, 0.0005, 0.0001],
-        scheduler=ASHAScheduler(max_t=digits.EPOCHS, grace_period=1, reduction_factor=4),
-    )
-    spent = sorted(len(list(r.history)) for r in sim.grid)
-    assert spent[0] == 1 and spent[-1] == digits.EPOCHS and sim.grid.num_errors == 0
+    spent = asha_spent(tmp_path, digits.fit, digits.EPOCHS)
+    assert spent[0] == 1 and spent[-1] == digits.EPOCHS
 
 
 def test_metrics_without_checkpoints_and_a_missing_name(tmp_path, digits):
     """``checkpoint_on=[]`` reports without checkpoints; a list keeps Keras's names; a name
     the logs lack fails the trial, naming what they hold (Ray raises ``KeyError`` too)."""
     quiet = partial(digits.fit, checkpoint_on=[], metrics=["val_loss", "accuracy"])
-    (result,) = simulate(tmp_path / "a", quiet, [0.5], metric="val_loss").grid
+    (result,) = simulate_lrs(tmp_path / "a", quiet, [0.5], metric="val_loss").grid
     assert len(list(result.history)) == digits.EPOCHS and result.checkpoint is None
     assert set(result.metrics) >= {"val_loss", "accuracy"} and "loss" not in result.metrics
 
     wrong = partial(digits.fit, metrics="val_acc")
-    (result,) = simulate(tmp_path / "b", wrong, [0.5], metric="val_acc").grid
+    (result,) = simulate_lrs(tmp_path / "b", wrong, [0.5], metric="val_acc").grid
     assert "val_acc" in str(result.error) and "val_accuracy" in str(result.error)
 
 

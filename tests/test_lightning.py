@@ -10,9 +10,9 @@ from functools import partial
 from typing import Any
 
 import pytest
+from support.framework_runs import asha_spent, clone_at_2, simulate_lrs
 
 import popflow
-from popflow import ASHAScheduler, PopulationBasedTraining
 
 pytestmark = pytest.mark.unit
 
@@ -25,19 +25,8 @@ def digits() -> Any:
     return lightning_digits
 
 
-def simulate(tmp_path, trainable, lrs: list[float], **kwargs: Any) -> popflow.Simulation:
-    return popflow.simulate(
-        trainable,
-        {"lr": popflow.grid_search(lrs)},
-        metric="loss",
-        mode="min",
-        storage=str(tmp_path),
-        **kwargs,
-    )
-
-
 def test_each_validation_epoch_is_reported_renamed_with_the_trainers_checkpoint(tmp_path, digits):
-    sim = simulate(tmp_path, digits.fit, [0.5, 0.05])
+    sim = simulate_lrs(tmp_path, digits.fit, [0.5, 0.05])
     for result in sim.grid:
         history = list(result.history)
         # one result per epoch (the sanity check's validation reports nothing)
@@ -56,30 +45,15 @@ def test_a_clone_resumes_the_donors_trainer_where_it_left_off(tmp_path, digits):
     """PBT clones the best trial's checkpoint into the worst at epoch 2: the clone's fit
     goes on from the donor's weights, optimizer and epoch count, so its third epoch is the
     donor's third, to the last digit."""
-    pbt = PopulationBasedTraining(
-        perturbation_interval=2,
-        hyperparam_mutations={"lr": [0.5]},
-        quantile_fraction=0.5,
-        resample_probability=1.0,  # the clone trains with the donor's lr
-        synch=True,
-    )
-    sim = simulate(tmp_path, digits.fit, [0.5, 0.001], scheduler=pbt)
-    donor, clone = sorted(sim.grid, key=lambda r: r.metrics["loss"])
-    donor_h, clone_h = list(donor.history), list(clone.history)
+    donor_h, clone_h = clone_at_2(tmp_path, digits.fit)
     assert [r["epoch"] for r in clone_h] == [0.0, 1.0, 2.0, 3.0]
     assert clone_h[1]["loss"] > donor_h[1]["loss"]  # the worse one before the exploit
     assert clone_h[2]["loss"] == donor_h[2]["loss"] and clone_h[3]["loss"] == donor_h[3]["loss"]
 
 
 def test_a_trial_the_scheduler_stops_unwinds_out_of_fit(tmp_path, digits):
-    sim = simulate(
-        tmp_path,
-        digits.fit,
-        [0.5, 0.001, 0.0005, 0.0001],
-        scheduler=ASHAScheduler(max_t=digits.EPOCHS, grace_period=1, reduction_factor=4),
-    )
-    spent = sorted(len(list(r.history)) for r in sim.grid)
-    assert spent[0] == 1 and spent[-1] == digits.EPOCHS and sim.grid.num_errors == 0
+    spent = asha_spent(tmp_path, digits.fit, digits.EPOCHS)
+    assert spent[0] == 1 and spent[-1] == digits.EPOCHS
 
 
 def test_hooks_metrics_and_checkpoints_as_asked(tmp_path, digits, caplog):
