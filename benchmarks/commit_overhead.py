@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import CommitRecorder, PrefectServer, write_json
 
 from popflow.infra.storage.folder import Storage
-from popflow.infra.store.checkpoints import publish_checkpoint
+from popflow.infra.store.checkpoints import fetch_checkpoint, publish_checkpoint
 from popflow.tasks import Trainable
 
 logger = logging.getLogger("overhead")
@@ -121,27 +121,43 @@ def end_to_end(options: dict, rounds: int, work: str) -> dict:
         "s3 (moto)": ("s3://bench/e2e", options),
     }
     walls: dict[str, float] = {}
-    with dask_client(None, WORKERS) as client:
-        tune_rounds(places["tmpfs"][0] + "-warmup", None, 2, client)  # imports, connections
-        for name, (url, opts) in places.items():
+    peaks: dict[str, list[float]] = {}
+    for name, (url, opts) in places.items():
+        # a cluster each: the workers' peak memory is that storage's
+        with dask_client(None, WORKERS) as client:
+            tune_rounds(places["tmpfs"][0] + f"-warmup-{len(walls)}", None, 2, client)
             walls[name] = statistics.median(tune_rounds(url, opts, rounds, client))
+            peaks[name] = sorted(client.run(peak_rss_mib).values())
     shutil.rmtree(places["tmpfs"][0], ignore_errors=True)
-    shutil.rmtree(places["tmpfs"][0] + "-warmup", ignore_errors=True)
+    for i in range(len(places)):
+        shutil.rmtree(places["tmpfs"][0] + f"-warmup-{i}", ignore_errors=True)
     base = walls["tmpfs"]
-    logger.info("a. end to end, %d rounds, median round wall:", rounds)
+    live = MEMBERS // WORKERS * SIZE / (1 << 20)
+    logger.info("a. end to end, %d rounds, median round wall; workers' peak RSS (their "
+                "members' live state alone: %.0f MiB each):", rounds, live)  # fmt: skip
     for name, wall in walls.items():
         extra = wall - base
         logger.info(
-            "   %-11s %6.3f s   overhead vs tmpfs %6.1f ms = %5.1f %% of the round's training",
+            "   %-11s %6.3f s   overhead vs tmpfs %6.1f ms = %5.1f %% of the round's training"
+            "   peak RSS %s MiB",
             name,
             wall,
             extra * 1e3,
             extra * 100 / round_seconds(),
+            " / ".join(f"{p:.0f}" for p in peaks[name]),
         )
     return {
-        name: {"round_wall_s": wall, "overhead_vs_tmpfs_s": wall - base}
+        name: {"round_wall_s": wall, "overhead_vs_tmpfs_s": wall - base,
+               "worker_peak_rss_mib": peaks[name]}
         for name, wall in walls.items()
-    }
+    }  # fmt: skip
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory (run on each worker)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def start_moto() -> tuple[subprocess.Popen, dict]:
@@ -291,6 +307,17 @@ def main() -> None:
                         m["total"] * 1e3,
                         m["total"] * 100 / round_seconds(),
                     )
+                # an exploit's read: one member's checkpoint fetched as a clone restores it
+                storage = make("seq")
+                fetches = []
+                for i in range(3):
+                    with tempfile.TemporaryDirectory() as into:
+                        t0 = time.perf_counter()
+                        fetch_checkpoint(storage, f"trial_{i}/checkpoint_000001", into)
+                        fetches.append(time.perf_counter() - t0)
+                figures.setdefault("exploit_fetch_s", {})[name] = statistics.median(fetches)
+                logger.info("%-10s an exploit's fetch of one checkpoint: %.1f ms", name,
+                            statistics.median(fetches) * 1e3)  # fmt: skip
             e2e = figures["end_to_end"]
             worst = max(v["overhead_vs_tmpfs_s"] for v in e2e.values())
             logger.info(
