@@ -242,6 +242,7 @@ def measure(storage: Storage, srcs: list[str], rounds: int, parallel: bool) -> d
 
 
 def main() -> None:
+    global SIZE, STEP_S
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=12, help="end-to-end rounds")
@@ -259,7 +260,6 @@ def main() -> None:
         help="training per step; a round is 4 steps per worker",
     )
     args = parser.parse_args()
-    global SIZE, STEP_S
     SIZE, STEP_S = int(args.size_mb * (1 << 20)), args.step_s
     logger.info("%d members, %.0f MiB checkpoints, rounds of %.2f s of training",
                 MEMBERS, SIZE / (1 << 20), STEP_S * MEMBERS / WORKERS)  # fmt: skip
