@@ -175,6 +175,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n-envs", type=int, default=4)
     parser.add_argument("--n-steps", type=int, default=1024, help="steps per env per rollout")
     parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument(
+        "--synch",
+        action="store_true",
+        help="synchronous PBT/PB2: the members wait for each other at each interval "
+        "(for more members than worker slots, and runs that repeat exactly)",
+    )
     parser.add_argument("--storage", default="./results")
     parser.add_argument("--name", default=None)
     parser.add_argument("--seed", type=int, default=0)
@@ -197,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
         tune_config=tune.TuneConfig(
             metric="episode_reward_mean",
             mode="max",
-            scheduler=make_scheduler(args.scheduler, args.interval),
+            scheduler=make_scheduler(args.scheduler, args.interval, args.synch),
             num_samples=args.num_samples,
             seed=args.seed,
         ),
