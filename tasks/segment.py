@@ -59,15 +59,25 @@ def _fetch(spec: SegmentSpec) -> Fetched:
         raise
 
 
+def _verified(spec: SegmentSpec) -> Fetched:
+    """Check ``spec.restore`` where it is on local disk (a class trainable loads it there):
+    (None, its metadata)."""
+    assert spec.restore is not None
+    return None, verify_in_place(spec.storage, spec.restore)[1]
+
+
 def _prefetch(specs: list[SegmentSpec]) -> dict[int, Future[Fetched]]:
-    """Start the downloads of the segments that will restore from an object store."""
-    return {
-        i: transfer_threads().submit(_fetch, spec)
-        for i, spec in enumerate(specs)
-        if spec.restore is not None
-        and not spec.storage.is_local
-        and not (spec.live_token and is_parked(spec.live_token))
-    }
+    """Start the downloads of the segments that will restore from an object store, and
+    on local disk the checks of class trainables' checkpoints (they read every byte)."""
+    started: dict[int, Future[Fetched]] = {}
+    for i, spec in enumerate(specs):
+        if spec.restore is None or (spec.live_token and is_parked(spec.live_token)):
+            continue
+        if not spec.storage.is_local:
+            started[i] = transfer_threads().submit(_fetch, spec)
+        elif not is_function_trainable(spec.trainable):
+            started[i] = transfer_threads().submit(_verified, spec)
+    return started
 
 
 def _build(spec: SegmentSpec, fetched: Future[Fetched] | None = None) -> Live:
@@ -80,7 +90,8 @@ def _build(spec: SegmentSpec, fetched: Future[Fetched] | None = None) -> Live:
     if spec.restore is not None and spec.storage.is_local and not function:
         # a class trainable loads its checkpoint at once: where it is, verified (a copy
         # cost each restore as much as the rest of a short segment), as Ray's local ones
-        folder, metadata = verify_in_place(spec.storage, spec.restore)
+        metadata = (fetched.result() if fetched is not None else _verified(spec))[1]
+        folder = spec.storage.path(spec.restore)
         clock = ProgressClock.restored(spec.trial_id, metadata)
         return LiveClass(spec.trainable, spec.config, spec.trial_id, folder, clock)
     tmp, metadata = fetched.result() if fetched is not None else _fetch(spec)

@@ -2,8 +2,8 @@
 
 :class:`SegmentRun` records each iteration's result, says when the segment
 ends (:class:`~popflow.tasks.specs.EndReason`) and whether to checkpoint, and
-publishes checkpoints to storage (on object stores beside training, through
-:mod:`popflow.tasks.uploads`).
+publishes checkpoints to storage (beside training, through
+:mod:`popflow.tasks.uploads`, when the runner call gives it one).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class SegmentRun:
     def __init__(self, spec: SegmentSpec, clock: ProgressClock, uploads: Uploads | None = None):
         self.spec = spec
         self.clock = clock
-        self.uploads = uploads  # object-store uploads run beside training (popflow.tasks.uploads)
+        self.uploads = uploads  # publishes run beside training (popflow.tasks.uploads)
         self.outcome = SegmentOutcome(trial_id=spec.trial_id)
         self.reason: EndReason | None = None
         self._taken = set(spec.taken)
@@ -158,16 +158,29 @@ class SegmentRun:
         self.outcome.checkpoints.append(record)
         storage, epoch = self.spec.storage, self.spec.lease_epoch
         guard = functools.partial(fence, storage, epoch) if epoch else None
-        if self.uploads is not None and not storage.is_local:
-            self.uploads.submit(
-                self.outcome, record, storage, local_dir, rel_path, metadata, guard, known
-            )
-        else:  # a local publish is a rename (a copy for a folder of the user's): no thread
-            staged = (
-                self._staged if self._staged and storage.path(self._staged) == local_dir else None
-            )
-            self._staged = None  # published, or removed by publish_checkpoint if it failed
+        staged = self._staged if self._staged and storage.path(self._staged) == local_dir else None
+        if staged is not None:
+            self._staged = None  # the publish's now: moved into place, or removed if it fails
+        if self.uploads is None:  # a local publish is a rename (a copy for a user's folder)
             manifest = publish_checkpoint(
                 storage, local_dir, rel_path, metadata, guard, staged=staged, known=known
             )
             record.digest = manifest_digest(manifest)
+            return
+        if storage.is_local and staged is None:  # a user's folder: theirs again on return
+            staged = self._copy_to_staging(local_dir)
+        self.uploads.submit(
+            self.outcome, record, storage, staged or local_dir, rel_path, metadata, guard, known
+        )
+
+    def _copy_to_staging(self, local_dir: str) -> str:
+        """A copy of ``local_dir`` in a new staging folder of the (local) storage."""
+        storage = self.spec.storage
+        staged = staging_folder(storage, self.spec.trial_dir)
+        assert staged is not None  # local disk
+        try:
+            storage.put_dir(local_dir, staged)
+        except BaseException:
+            storage.remove(staged)
+            raise
+        return staged
