@@ -29,6 +29,14 @@ drawn per task to ``bench-results/search_quality_<time>_<task>.png``.
 
 Claims tested (reported, whatever they say): PBT >= random search and ASHA; PB2 >= PBT at
 this small population.
+
+``--peer ray`` runs the same tasks, seeds and schedulers on Ray Tune instead (the bench
+extra; PBT and PB2 by default): the trainable's methods in a ``ray.tune.Trainable``,
+the same search spaces and scheduler arguments in Ray's classes, ``random`` and ``numpy``
+seeded per seed as Ray's docs advise, 2 CPUs. Where popflow's PBT or PB2 loses, this says
+whether Ray's does too (the method) or not (popflow).
+
+    .venv/bin/python benchmarks/search_quality.py --peer ray --methods pbt,pb2
 """
 
 from __future__ import annotations
@@ -95,6 +103,106 @@ def scheduler(task: Task, method: str) -> Any:
     return task.make_scheduler(method, task.interval, synch=True)
 
 
+def to_ray_domain(value: Any) -> Any:
+    """popflow's search-space domain as Ray's (the same class names and arguments)."""
+    from ray import tune as ray_tune
+
+    from popflow.schedulers import domains
+
+    if isinstance(value, domains.LogUniform):
+        return ray_tune.loguniform(value.lower, value.upper, base=value.base)
+    if isinstance(value, domains.Uniform):
+        return ray_tune.uniform(value.lower, value.upper)
+    if isinstance(value, domains.RandInt):
+        return ray_tune.randint(value.lower, value.upper)
+    if isinstance(value, domains.Categorical):
+        return ray_tune.choice(list(value.categories))
+    if isinstance(value, dict):
+        return {k: to_ray_domain(v) for k, v in value.items()}
+    if isinstance(value, domains.Domain):
+        raise TypeError(f"no Ray counterpart written for {value!r}")
+    return value
+
+
+def ray_scheduler(task: Task, method: str) -> Any:
+    """Ray's scheduler built from the same arguments as popflow's for ``method``."""
+    from ray.tune.schedulers import ASHAScheduler as RayASHA
+    from ray.tune.schedulers import FIFOScheduler as RayFIFO
+    from ray.tune.schedulers import PopulationBasedTraining as RayPBT
+    from ray.tune.schedulers.pb2 import PB2 as RayPB2
+
+    if method == "random":
+        return RayFIFO()
+    if method == "asha":
+        return RayASHA(max_t=task.iterations, grace_period=2, reduction_factor=4)
+    kwargs = dict(task.make_scheduler(method, task.interval, synch=True).init_args[1])
+    if "hyperparam_mutations" in kwargs:
+        kwargs["hyperparam_mutations"] = to_ray_domain(kwargs["hyperparam_mutations"])
+    return (RayPB2 if method == "pb2" else RayPBT)(**kwargs)
+
+
+def ray_trainable(task: Task) -> type:
+    """The task's trainable as a ``ray.tune.Trainable`` (popflow's has Ray's methods): each
+    method from the first class that defines it, passing over one that calls ``super()``
+    (only ``TimedPPO.step``, which adds ``wall``: every step here does)."""
+    from ray import tune as ray_tune
+
+    methods: dict[str, Any] = {}
+    for klass in task.trainable.__mro__:
+        if klass.__module__.startswith("popflow"):
+            break
+        for name, value in vars(klass).items():
+            code = getattr(value, "__code__", None)
+            if name in methods or name.startswith("__") or code is None:
+                continue
+            if "__class__" in code.co_freevars:  # zero-argument super(): the base's is used
+                continue
+            methods[name] = value
+    step = methods["step"]
+
+    def timed_step(self: Any) -> dict[str, Any]:
+        return {"wall": time.time(), **step(self)}
+
+    methods["step"] = timed_step
+    return type(f"Ray{task.trainable.__name__}", (ray_tune.Trainable,), methods)
+
+
+def ray_run(task: Task, method: str, seed: int, storage: str) -> tuple[Any, Any]:
+    """One run on Ray Tune: (its results, in popflow's shape for :func:`curve`; the best
+    result)."""
+    import random
+
+    import numpy as np
+    from ray import tune as ray_tune
+
+    random.seed(seed)  # Ray's docs: seed these before Tuner for repeatable sampling
+    np.random.seed(seed)
+    n = asha_samples(task.population, task.iterations) if method == "asha" else task.population
+    tuner = ray_tune.Tuner(
+        ray_trainable(task),
+        param_space=to_ray_domain(task.space),
+        tune_config=ray_tune.TuneConfig(
+            scheduler=ray_scheduler(task, method),
+            metric=task.metric,
+            mode="max",
+            num_samples=n,
+        ),
+        run_config=ray_tune.RunConfig(
+            name=f"{task.name}-{method}-{seed}",
+            storage_path=storage,
+            stop={"training_iteration": task.iterations},
+            # every checkpoint kept: with num_to_keep=1 (popflow's setting here), Ray's PBT
+            # deletes a checkpoint an exploit is about to restore ("does not exist on
+            # storage anymore") and the trial errors
+            checkpoint_config=ray_tune.CheckpointConfig(checkpoint_at_end=True),
+            verbose=0,
+        ),
+    )
+    grid = tuner.fit()
+    histories = [argparse.Namespace(history=r.metrics_dataframe.to_dict("records")) for r in grid]
+    return histories, grid.get_best_result(task.metric, "max")
+
+
 def curve(results: Any, metric: str) -> list[float]:
     """The best score reported so far after each training iteration of the run (all
     trials' results in the order their trials reported them)."""
@@ -145,6 +253,28 @@ def plot(task: Task, curves: dict[str, list[list[float]]], path: str) -> None:
     plt.close(fig)
 
 
+def score(task: Task, method: str, seed: int, results: Any, best: Any, start: float,
+          errors: int) -> dict[str, Any]:  # fmt: skip
+    """One run's row: the best member's final score (and regret or evaluation)."""
+    run = {
+        "task": task.name,
+        "method": method,
+        "seed": seed,
+        "score": best.metrics[task.metric],
+        "iterations": sum(len(list(r.history)) for r in results),
+        "errors": errors,
+        "wall_s": time.perf_counter() - start,
+    }
+    if task.name == "taxi":
+        import taxi_q
+
+        run["regret"] = taxi_q.optimum() - run["score"]
+    if task.name == "ppo":
+        ppo = load_example("ppo_pbt")
+        run["eval"] = ppo.evaluate(best.checkpoint, 10, seed)[0]
+    return run
+
+
 def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("POPFLOW_PREFECT_SERVER", "temporary")
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -152,7 +282,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--peer", choices=["ray"], help="run on Ray Tune instead")
     args = parser.parse_args(argv)
+    if args.peer == "ray":
+        import ray
+
+        # Ray's workers import the example and task modules by name (its pickler does
+        # not take cloudpickle's by-value registrations)
+        here = os.path.dirname(os.path.abspath(__file__))
+        path = [os.path.join(here, "..", "examples"), here, os.environ.get("PYTHONPATH", "")]
+        ray.init(
+            num_cpus=args.workers,
+            include_dashboard=False,
+            log_to_driver=False,
+            runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in path if p)}},
+        )
     logging.getLogger("popflow").setLevel(logging.WARNING)
     methods = args.methods.split(",")
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -173,6 +317,12 @@ def main(argv: list[str] | None = None) -> None:
                     n = (asha_samples(task.population, task.iterations)
                          if method == "asha" else task.population)  # fmt: skip
                     start = time.perf_counter()
+                    if args.peer == "ray":
+                        results, best = ray_run(task, method, seed, storage)
+                        runs.append(score(task, method, seed, results, best, start, 0))
+                        curves[method].append(curve(results, task.metric))
+                        print(runs[-1], flush=True)
+                        continue
                     results = popflow.run(
                         task.trainable,
                         param_space=task.space,
@@ -191,25 +341,10 @@ def main(argv: list[str] | None = None) -> None:
                         verbose=0,
                     )
                     best = results.get_best_result(task.metric, "max")
-                    run = {
-                        "task": task.name,
-                        "method": method,
-                        "seed": seed,
-                        "score": best.metrics[task.metric],
-                        "iterations": sum(len(list(r.history)) for r in results),
-                        "errors": results.num_errors,
-                        "wall_s": time.perf_counter() - start,
-                    }
-                    if task.name == "taxi":
-                        import taxi_q
-
-                        run["regret"] = taxi_q.optimum() - run["score"]
-                    if task.name == "ppo":
-                        ppo = load_example("ppo_pbt")
-                        run["eval"] = ppo.evaluate(best.checkpoint, 10, seed)[0]
-                    runs.append(run)
+                    runs.append(score(task, method, seed, results, best, start,
+                                      results.num_errors))  # fmt: skip
                     curves[method].append(curve(results, task.metric))
-                    print(run, flush=True)
+                    print(runs[-1], flush=True)
             RESULTS_DIR.mkdir(exist_ok=True)
             png = RESULTS_DIR / f"search_quality_{stamp}_{task.name}.png"
             plot(task, curves, str(png))
