@@ -18,15 +18,14 @@ import threading
 from typing import Any
 
 import pytest
-from test_segment_local import DirCounter, counting_function, spec
+from test_segment_local import DirCounter, counting_function
+from test_transfers import ok, run_call, trial_spec
 
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.checkpoints import fetch_checkpoint, read_manifest
 from popflow.infra.store.layout import MANIFEST
 from popflow.infra.store.lease import Lease
-from popflow.tasks.live import discard_parked
-from popflow.tasks.segment import run_segments
-from popflow.tasks.specs import SegmentOutcome, SegmentSpec
+from popflow.tasks.specs import SegmentSpec
 
 pytestmark = pytest.mark.unit
 
@@ -70,27 +69,8 @@ def closed_gate() -> None:
 
 
 def trial(storage: Storage, i: int, trainable: Any = DirCounter, **kwargs: Any) -> SegmentSpec:
-    args: dict[str, Any] = {
-        "trial_id": f"t{i}",
-        "trial_dir": f"DirCounter_t{i}",
-        "config": {"inc": float(i + 1)},
-        "time_attr": "training_iteration",
-        "target": 1,
-        "checkpoint_frequency": 1,
-    }
-    args.update(kwargs)
-    return spec(storage, trainable, **args)
-
-
-def run_call(specs: list[SegmentSpec]) -> list[SegmentOutcome]:
-    outcomes = run_segments(specs, "worker-under-test")
-    discard_parked([o.live_token for o in outcomes if o.live_token])
-    return outcomes
-
-
-def ok(outcome: SegmentOutcome) -> SegmentOutcome:
-    assert outcome.error is None, outcome.error
-    return outcome
+    """Trial ``i``, one step to its milestone, a checkpoint at each step."""
+    return trial_spec(storage, i, trainable, **{"target": 1, **kwargs})
 
 
 def value_in(storage: Storage, path: str, into: str) -> float:

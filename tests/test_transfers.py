@@ -25,7 +25,7 @@ from popflow.tasks.specs import SegmentOutcome, SegmentSpec
 pytestmark = pytest.mark.integration
 
 
-def trial_spec(storage: Storage, i: int, **kwargs: Any) -> SegmentSpec:
+def trial_spec(storage: Storage, i: int, trainable: Any = DirCounter, **kwargs: Any) -> SegmentSpec:
     args: dict[str, Any] = {
         "trial_id": f"t{i}",
         "trial_dir": f"DirCounter_t{i}",
@@ -35,7 +35,7 @@ def trial_spec(storage: Storage, i: int, **kwargs: Any) -> SegmentSpec:
         "checkpoint_frequency": 1,
     }
     args.update(kwargs)
-    return spec(storage, DirCounter, **args)
+    return spec(storage, trainable, **args)
 
 
 def run_call(specs: list[SegmentSpec]) -> list[SegmentOutcome]:
