@@ -35,8 +35,8 @@ import cloudpickle
 
 from popflow.infra.cluster.gpus import CUDA_VISIBLE_DEVICES, slot_devices, visible_devices
 from popflow.tasks.live import discard_parked_soon
-from popflow.tasks.segment import run_segments
-from popflow.tasks.specs import SegmentOutcome, SegmentSpec
+from popflow.tasks.segment import run_segments, settle_deferred
+from popflow.tasks.specs import Published, SegmentOutcome, SegmentSpec
 
 #: Seconds between a holding thread's looks at whether its runner is gone.
 HOLD_POLL_S = 1.0
@@ -86,6 +86,11 @@ class SegmentRunner:
         if self.devices:
             os.environ[CUDA_VISIBLE_DEVICES] = ",".join(self.devices)
         return run_segments(specs, self.worker)
+
+    async def settle(self, token: str) -> Published:
+        """What the publishes a deferred call left running came to, once they end (waited
+        for in a thread of its own: this runner's slot trains meanwhile)."""
+        return await asyncio.to_thread(settle_deferred, token)
 
     async def discard(self, tokens: list[str]) -> None:
         """Drop trainables parked on this worker (in a thread of its own: a slow

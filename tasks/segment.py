@@ -29,10 +29,16 @@ from popflow.tasks.parameters import parameters_of
 from popflow.tasks.progress import ProgressClock
 from popflow.tasks.seeding import seed_globals
 from popflow.tasks.segment_run import SegmentRun
-from popflow.tasks.specs import EndReason, SegmentOutcome, SegmentSpec
+from popflow.tasks.specs import EndReason, Published, SegmentOutcome, SegmentSpec
 from popflow.tasks.trainable import is_function_trainable
 from popflow.tasks.trial_context import TuneContext, bound
-from popflow.tasks.uploads import Uploads, transfer_threads
+from popflow.tasks.uploads import (
+    Uploads,
+    defer,
+    published_digest,
+    take_deferred,
+    transfer_threads,
+)
 
 logger = logging.getLogger(__name__)
 isolate_dask_sampling()  # runs on every worker that imports this module
@@ -49,8 +55,10 @@ def _fetch(spec: SegmentSpec) -> Fetched:
     tmp = tempfile.mkdtemp(prefix="popflow-restore-")
     target = os.path.join(tmp, "checkpoint")
     try:
-        # this worker's own copy of the committed version, else a download
-        metadata = cache.copy_to(spec.storage, spec.restore, spec.restore_digest, target)
+        # this worker's own copy of the committed version (or of the one it is still
+        # publishing: the driver sent the segment before it knew the digest), else a download
+        digest = spec.restore_digest or published_digest(spec.storage, spec.restore)
+        metadata = cache.copy_to(spec.storage, spec.restore, digest, target)
         if metadata is None:
             metadata = fetch_checkpoint(spec.storage, spec.restore, target)
         return tmp, metadata
@@ -195,21 +203,43 @@ def _run_segment(
 def run_segments(specs: list[SegmentSpec], worker: str | None = None) -> list[SegmentOutcome]:
     """One or several segments, in order (time-multiplexing on one slot); a
     segment's checkpoint uploads overlap the next one's training, and all are
-    published before this returns."""
+    published before this returns, unless the specs ask to defer them: then the
+    outcomes name the publishes still running (``SegmentOutcome.publishing``), for
+    :func:`settle_deferred`."""
     uploads = Uploads()
     fetches = _prefetch(specs)
     # trials continuing live first: the others' checkpoints download meanwhile
     order = sorted(range(len(specs)), key=lambda i: i in fetches)
     outcomes: dict[int, SegmentOutcome] = {}
+    deferred = False
     try:
         for i in order:
             outcomes[i] = run_segment(specs[i], worker, uploads, fetches.pop(i, None))
+        if uploads and any(spec.defer_publish for spec in specs):
+            publishing = (worker or current_worker_address() or "", defer(uploads))
+            deferred = True
+            for outcome in outcomes.values():
+                outcome.publishing = publishing
         return [outcomes[i] for i in range(len(specs))]
     finally:
-        for failed in uploads.finish():  # the trial restarts from its last durable checkpoint
-            _discard_parked(failed)
+        if not deferred:
+            for failed in uploads.finish():  # the trial goes on from its last durable checkpoint
+                _discard_parked(failed)
         for future in fetches.values():  # not used (an earlier segment raised): clean up
             future.add_done_callback(_drop_fetched)
+
+
+def settle_deferred(token: str) -> Published:
+    """Wait for the publishes a deferred call left running here (:func:`run_segments`);
+    what they came to. A failed one's parked trainable is dropped (its state was never
+    stored)."""
+    uploads = take_deferred(token)
+    if uploads is None:
+        return Published(errors={("", token): "this worker does not know the call's publishes"})
+    published, failed = uploads.settle()
+    for outcome in failed:
+        _discard_parked(outcome)
+    return published
 
 
 def _drop_fetched(future: Future[Fetched]) -> None:

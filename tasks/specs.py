@@ -81,6 +81,9 @@ class SegmentSpec:
     experiment_name: str = ""
     #: a simulation's clock: the seconds each iteration took, from its metrics (None: measured)
     iteration_seconds: Callable[[dict[str, Any]], float] | None = None
+    #: return once the call's segments have trained, its checkpoints still publishing;
+    #: the driver settles them (``SegmentRunner.settle``) before its commit names them
+    defer_publish: bool = False
 
 
 @dataclass
@@ -117,3 +120,17 @@ class SegmentOutcome:
     #: (an error) the trial's worker process died while its segment was the one running
     #: there: it took the process down, or was there when something else did
     lost_worker: bool = False
+    #: (worker address, token) of the call's publishes still running there
+    #: (``SegmentSpec.defer_publish``); its checkpoints' digests come when they settle
+    publishing: tuple[str, str] | None = None
+
+
+@dataclass
+class Published:
+    """What a call's deferred checkpoint publishes came to, keyed by (trial id,
+    checkpoint name): the versions' digests, or why a publish failed."""
+
+    digests: dict[tuple[str, str], str] = field(default_factory=dict)
+    errors: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: storage failed for good: the run's failure (see ``SegmentOutcome.storage_failure``)
+    storage_failure: StorageError | None = None

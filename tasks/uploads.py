@@ -12,6 +12,12 @@ is done, so the driver never commits a checkpoint that is not in storage; a
 segment whose publish failed comes back as an error. Downloads (or, on local
 disk, the checks) for the call's trials that restore from a checkpoint start
 when the call does (``popflow.tasks.segment``), while its first segments train.
+
+A call whose segments ask for it (``SegmentSpec.defer_publish``) returns once they
+have trained: its publishes go on here, kept under a token (:func:`defer`), and the
+driver waits for them (:func:`settle`) before its commit names them, while the next
+round's segments train. A restore of a checkpoint this process is still publishing
+waits for that publish (:func:`published_digest`).
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import shutil
 import tempfile
 import threading
 import traceback
+import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -28,12 +36,18 @@ from popflow.infra.storage.errors import StorageError
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.checkpoints import manifest_digest, publish_checkpoint
 from popflow.tasks.checkpoint_cache import cache
-from popflow.tasks.specs import CheckpointRecord, EndReason, SegmentOutcome
+from popflow.tasks.specs import CheckpointRecord, EndReason, Published, SegmentOutcome
 
 TRANSFER_THREADS = 4  # per worker process, shared by its runners
+#: Deferred calls kept unsettled at most (a driver that went away never settles).
+MAX_DEFERRED = 256
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+_lock = threading.Lock()
+#: (storage url, checkpoint path) -> its publish in this process, while it runs
+_publishing: dict[tuple[str, str], Future[str]] = {}
+_deferred: OrderedDict[str, Uploads] = OrderedDict()
 
 
 def transfer_threads() -> ThreadPoolExecutor:
@@ -106,7 +120,14 @@ class Uploads:
         future = transfer_threads().submit(
             _publish_staged, storage, staged, rel_path, metadata, guard, known
         )
+        key = (storage.url, rel_path)
+        with _lock:
+            _publishing[key] = future
+        future.add_done_callback(lambda f: _published(key, f))
         self._pending.append((outcome, record, future))
+
+    def __bool__(self) -> bool:
+        return bool(self._pending)
 
     def finish(self) -> list[SegmentOutcome]:
         """Wait for every upload; a segment whose upload failed ends in error.
@@ -128,3 +149,59 @@ class Uploads:
                 outcome.error = traceback.format_exc()
                 failed.append(outcome)
         return failed
+
+    def settle(self) -> tuple[Published, list[SegmentOutcome]]:
+        """Wait for every publish (of a deferred call): what they came to, and the
+        outcomes that failed (as :meth:`finish`)."""
+        records = [(outcome.trial_id, record) for outcome, record, _ in self._pending]
+        failed = self.finish()
+        published = Published()
+        errored = {o.trial_id: o for o in failed}
+        for trial_id, record in records:
+            key = (trial_id, record.name)
+            if record.digest is not None and trial_id not in errored:
+                published.digests[key] = record.digest
+            else:
+                published.errors[key] = (
+                    errored[trial_id].error if trial_id in errored else None
+                ) or ("its publish failed")
+        published.storage_failure = next(
+            (o.storage_failure for o in failed if o.storage_failure is not None), None
+        )
+        return published, failed
+
+
+def _published(key: tuple[str, str], future: Future[str]) -> None:
+    with _lock:
+        if _publishing.get(key) is future:
+            del _publishing[key]
+
+
+def published_digest(storage: Storage, rel_path: str) -> str | None:
+    """The digest of ``rel_path`` as this process is publishing it, once published; None
+    if it is not publishing it (then a restore reads the store), or the publish failed."""
+    key = (storage.url, rel_path)
+    with _lock:
+        running = _publishing.get(key)
+        if running is None:
+            return None
+    try:
+        return running.result()
+    except Exception:  # the driver hears of it when it settles the call
+        return None
+
+
+def defer(uploads: Uploads) -> str:
+    """Keep a call's running publishes for :func:`settle`; the token that names them."""
+    token = uuid.uuid4().hex
+    with _lock:
+        _deferred[token] = uploads
+        while len(_deferred) > MAX_DEFERRED:  # nobody settles them: they end unwatched
+            _deferred.popitem(last=False)
+    return token
+
+
+def take_deferred(token: str) -> Uploads | None:
+    """The publishes kept under ``token`` (None: unknown here, e.g. a restarted worker)."""
+    with _lock:
+        return _deferred.pop(token, None)

@@ -176,17 +176,34 @@ def _commits_hold_the_trial_table(monkeypatch) -> None:
     from popflow.flows.driver.controller import Controller
     from popflow.infra.jsonutil import jsonable
 
-    commit = Controller.commit
+    commit, write = Controller.commit, Controller._write
+    tables: dict[int, list[dict]] = {}  # id of a controller -> its table as last committed
 
-    def checked(self: Controller, final: bool = False) -> None:
-        commit(self, final)
+    def checked(self: Controller, final: bool = False, hold: bool = False) -> None:
+        commit(self, final, hold)
+        # a held commit is written later, the next round planned meanwhile: its table now
+        tables[id(self)] = jsonable([r.state() for r in self.records])
+        if not hold:
+            _check(self)
+
+    def written(self: Controller, prepared) -> None:
+        write(self, prepared)
+        if prepared is not None and prepared.round < self.rounds:  # a held one
+            _check(self)
+
+    def _check(self: Controller) -> None:
         state = self.log.state
         assert state is not None
-        table = jsonable([r.state() for r in self.records])
+        table = tables[id(self)]
+        digests = {(r.trial_id, c.name): c.digest for r in self.records for c in r.checkpoints}
+        for t in table:  # digests of checkpoints still publishing when it was built
+            for c in t["checkpoints"]:
+                c["digest"] = c["digest"] or digests.get((t["trial_id"], c["name"]))
         stale = [t["trial_id"] for t, c in zip(table, state["trials"], strict=True) if t != c]
         assert not stale, f"commit {self.log.seq} holds stale rows of trials {stale}"
 
     monkeypatch.setattr(Controller, "commit", checked)
+    monkeypatch.setattr(Controller, "_write", written)
 
 
 @pytest.fixture(scope="session")

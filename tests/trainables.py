@@ -345,3 +345,55 @@ class Gaining(Trainable):
 
     def load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.score = checkpoint["score"]
+
+
+_uploads_held = threading.Event()  # this process's held uploads may go on
+
+
+def _first_time(folder: str, name: str) -> bool:
+    """True once per ``name`` across every process (a file made exclusively)."""
+    try:
+        os.close(os.open(os.path.join(folder, name), os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return False
+    return True
+
+
+class HeldUpload(ParityTrainable):
+    """ParityTrainable whose checkpoint at iteration ``hold_at`` (the first one saved, in
+    one process) is not uploaded until a segment of the next round in that process has
+    seen it still publishing (the process's publish function waits for it, once). That
+    segment writes ``<marks>/seen.json`` (what was publishing, and the round the storage
+    had committed last), then ``then``: "release" the upload, or "kill" the process."""
+
+    def save_checkpoint(self, checkpoint_dir: str) -> dict[str, Any]:
+        from popflow.tasks import uploads
+
+        saved = super().save_checkpoint(checkpoint_dir)
+        if self.iteration == self.config["hold_at"] and _first_time(self.config["marks"], "held"):
+            publish = uploads._publish_staged
+
+            def held(*args: Any, **kwargs: Any) -> str:  # this checkpoint's, next
+                uploads._publish_staged = publish
+                _uploads_held.wait(60)
+                return publish(*args, **kwargs)
+
+            uploads._publish_staged = held
+        return saved
+
+    def step(self) -> dict[str, Any]:
+        from popflow.infra.storage.folder import Storage
+        from popflow.infra.store.commit_log import ExperimentLog
+        from popflow.tasks import uploads
+
+        marks = self.config["marks"]
+        publishing = sorted(path for _, path in uploads._publishing)
+        if self.iteration == self.config["hold_at"] and publishing and _first_time(marks, "seen"):
+            storage = Storage(self.config["experiment"], self.config["options"])
+            committed = ExperimentLog(storage).latest()["round"]
+            with open(os.path.join(marks, "seen.json"), "w") as f:
+                json.dump({"publishing": publishing, "committed_round": committed}, f)
+            if self.config["then"] == "kill":
+                os.kill(os.getpid(), 9)
+            _uploads_held.set()
+        return super().step()

@@ -18,8 +18,15 @@ from popflow.flows.backends.dask_pool import RunnerPool
 from popflow.flows.console.live_table import LiveTable, shown
 from popflow.flows.console.verbose import DETAIL
 from popflow.flows.driver.controller import Controller
-from popflow.flows.events.run_events import Event, EventBus, TrialErrored
-from popflow.flows.experiment.opening import Experiment, open_experiment
+from popflow.flows.driver.pipelined_commit import RoundLost
+from popflow.flows.events.run_events import (
+    Event,
+    EventBus,
+    RoundBegan,
+    RoundCommitted,
+    TrialErrored,
+)
+from popflow.flows.experiment.opening import Experiment, open_experiment, reopen
 from popflow.flows.experiment.results import ResultGrid, results_of
 from popflow.flows.record.artifacts import (
     finished_percent,
@@ -95,14 +102,31 @@ def _train(
             backend = DaskBackend(
                 RunnerPool(client, spec.resources, spec.name), spec.segment_timeout_s
             )
-            events = EventBus(_log_errors)
+            rounds = RoundRecord(feed, table)
+            events = EventBus(_log_errors, rounds)
             if table is not None:
                 events.subscribe(table.follow)
             topic = table.live.topic if table is not None else None
             controller = Controller(spec, experiment, backend, events, progress_topic=topic)
-            controller.drive(
-                experiment.resumed_from is None, lambda: _round(controller, feed, table)
-            )
+            fresh = experiment.resumed_from is None
+            while True:
+                rounds.controller = controller
+                try:
+                    controller.drive(fresh)
+                    break
+                except RoundLost as lost:
+                    # its results were decided on: only the last commit is certain
+                    experiment = reopen(spec, experiment, str(lost))
+                    run_logger().warning(
+                        "%s; going on from round %d, the last committed",
+                        lost,
+                        experiment.resumed_from["round"] if experiment.resumed_from else 0,
+                    )
+                    rounds.lost()
+                    controller = Controller(
+                        spec, experiment, backend, events, topic, pipeline_after=lost.round_no + 1
+                    )
+                    fresh = False
             grid = results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
             if table is not None:
                 table.close(experiment.records, grid, _how_it_ended(experiment, controller))
@@ -139,38 +163,67 @@ def _log_errors(event: Event) -> None:
         run_logger().error("trial %s errored: %s", event.record.trial_id, event.reason)
 
 
-def _round(controller: Controller, feed: RunFeed, table: LiveTable | None) -> bool:
-    """One round, and what the Prefect UI shows of it: its summary and decisions (the
-    round task's logs), the leaderboard and progress (the Artifacts page)."""
-    feed.round_begins(controller.rounds + 1)
-    more = controller.run_round()
-    # the console shows the detail at verbose=3 only; the Prefect UI always
-    lines = [Line(logging.INFO, round_summary(controller), detail=True)]
-    lines += [Line(logging.INFO, d, detail=True) for d in controller.last_commit["decisions"]]
-    lines += [
-        Line(logging.INFO, event)
-        for event in controller.last_commit["events"]
-        if not event.startswith(("[exploit]", "[error]"))  # said above, or when it errored
-    ]
-    records = controller.records
-    rows = leaderboard(records, controller.spec.metric, controller.spec.mode)
-    spec = controller.spec
-    done = finished_percent(len(records), controller.index.live)
-    feed.round_done(
-        controller.rounds, lines, rows, done, progress_text(records, spec.metric, spec.mode)
-    )
-    if table is not None:
-        table.tick(records, controller.rounds)
-    return more
+class RoundRecord:
+    """Each round as the Prefect UI shows it (a ``round-N`` task run: its summary and
+    decisions in its logs; the leaderboard and progress on the Artifacts page), from
+    the driver's events. A round is done there once committed; on an object store the
+    next one began training before that (:mod:`popflow.flows.driver.pipelined_commit`):
+    it begins in the record after, with the time it began."""
+
+    def __init__(self, feed: RunFeed, table: LiveTable | None) -> None:
+        self.feed, self.table = feed, table
+        self.controller: Controller | None = None
+        self._open: int | None = None  # the round begun in the record, not yet done
+        self._next: RoundBegan | None = None  # the one that began before it was done
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, RoundBegan):
+            if self._open is None:
+                self._begin(event)
+            elif event.round > self._open:
+                self._next = event
+            # else: the open round runs again (RoundLost): still the same task run
+        elif isinstance(event, RoundCommitted) and event.round == self._open:
+            self._done(event)
+            self._open = None
+            if self._next is not None:
+                self._begin(self._next)
+                self._next = None
+
+    def lost(self) -> None:
+        """The run goes back to its last commit: the round that began after it never was."""
+        self._next = None
+
+    def _begin(self, event: RoundBegan) -> None:
+        self.feed.round_begins(event.round, at=event.at)
+        self._open = event.round
+
+    def _done(self, event: RoundCommitted) -> None:
+        assert self.controller is not None
+        # the console shows the detail at verbose=3 only; the Prefect UI always
+        lines = [Line(logging.INFO, round_summary(event), detail=True)]
+        lines += [Line(logging.INFO, d, detail=True) for d in event.decisions]
+        lines += [
+            Line(logging.INFO, e)
+            for e in event.events
+            if not e.startswith(("[exploit]", "[error]"))  # said above, or when it errored
+        ]
+        records, spec = self.controller.records, self.controller.spec
+        rows = leaderboard(records, spec.metric, spec.mode)
+        done = finished_percent(len(records), self.controller.index.live)
+        progress = progress_text(records, spec.metric, spec.mode)
+        self.feed.round_done(event.round, lines, rows, done, progress)
+        if self.table is not None:
+            self.table.tick(records, event.round)
 
 
-def round_summary(controller: Controller) -> str:
-    """One line on the last committed round, for the Prefect UI."""
-    counts = controller.index.counts()
+def round_summary(event: RoundCommitted) -> str:
+    """One line on a committed round, for the Prefect UI."""
+    counts = event.counts
     states = ", ".join(f"{counts[status]} {status.lower()}" for status in sorted(counts))
     return (
-        f"round {controller.rounds} committed: {controller.last_commit['results']} results; "
-        f"trials {states}; {controller.scheduler.debug_string()}"
+        f"round {event.round} committed: {event.results} results; "
+        f"trials {states}; {event.scheduler}"
     )
 
 

@@ -37,7 +37,7 @@ from popflow.flows.driver.clock import SystemClock
 from popflow.flows.experiment.trial_table import TrialRecord
 from popflow.schedulers import TrialStatus
 from popflow.tasks.dask_sampling import isolate_dask_sampling
-from popflow.tasks.specs import EndReason, SegmentOutcome, SegmentSpec
+from popflow.tasks.specs import EndReason, Published, SegmentOutcome, SegmentSpec
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +76,13 @@ class DaskBackend:
     def refresh(self) -> None:
         """Pick up workers that joined (at most every few seconds)."""
         self.pool.refresh_soon()
+
+    #: calls may return before their checkpoints are published (``SegmentSpec.defer_publish``)
+    defers_publishes = True
+
+    def settle(self, publishing: set[tuple[str, str]]) -> list[Published]:
+        """Wait for the publishes deferred calls left running (see the pool's ``settle``)."""
+        return self.pool.settle(sorted(publishing), on_wait=self._waiting)
 
     def discard_parked(self, worker: str, tokens: list[str]) -> None:
         self.pool.discard_parked(worker, tokens)

@@ -28,7 +28,7 @@ import queue
 import re
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +37,7 @@ from distributed import Client, Future, wait
 from popflow.infra.cluster.dask_cluster import slots_per_worker
 from popflow.infra.cluster.gpus import shared_process_warning
 from popflow.tasks.runner import SegmentRunner, hold_slot, pack_specs
-from popflow.tasks.specs import SegmentSpec
+from popflow.tasks.specs import Published, SegmentSpec
 
 logger = logging.getLogger(__name__)
 
@@ -285,6 +285,51 @@ class RunnerPool:
         if any(isinstance(v, CallFailed) and v.worker_lost for _, v in out):
             self.refresh()
         return out
+
+    def settle(
+        self, publishing: Iterable[tuple[str, str]], on_wait: Callable[[], None] | None = None
+    ) -> list[Published]:
+        """Wait for the publishes deferred calls left running, each named (worker,
+        token) by their outcomes; what each call's came to. A worker gone meanwhile took
+        its publishes with it: they come back as errors."""
+        answers: queue.Queue[Published] = queue.Queue()
+        out: list[Published] = []
+        asked = 0
+        for worker, token in publishing:
+            lost = Published(
+                errors={("", token): f"worker {worker} was lost before its checkpoints were stored"}
+            )
+            runner = next((r for r in self.runners if r.worker == worker), None)
+            if runner is None or worker in self._dead_workers:
+                out.append(lost)
+                continue
+            try:
+                future = runner.actor.settle(token)
+            except RuntimeError:  # "Worker holding Actor was lost"
+                out.append(lost)
+                continue
+            asked += 1
+            self.client.loop.add_callback(self._deliver_settled, answers, future, lost)
+        while asked:
+            try:
+                out.append(answers.get(timeout=WAIT_POLL_S))
+                asked -= 1
+            except queue.Empty:
+                if on_wait is not None:
+                    on_wait()
+        return out
+
+    @staticmethod
+    async def _deliver_settled(
+        answers: queue.Queue[Published], future: Any, lost: Published
+    ) -> None:
+        value: Published
+        try:
+            value = await future
+        except Exception as exc:  # the worker's connection closed under the call, say
+            logger.debug("settling deferred publishes: %s: %s", type(exc).__name__, exc)
+            value = lost
+        answers.put(value)
 
     def _worker_died(self, worker: str) -> None:
         """First sight of ``worker``'s death: note which calls were running there, drop

@@ -28,7 +28,7 @@ from popflow.flows.driver.clock import VirtualClock
 from popflow.flows.experiment.trial_table import TrialRecord
 from popflow.tasks.live import discard_parked
 from popflow.tasks.segment import run_segments
-from popflow.tasks.specs import SegmentOutcome, SegmentSpec
+from popflow.tasks.specs import Published, SegmentOutcome, SegmentSpec
 
 #: The worker name a simulation's parked trainables live under (this process).
 SIMULATED_WORKER = "simulated"
@@ -148,6 +148,12 @@ class SimulatedBackend:
         discard_parked(tokens)
         self._calls.clear()
         self._free_at = [min(free, now) for free in self._free_at]
+
+    #: calls run to the end here, their checkpoints published (none is deferred)
+    defers_publishes = False
+
+    def settle(self, publishing: set[tuple[str, str]]) -> list[Published]:
+        return []
 
     def discard_parked(self, worker: str, tokens: list[str]) -> None:
         discard_parked(tokens)

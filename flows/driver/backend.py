@@ -14,7 +14,7 @@ from typing import Protocol
 
 from popflow.flows.driver.clock import Clock
 from popflow.flows.experiment.trial_table import TrialRecord
-from popflow.tasks.specs import SegmentOutcome, SegmentSpec
+from popflow.tasks.specs import Published, SegmentOutcome, SegmentSpec
 
 
 class Placement(Protocol):
@@ -33,6 +33,9 @@ class Backend(Protocol):
     segment_seconds: float | None
     #: called while the driver waits for outcomes (its lease check, the console's tick)
     on_wait: Callable[[], None] | None
+    #: a call may return once its segments trained, their checkpoints still publishing
+    #: (``SegmentSpec.defer_publish``), settled by :meth:`settle`
+    defers_publishes: bool
 
     @property
     def slots(self) -> int:
@@ -67,6 +70,11 @@ class Backend(Protocol):
     def returned(self) -> list[SegmentOutcome]:
         """Block until some calls return; their outcomes. A call that returned nothing
         puts its trials back to PENDING (they run again)."""
+        ...
+
+    def settle(self, publishing: set[tuple[str, str]]) -> list[Published]:
+        """Block until the publishes that returned calls left running end (each named by
+        its outcomes' ``publishing``); what each call's came to."""
         ...
 
     def cancel(self) -> None:

@@ -7,7 +7,9 @@
 - reduce: results go to the scheduler in a fixed order; its decisions change
   the trial table (:mod:`popflow.flows.experiment.trial_table`);
 - commit: results, derived logs (:mod:`popflow.flows.experiment.trial_logs`) and the
-  full state are written to storage before the next round starts; retired
+  full state are written to storage before the next round starts (on an object
+  store, a synchronous round's commit is written while the next round's first
+  segments train: :mod:`popflow.flows.driver.pipelined_commit`); retired
   checkpoints go after it (:mod:`popflow.flows.driver.retention`).
 
 Synchronous schedulers (synch PBT, HyperBand) get a barrier per round and
@@ -28,7 +30,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from popflow.flows.driver.backend import Backend
+from popflow.flows.driver.backend import Backend, Placement
 from popflow.flows.driver.early_end import EarlyEnd
 from popflow.flows.driver.ending_trials import TrialEndings
 from popflow.flows.driver.guards import (
@@ -38,6 +40,12 @@ from popflow.flows.driver.guards import (
     result_problem,
 )
 from popflow.flows.driver.packing import pack_size, packs
+from popflow.flows.driver.pipelined_commit import (
+    PreparedCommit,
+    Publishing,
+    RoundLost,
+    split_pending,
+)
 from popflow.flows.driver.retention import Janitor, retire_checkpoints
 from popflow.flows.driver.segment_cuts import ask_to_save, cut
 from popflow.flows.driver.suggestions import Suggestions
@@ -47,6 +55,7 @@ from popflow.flows.events.run_events import (
     Decided,
     EventBus,
     Exploited,
+    RoundBegan,
     RoundCommitted,
     RunEnded,
     SegmentReturned,
@@ -80,7 +89,9 @@ class Controller:
     """Runs ``experiment``'s rounds on ``backend``; says what happened on ``events``.
 
     ``progress_topic``: where running segments send their latest result as they train
-    (the console's live rows; None: nowhere).
+    (the console's live rows; None: nowhere). ``pipeline_after``: rounds up to this one
+    commit before the next starts, whatever the storage (the door's choice after a
+    :class:`~popflow.flows.driver.pipelined_commit.RoundLost`).
     """
 
     def __init__(
@@ -90,6 +101,7 @@ class Controller:
         backend: Backend,
         events: EventBus | None = None,
         progress_topic: str | None = None,
+        pipeline_after: int = 0,
     ) -> None:
         self.spec = spec
         self.records = experiment.records
@@ -131,6 +143,13 @@ class Controller:
             may_write=self.lease.guard() if self.lease is not None else None,
         )
         self.janitor = Janitor(self.storage)
+        #: a synchronous round on an object store commits while the next one trains
+        self.pipelined = (
+            self.scheduler.synchronous and not self.storage.is_local and backend.defers_publishes
+        )
+        self.pipeline_after = pipeline_after
+        self.publishing = Publishing()  # checkpoints returned calls are still publishing
+        self.prepared: PreparedCommit | None = None  # the last round's, to write
         backend.on_wait = self._while_waiting
         self._clock = max((r.trial.last_train_time for r in self.records), default=0.0)
         self.notes: list[str] = []  # the round's events, committed with it
@@ -234,27 +253,65 @@ class Controller:
             stop=None if stopper is not None else self.spec.stop,
             checkpoint_frequency=freq,
             checkpoint_at_end=self.spec.checkpoint_at_end,
-            taken=frozenset(c.name for c in rec.checkpoints) | self.janitor.deleting(rec.dirname),
+            taken=frozenset(c.name for c in rec.checkpoints)
+            | self.janitor.deleting(rec.dirname)
+            | self._retiring(rec.dirname),
             live_token=rec.live[0] if rec.live else None,
             lease_epoch=self.lease.epoch if self.lease is not None else 0,
             progress_topic=self.progress_topic,
+            defer_publish=self._pipelining,
         )
+
+    @property
+    def _pipelining(self) -> bool:
+        return self.pipelined and self.rounds > self.pipeline_after
+
+    def _retiring(self, dirname: str) -> frozenset[str]:
+        """Checkpoints of ``dirname`` the commit still to write retires."""
+        if self.prepared is None:
+            return frozenset()
+        return frozenset(name for d, name in self.prepared.retired if d == dirname)
 
     def _pack_size(self, slots: int) -> int:
         return pack_size(self.backend.segment_seconds, self.index.live, slots)
 
     # -- dispatch --------------------------------------------------------------
-    def _dispatch(self, recs: list[TrialRecord]) -> None:
+    def _place(self, recs: list[TrialRecord]) -> Placement | None:
         # a synchronous round waits for its slowest slot: a pack that would queue behind
         # another on its trainables' worker goes to an idle runner (a worker that joined,
         # say) if their checkpoints hold their state; asynchronous PBT time-shares slots
         idle_first = self.scheduler.synchronous or self.scheduler.time_shares_slots
-        placement = self.backend.place(recs, idle_first=idle_first)
+        return self.backend.place(recs, idle_first=idle_first)
+
+    def _dispatch(self, recs: list[TrialRecord], placement: Placement | None = None) -> None:
+        if placement is None:
+            placement = self._place(recs)
         worker = placement.worker if placement is not None else None
         for rec in recs:
             if rec.live is not None and rec.live[1] != worker:
                 self.discard_live(rec)  # it restores from its checkpoint there
         self.backend.submit(recs, [self._spec(r) for r in recs], placement)
+
+    def _dispatch_now(
+        self, pack: list[TrialRecord]
+    ) -> tuple[list[TrialRecord], Placement | None] | None:
+        """Send what of ``pack`` may start before the last round's publishes are settled;
+        the rest and where it goes (:func:`split_pending`), to send after them."""
+        if not self.publishing:
+            self._dispatch(pack)
+            return None
+        placement = self._place(pack)
+        worker = placement.worker if placement is not None else None
+        now, later = split_pending(pack, worker, self.publishing)
+        if now:
+            self._dispatch(now, placement)
+        return (later, placement if now else None) if later else None
+
+    def _write_prepared(self) -> None:
+        """Write the last round's commit (held while this round's first segments train)."""
+        if self.prepared is not None:
+            prepared, self.prepared = self.prepared, None
+            self._write(prepared)
 
     def run_round(self) -> bool:
         """Run one round; return True while work remains.
@@ -270,6 +327,7 @@ class Controller:
         a slot frees.
         """
         self.rounds += 1
+        self.events.emit(RoundBegan(self.rounds, self.clock.time()))
         self.hooks.step_begin()
         self.backend.refresh()
         if self.scheduler.synchronous:
@@ -277,13 +335,20 @@ class Controller:
             while True:
                 planned = self._plan(limit=None)
                 size = math.ceil(len(planned) / self.backend.slots) if planned else 1
-                for pack in packs(planned, size, self.backend.isolated):
-                    self._dispatch(pack)
+                later = [
+                    rest
+                    for pack in packs(planned, size, self.backend.isolated)
+                    if (rest := self._dispatch_now(pack)) is not None
+                ]
+                self._write_prepared()  # the last round's commit, as this one trains
+                for pack, placement in later:
+                    self._dispatch(pack, placement)
                 if not self.backend:
                     if not outcomes and self.endings.await_retry():
                         continue
                     break
                 returned = self.backend.returned()
+                self.publishing.note(returned, self.by_id)
                 outcomes.extend(o for o in returned if not self.endings.falls_back(o))
                 if self.backend and self.early_end.over_budget():
                     return self.endings.out_of_time()  # the round runs again on resume
@@ -320,7 +385,7 @@ class Controller:
         self.flush_discards()
         self.hooks.step_end()
         more = self._more()
-        self.commit(final=not more)
+        self.commit(final=not more, hold=more and self._pipelining)
         return more
 
     def _more(self) -> bool:
@@ -458,13 +523,15 @@ class Controller:
         self.events.emit(Exploited(target.trial_id, source.trial_id, brief, line))
 
     # -- commit ----------------------------------------------------------------
-    def commit(self, final: bool = False) -> None:
+    def commit(self, final: bool = False, hold: bool = False) -> None:
         """Write this round's logs, then publish the commit, then delete what the
-        commit before retired.
+        commit before retired. ``hold``: build it now, write it while the next round's
+        first segments train (:mod:`popflow.flows.driver.pipelined_commit`).
 
         First the lease: a driver that a newer one has taken over raises
         :class:`~popflow.infra.store.lease.LeaseLost` here and writes nothing more.
         """
+        self._write_prepared()
         self.check_lease()
         results, policy = self.logs.end_round(self.log.seq + 1)
         retired = retire_checkpoints(self.records, self.spec.checkpoint_config)
@@ -477,7 +544,7 @@ class Controller:
             else Changed({pos: self.records[pos].state() for pos in sorted(changed)})
         )
         derived, logs_through = self.logs.settle(final)
-        self.log.commit(
+        prepared = PreparedCommit.of(
             {
                 "round": self.rounds,
                 "time": self.clock.time(),
@@ -502,19 +569,44 @@ class Controller:
                     }
                 ),
             },
+            round=self.rounds,
             logs_through=logs_through,
+            final=final,
+            retired=retired,
+            results=sum(map(len, results.values())),
+            notes=self.notes,
+            decisions=self._decisions,
+            counts=self.index.counts(),
+            scheduler=self.scheduler.debug_string(),
         )
-        self.logs.committed(final)
-        self.janitor.committed(retired, wait=final)
         self.last_commit = {
-            "results": sum(map(len, results.values())),
+            "results": prepared.results,
             "events": self.notes,
             "decisions": self._decisions,
         }
-        self.events.emit(
-            RoundCommitted(self.rounds, self.last_commit["results"], self.notes, self._decisions)
-        )
         self.notes, self._decisions = [], []
+        if hold:
+            self.prepared = prepared
+        else:
+            self._write(prepared)
+
+    def _write(self, prepared: PreparedCommit) -> None:
+        """Publish a prepared commit once the checkpoints it names are stored."""
+        self.publishing.settle(self.backend, prepared.round, prepared)
+        self.check_lease()
+        self.log.commit(prepared.payload, logs_through=prepared.logs_through)
+        self.logs.committed(prepared.final)
+        self.janitor.committed(prepared.retired, wait=prepared.final)
+        self.events.emit(
+            RoundCommitted(
+                prepared.round,
+                prepared.results,
+                prepared.notes,
+                prepared.decisions,
+                prepared.counts,
+                prepared.scheduler,
+            )
+        )
 
     def drive(self, fresh: bool, one_round: Callable[[], bool] | None = None) -> None:
         """The whole run: round 0's commit if ``fresh`` (the sampled population, before any
@@ -527,7 +619,14 @@ class Controller:
             while (one_round or self.run_round)():
                 pass
             self.seal()
-        finally:
+        except RoundLost:
+            self.cancel()  # the backend stays: the door goes on from the last commit
+            raise
+        except BaseException:
+            self.cancel()
+            self.backend.close()
+            raise
+        else:
             self.cancel()
             self.backend.close()
 

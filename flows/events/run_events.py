@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from popflow.flows.experiment.trial_table import TrialRecord
-    from popflow.schedulers import Decision
+    from popflow.schedulers import Decision, TrialStatus
 
 
 @dataclass(frozen=True)
@@ -85,14 +85,26 @@ class Tick:
 
 
 @dataclass(frozen=True)
+class RoundBegan:
+    """Round ``round`` began at ``at`` (the clock's seconds since the epoch). On an object
+    store a synchronous round begins before the one before it is committed."""
+
+    round: int
+    at: float
+
+
+@dataclass(frozen=True)
 class RoundCommitted:
     """Round ``round`` is committed: ``results`` new results, its ``events`` (``[exploit]
-    ...``, ``[error] ...``) and ``decisions`` (exploits in Ray's words)."""
+    ...``, ``[error] ...``) and ``decisions`` (exploits in Ray's words); ``counts``: its
+    trials by status and ``scheduler`` the scheduler's word on itself, as it ended."""
 
     round: int
     results: int
     events: list[str] = field(default_factory=list)
     decisions: list[str] = field(default_factory=list)
+    counts: dict[TrialStatus, int] = field(default_factory=dict)
+    scheduler: str = ""
 
 
 @dataclass(frozen=True)
@@ -112,6 +124,7 @@ Event = (
     | Exploited
     | TrialErrored
     | Tick
+    | RoundBegan
     | RoundCommitted
     | RunEnded
 )

@@ -143,10 +143,11 @@ def _saved_seed(storage: Storage) -> int:
 _TAKEOVER_ATTEMPTS = 8
 
 
-def _take_over(log: ExperimentLog) -> tuple[dict[str, Any], bool]:
+def _take_over(log: ExperimentLog, why: str | None = None) -> tuple[dict[str, Any], bool]:
     """Fence out any driver that still writes: publish a copy of the newest commit
     under this driver's epoch (the old driver's next commit then conflicts, and it
-    stops). Returns that commit and whether it was reached past a damaged one."""
+    stops). Returns that commit and whether it was reached past a damaged one.
+    ``why``: this driver goes back to its own last commit (:func:`reopen`)."""
     for _ in range(_TAKEOVER_ATTEMPTS):
         found = log.find_latest()
         assert found is not None  # the caller saw a commit, and commits are never deleted
@@ -160,7 +161,12 @@ def _take_over(log: ExperimentLog) -> tuple[dict[str, Any], bool]:
             policy=[],
             deleted=[],
             cuts={},
-            events=[f"[takeover] driver epoch {log.epoch} continues from commit {previous['seq']}"],
+            events=[
+                f"[takeover] driver epoch {log.epoch} continues from commit {previous['seq']}"
+                if why is None
+                else f"[rerun] {why}: driver epoch {log.epoch} goes on from commit "
+                f"{previous['seq']}"
+            ],
         )
         try:
             # in full (the newest may be damaged); the logs are brought up to date after it
@@ -173,8 +179,18 @@ def _take_over(log: ExperimentLog) -> tuple[dict[str, Any], bool]:
     raise LeaseLost(f"{log.storage.url}: another driver keeps committing; not taking over")
 
 
-def _resume(spec: RunSpec, storage: Storage, log: ExperimentLog, lease: Lease) -> Experiment:
-    latest, fell_back = _take_over(log)
+def reopen(spec: RunSpec, experiment: Experiment, why: str) -> Experiment:
+    """``experiment`` as its last commit left it, for its driver to go on from there
+    (``why``: what it lost since; see :class:`~popflow.flows.driver.pipelined_commit.RoundLost`);
+    what was written after that commit goes, as on a resume."""
+    assert experiment.lease is not None  # held since it was opened for running
+    return _resume(spec, experiment.storage, experiment.log, experiment.lease, why)
+
+
+def _resume(
+    spec: RunSpec, storage: Storage, log: ExperimentLog, lease: Lease, why: str | None = None
+) -> Experiment:
+    latest, fell_back = _take_over(log, why)
     seed = _saved_seed(storage)
     scheduler = spec.scheduler
     scheduler.set_rng(experiment_generators(seed).scheduler)

@@ -106,8 +106,9 @@ class RunFeed:
     def line(self, level: int, message: str, detail: bool = False) -> None:
         self._queue.put(Line(level, message, detail))
 
-    def round_begins(self, round_no: int) -> None:
-        self._queue.put(RoundBegins(round_no))
+    def round_begins(self, round_no: int, at: float | None = None) -> None:
+        """Round ``round_no`` begins (``at``: when it began, if before now)."""
+        self._queue.put(RoundBegins(round_no) if at is None else RoundBegins(round_no, at))
 
     def round_done(
         self,
