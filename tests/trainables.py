@@ -347,7 +347,13 @@ class Gaining(Trainable):
         self.score = checkpoint["score"]
 
 
-_uploads_held = threading.Event()  # this process's held uploads may go on
+def _uploads_held() -> threading.Event:
+    """This process's held uploads may go on once set. Kept on the ``threading`` module:
+    an earlier test may send this module to workers by value (cloudpickle), and a lock
+    that a method named as a global would travel with it, which no pickle can take."""
+    if not hasattr(threading, "_popflow_test_uploads_held"):
+        threading._popflow_test_uploads_held = threading.Event()  # type: ignore[attr-defined]
+    return threading._popflow_test_uploads_held  # type: ignore[attr-defined]
 
 
 def _first_time(folder: str, name: str) -> bool:
@@ -375,7 +381,7 @@ class HeldUpload(ParityTrainable):
 
             def held(*args: Any, **kwargs: Any) -> str:  # this checkpoint's, next
                 uploads._publish_staged = publish
-                _uploads_held.wait(60)
+                _uploads_held().wait(60)
                 return publish(*args, **kwargs)
 
             uploads._publish_staged = held
@@ -395,5 +401,5 @@ class HeldUpload(ParityTrainable):
                 json.dump({"publishing": publishing, "committed_round": committed}, f)
             if self.config["then"] == "kill":
                 os.kill(os.getpid(), 9)
-            _uploads_held.set()
+            _uploads_held().set()
         return super().step()
