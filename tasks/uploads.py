@@ -156,15 +156,13 @@ class Uploads:
         records = [(outcome.trial_id, record) for outcome, record, _ in self._pending]
         failed = self.finish()
         published = Published()
-        errored = {o.trial_id: o for o in failed}
+        errors = {o.trial_id: o.error or "its publish failed" for o in failed}
         for trial_id, record in records:
             key = (trial_id, record.name)
-            if record.digest is not None and trial_id not in errored:
+            if record.digest is not None and trial_id not in errors:
                 published.digests[key] = record.digest
             else:
-                published.errors[key] = (
-                    errored[trial_id].error if trial_id in errored else None
-                ) or ("its publish failed")
+                published.errors[key] = errors.get(trial_id, "its publish failed")
         published.storage_failure = next(
             (o.storage_failure for o in failed if o.storage_failure is not None), None
         )

@@ -9,13 +9,13 @@ import json
 import uuid
 
 import pytest
+from test_s3_tune import parity_kwargs
 from trainables import HeldUpload
 
 from popflow import run
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import ExperimentLog
 from popflow.infra.store.layout import MANIFEST
-from popflow.schedulers import PopulationBasedTraining, sample_from
 from popflow.tasks.progress import comparable
 
 pytestmark = pytest.mark.integration
@@ -31,32 +31,21 @@ def held_run(s3_server, s3_bucket, tmp_path, then: str, hold_at: int = HOLD_AT):
     marks.mkdir()
     storage = f"s3://{s3_bucket}/pipelined"
     name = f"{then}-{uuid.uuid4().hex[:8]}"
-    values = iter([10, 20, 40])
+    kwargs = parity_kwargs()  # a = 10/20/40, synchronous PBT every iteration, seed 0
+    kwargs["param_space"].update(
+        hold_at=hold_at,
+        then=then,
+        marks=str(marks),
+        experiment=f"{storage}/{name}",
+        options=options,
+    )
+    kwargs["stop"] = {"training_iteration": 4}
     grid = run(
         HeldUpload,
-        {
-            "a": sample_from(lambda _: next(values)),
-            "c": 1,
-            "hold_at": hold_at,
-            "then": then,
-            "marks": str(marks),
-            "experiment": f"{storage}/{name}",
-            "options": options,
-        },
-        scheduler=PopulationBasedTraining(
-            time_attr="training_iteration",
-            perturbation_interval=1,
-            hyperparam_mutations={"c": lambda: 1},
-            synch=True,
-        ),
-        metric="mean_accuracy",
-        mode="max",
-        num_samples=3,
-        stop={"training_iteration": 4},
+        **kwargs,
         storage=storage,
         storage_options=options,
         name=name,
-        seed=0,
         n_workers=1,
     )
     seen = marks / "seen.json"

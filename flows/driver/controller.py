@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from popflow.flows.driver.backend import Backend, Placement
+from popflow.flows.driver.commit_steps import RoundCommits
 from popflow.flows.driver.early_end import EarlyEnd
 from popflow.flows.driver.ending_trials import TrialEndings
 from popflow.flows.driver.guards import (
@@ -46,7 +47,7 @@ from popflow.flows.driver.pipelined_commit import (
     RoundLost,
     split_pending,
 )
-from popflow.flows.driver.retention import Janitor, retire_checkpoints
+from popflow.flows.driver.retention import Janitor
 from popflow.flows.driver.segment_cuts import ask_to_save, cut
 from popflow.flows.driver.suggestions import Suggestions
 from popflow.flows.driver.trial_index import TrialIndex, started
@@ -56,7 +57,6 @@ from popflow.flows.events.run_events import (
     EventBus,
     Exploited,
     RoundBegan,
-    RoundCommitted,
     RunEnded,
     SegmentReturned,
     Tick,
@@ -72,8 +72,6 @@ from popflow.flows.experiment.trial_table import (
     clone_into,
     restore_digest,
 )
-from popflow.infra.store.json_delta import Changed
-from popflow.infra.store.layout import checkpoint_path
 from popflow.schedulers import Action, Exploit, Trial, TrialStatus
 from popflow.tasks.seeding import DRIVER, seed_globals, segment_seed
 from popflow.tasks.specs import EndReason, SegmentOutcome, SegmentSpec
@@ -85,7 +83,7 @@ if TYPE_CHECKING:  # types only: the driver runs on what the doors built
 logger = logging.getLogger(__name__)
 
 
-class Controller:
+class Controller(RoundCommits):
     """Runs ``experiment``'s rounds on ``backend``; says what happened on ``events``.
 
     ``progress_topic``: where running segments send their latest result as they train
@@ -157,7 +155,6 @@ class Controller:
         self._discards: dict[str, list[str]] = {}  # worker address -> parked tokens to drop
         self.retries = Retries(self.clock)
         self.missing_metric = MissingMetric(self.scheduler.metric, type(self.scheduler).__name__)
-        self.last_commit: dict[str, Any] = {"results": 0, "events": [], "decisions": []}
         self.early_end = EarlyEnd(spec, resumed, self.clock)
         self.endings = TrialEndings(self)
         self.suggestions = (
@@ -266,12 +263,6 @@ class Controller:
     def _pipelining(self) -> bool:
         return self.pipelined and self.rounds > self.pipeline_after
 
-    def _retiring(self, dirname: str) -> frozenset[str]:
-        """Checkpoints of ``dirname`` the commit still to write retires."""
-        if self.prepared is None:
-            return frozenset()
-        return frozenset(name for d, name in self.prepared.retired if d == dirname)
-
     def _pack_size(self, slots: int) -> int:
         return pack_size(self.backend.segment_seconds, self.index.live, slots)
 
@@ -306,12 +297,6 @@ class Controller:
         if now:
             self._dispatch(now, placement)
         return (later, placement if now else None) if later else None
-
-    def _write_prepared(self) -> None:
-        """Write the last round's commit (held while this round's first segments train)."""
-        if self.prepared is not None:
-            prepared, self.prepared = self.prepared, None
-            self._write(prepared)
 
     def run_round(self) -> bool:
         """Run one round; return True while work remains.
@@ -522,92 +507,6 @@ class Controller:
         self._decisions.append(line)  # the round task logs it, once
         self.events.emit(Exploited(target.trial_id, source.trial_id, brief, line))
 
-    # -- commit ----------------------------------------------------------------
-    def commit(self, final: bool = False, hold: bool = False) -> None:
-        """Write this round's logs, then publish the commit, then delete what the
-        commit before retired. ``hold``: build it now, write it while the next round's
-        first segments train (:mod:`popflow.flows.driver.pipelined_commit`).
-
-        First the lease: a driver that a newer one has taken over raises
-        :class:`~popflow.infra.store.lease.LeaseLost` here and writes nothing more.
-        """
-        self._write_prepared()
-        self.check_lease()
-        results, policy = self.logs.end_round(self.log.seq + 1)
-        retired = retire_checkpoints(self.records, self.spec.checkpoint_config)
-        for dirname, _ in retired:
-            self.index.touch(self.by_dir[dirname])
-        changed = self.index.take_changed()
-        trials = (
-            [r.state() for r in self.records]
-            if changed is None
-            else Changed({pos: self.records[pos].state() for pos in sorted(changed)})
-        )
-        derived, logs_through = self.logs.settle(final)
-        prepared = PreparedCommit.of(
-            {
-                "round": self.rounds,
-                "time": self.clock.time(),
-                "trials": trials,
-                "scheduler": self.scheduler.get_state(),
-                "decisions": self.decisions,
-                "derived": derived,
-                "events": self.notes,
-                "deleted": [checkpoint_path(d, name) for d, name in retired],
-                "cuts": self.logs.take_cuts(),
-                "results": results,
-                "policy": policy,
-                "policy_total": self.logs.policy_total,
-                "stopper": self.early_end.state(),
-                "callbacks": self.hooks.state(),
-                **(
-                    {}
-                    if self.suggestions is None
-                    else {
-                        "search": self.suggestions.state(),
-                        "search_calls": self.suggestions.calls,
-                    }
-                ),
-            },
-            round=self.rounds,
-            logs_through=logs_through,
-            final=final,
-            retired=retired,
-            results=sum(map(len, results.values())),
-            notes=self.notes,
-            decisions=self._decisions,
-            counts=self.index.counts(),
-            scheduler=self.scheduler.debug_string(),
-        )
-        self.last_commit = {
-            "results": prepared.results,
-            "events": self.notes,
-            "decisions": self._decisions,
-        }
-        self.notes, self._decisions = [], []
-        if hold:
-            self.prepared = prepared
-        else:
-            self._write(prepared)
-
-    def _write(self, prepared: PreparedCommit) -> None:
-        """Publish a prepared commit once the checkpoints it names are stored."""
-        self.publishing.settle(self.backend, prepared.round, prepared)
-        self.check_lease()
-        self.log.commit(prepared.payload, logs_through=prepared.logs_through)
-        self.logs.committed(prepared.final)
-        self.janitor.committed(prepared.retired, wait=prepared.final)
-        self.events.emit(
-            RoundCommitted(
-                prepared.round,
-                prepared.results,
-                prepared.notes,
-                prepared.decisions,
-                prepared.counts,
-                prepared.scheduler,
-            )
-        )
-
     def drive(self, fresh: bool, one_round: Callable[[], bool] | None = None) -> None:
         """The whole run: round 0's commit if ``fresh`` (the sampled population, before any
         training), rounds until no work remains (``one_round``: a round and what its door
@@ -615,20 +514,18 @@ class Controller:
         and the backend closed however it ends."""
         if fresh:
             self.commit()
+        lost = False
         try:
             while (one_round or self.run_round)():
                 pass
             self.seal()
         except RoundLost:
-            self.cancel()  # the backend stays: the door goes on from the last commit
+            lost = True  # the backend stays: the door goes on from the last commit
             raise
-        except BaseException:
+        finally:
             self.cancel()
-            self.backend.close()
-            raise
-        else:
-            self.cancel()
-            self.backend.close()
+            if not lost:
+                self.backend.close()
 
     def seal(self) -> None:
         """After the final commit: one more, so the checkpoints it retired can go and the

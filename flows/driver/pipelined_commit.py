@@ -69,9 +69,10 @@ class PreparedCommit:
     scheduler: str = ""
 
     @classmethod
-    def of(cls, payload: dict[str, Any], **fields: Any) -> PreparedCommit:
-        """Fixed as it is now: the next round's planning changes the live objects."""
-        return cls(payload=copy.deepcopy(payload), **fields)
+    def of(cls, held: bool, payload: dict[str, Any], **fields: Any) -> PreparedCommit:
+        """``held``: written later, so fixed as it is now (the next round's planning
+        changes the objects it refers to)."""
+        return cls(payload=copy.deepcopy(payload) if held else payload, **fields)
 
 
 class Publishing:
