@@ -27,14 +27,16 @@ import math
 import os
 import pickle
 import queue
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
 import cloudpickle
 
 from popflow.infra.cluster.gpus import CUDA_VISIBLE_DEVICES, slot_devices, visible_devices
+from popflow.infra.storage.folder import Storage
 from popflow.tasks.live import discard_parked_soon
+from popflow.tasks.restore_fetch import fetch_early
 from popflow.tasks.segment import run_segments, settle_deferred
 from popflow.tasks.specs import Published, SegmentOutcome, SegmentSpec
 
@@ -62,9 +64,15 @@ class SegmentRunner:
         self._work = _SLOTS.setdefault(token, queue.Queue())
         self.devices = slot_devices(_worker_devices(), slot, gpu) if gpu else ()
 
-    async def run(self, blob: bytes) -> list[SegmentOutcome]:
+    async def run(
+        self, blob: bytes, early: Sequence[tuple[Storage, str, str]] = ()
+    ) -> list[SegmentOutcome]:
         """Run the segments pickled in ``blob`` (:func:`pack_specs`) in order, in the
-        slot's thread, off the worker's event loop."""
+        slot's thread, off the worker's event loop. ``early``: checkpoints (storage,
+        path, version) they restore from, to download now: the call waits behind
+        another (:func:`popflow.tasks.restore_fetch.fetch_early`)."""
+        for storage, rel_path, digest in early:
+            fetch_early(storage, rel_path, digest)
         done: Future[list[SegmentOutcome]] = Future()
         self._work.put((functools.partial(self._run, blob), done))
         return await asyncio.wrap_future(done)
@@ -169,3 +177,17 @@ def pack_specs(specs: list[SegmentSpec]) -> bytes:
             if b"__main__" not in blob:
                 return blob
     return cloudpickle.dumps(specs)
+
+
+def early_restores(specs: list[SegmentSpec]) -> list[tuple[Storage, str, str]]:
+    """The checkpoint versions ``specs`` restore from an object store, for a call queued
+    behind another to download when it reaches its worker (:meth:`SegmentRunner.run`).
+    A trial with a trainable parked somewhere is left out: it usually continues it."""
+    return [
+        (spec.storage, spec.restore, spec.restore_digest)
+        for spec in specs
+        if spec.restore is not None
+        and spec.restore_digest is not None
+        and spec.live_token is None
+        and not spec.storage.is_local
+    ]

@@ -13,58 +13,27 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 import time
 import traceback
 from concurrent.futures import Future
-from typing import Any
 
 from popflow.infra.cluster.dask_cluster import current_worker_address
 from popflow.infra.storage.errors import StorageError
-from popflow.infra.store.checkpoints import CheckpointError, fetch_checkpoint, verify_in_place
-from popflow.tasks.checkpoint_cache import cache
+from popflow.infra.store.checkpoints import CheckpointError, verify_in_place
 from popflow.tasks.dask_sampling import isolate_dask_sampling
 from popflow.tasks.live import Live, LiveClass, LiveFunction, UserCodeError, is_parked, park, take
 from popflow.tasks.parameters import parameters_of
 from popflow.tasks.progress import ProgressClock
+from popflow.tasks.restore_fetch import Fetched, drop_fetched, fetch, take_early
 from popflow.tasks.seeding import seed_globals
 from popflow.tasks.segment_run import SegmentRun
 from popflow.tasks.specs import EndReason, Published, SegmentOutcome, SegmentSpec
 from popflow.tasks.trainable import is_function_trainable
 from popflow.tasks.trial_context import TuneContext, bound
-from popflow.tasks.uploads import (
-    Uploads,
-    defer,
-    published_digest,
-    take_deferred,
-    transfer_threads,
-)
+from popflow.tasks.uploads import Uploads, defer, take_deferred, transfer_threads
 
 logger = logging.getLogger(__name__)
 isolate_dask_sampling()  # runs on every worker that imports this module
-
-
-Fetched = tuple[str | None, dict[str, Any] | None]  # (temporary folder, checkpoint metadata)
-
-
-def _fetch(spec: SegmentSpec) -> Fetched:
-    """Download ``spec.restore`` into a new temporary folder (``<tmp>/checkpoint``);
-    (None, None) for a segment that starts from scratch."""
-    if spec.restore is None:
-        return None, None
-    tmp = tempfile.mkdtemp(prefix="popflow-restore-")
-    target = os.path.join(tmp, "checkpoint")
-    try:
-        # this worker's own copy of the committed version (or of the one it is still
-        # publishing: the driver sent the segment before it knew the digest), else a download
-        digest = spec.restore_digest or published_digest(spec.storage, spec.restore)
-        metadata = cache.copy_to(spec.storage, spec.restore, digest, target)
-        if metadata is None:
-            metadata = fetch_checkpoint(spec.storage, spec.restore, target)
-        return tmp, metadata
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def _verified(spec: SegmentSpec) -> Fetched:
@@ -82,7 +51,9 @@ def _prefetch(specs: list[SegmentSpec]) -> dict[int, Future[Fetched]]:
         if spec.restore is None or (spec.live_token and is_parked(spec.live_token)):
             continue
         if not spec.storage.is_local:
-            started[i] = transfer_threads().submit(_fetch, spec)
+            started[i] = take_early(
+                spec.storage, spec.restore, spec.restore_digest
+            ) or transfer_threads().submit(fetch, spec.storage, spec.restore, spec.restore_digest)
         elif not is_function_trainable(spec.trainable):
             started[i] = transfer_threads().submit(_verified, spec)
     return started
@@ -102,7 +73,11 @@ def _build(spec: SegmentSpec, fetched: Future[Fetched] | None = None) -> Live:
         folder = spec.storage.path(spec.restore)
         clock = ProgressClock.restored(spec.trial_id, metadata)
         return LiveClass(spec.trainable, spec.config, spec.trial_id, folder, clock)
-    tmp, metadata = fetched.result() if fetched is not None else _fetch(spec)
+    tmp, metadata = (
+        fetched.result()
+        if fetched is not None
+        else fetch(spec.storage, spec.restore, spec.restore_digest)
+    )
     restore_dir = os.path.join(tmp, "checkpoint") if tmp is not None else None
     owned = False
     try:
@@ -226,7 +201,7 @@ def run_segments(specs: list[SegmentSpec], worker: str | None = None) -> list[Se
             for failed in uploads.finish():  # the trial goes on from its last durable checkpoint
                 _discard_parked(failed)
         for future in fetches.values():  # not used (an earlier segment raised): clean up
-            future.add_done_callback(_drop_fetched)
+            drop_fetched(future)
 
 
 def settle_deferred(token: str) -> Published:
@@ -240,11 +215,6 @@ def settle_deferred(token: str) -> Published:
     for outcome in failed:
         _discard_parked(outcome)
     return published
-
-
-def _drop_fetched(future: Future[Fetched]) -> None:
-    if future.exception() is None and (tmp := future.result()[0]) is not None:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _discard_parked(outcome: SegmentOutcome) -> None:

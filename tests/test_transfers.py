@@ -10,19 +10,26 @@ from __future__ import annotations
 
 import os
 import tempfile
+import uuid
 from typing import Any
 
 import pytest
+from distributed import Event
+from support.polling import wait_for
 from test_s3 import BrokenFS
 from test_segment_local import DirCounter, spec
 
+from popflow.flows.backends.dask_pool import RunnerPool
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.checkpoints import fetch_checkpoint, read_manifest
 from popflow.tasks.live import discard_parked
+from popflow.tasks.restore_fetch import MAX_EARLY, drop_fetched, fetch_early, take_early
 from popflow.tasks.segment import run_segments
 from popflow.tasks.specs import SegmentOutcome, SegmentSpec
 
 pytestmark = pytest.mark.integration
+
+TAKEN = frozenset({"checkpoint_000001", "checkpoint_000002"})  # t0's, from its first call
 
 
 def trial_spec(storage: Storage, i: int, trainable: Any = DirCounter, **kwargs: Any) -> SegmentSpec:
@@ -101,3 +108,92 @@ def test_a_corrupt_prefetched_checkpoint_is_reported_as_bad(s3):
     (outcome,) = run_call([trial_spec(s3, 0, restore=path, target=3)])
     assert outcome.reason == "error"
     assert outcome.bad_checkpoint == path
+
+
+class Gated(DirCounter):
+    """A DirCounter whose steps wait until the Dask event ``config["gate"]`` is set."""
+
+    def step(self) -> dict[str, Any]:
+        from distributed import Event
+
+        if not Event(self.config["gate"]).wait(60):
+            raise TimeoutError("the gate never opened")
+        return super().step()
+
+
+def test_a_restore_downloaded_early_is_what_its_segment_restores(s3):
+    (first,) = [ok(o) for o in run_call([trial_spec(s3, 0)])]
+    ckpt = first.checkpoints[-1]
+    path = f"DirCounter_t0/{ckpt.name}"
+    assert ckpt.digest is not None
+    fetch_early(s3, path, ckpt.digest).result()
+    s3.remove(path)  # only the early download still has it
+    (outcome,) = run_call(
+        [trial_spec(s3, 0, restore=path, restore_digest=ckpt.digest, target=3, taken=TAKEN)]
+    )
+    assert ok(outcome).results[-1]["value"] == 3.0
+    assert take_early(s3, path, ckpt.digest) is None  # taken by the segment
+
+
+def test_early_downloads_nobody_takes_are_bounded_and_removed(s3):
+    (first,) = [ok(o) for o in run_call([trial_spec(s3, 0)])]
+    path = f"DirCounter_t0/{first.checkpoints[-1].name}"
+    # versions of one path (a digest names what is restored, not what is read)
+    downloads = [fetch_early(s3, path, f"version-{i}") for i in range(MAX_EARLY + 1)]
+    assert take_early(s3, path, "version-0") is None  # the oldest went first
+    taken = [take_early(s3, path, f"version-{i}") for i in range(1, MAX_EARLY + 1)]
+    assert taken == downloads[1:]
+    dropped, _ = downloads[0].result()
+    assert dropped is not None
+    for future in taken:
+        drop_fetched(future)
+        tmp, _ = future.result()
+        assert tmp is not None
+    gone = lambda: not any(os.path.exists(f.result()[0]) for f in downloads)  # noqa: E731
+    wait_for(gone, 30, "the unused downloads removed")
+
+
+def early_downloads_done() -> int:
+    """On a worker: how many downloads queued calls started, once they end."""
+    from popflow.tasks import restore_fetch
+
+    with restore_fetch._lock:
+        futures = list(restore_fetch._early.values())
+    for future in futures:
+        future.result(timeout=60)
+    return len(futures)
+
+
+def test_a_call_queued_behind_another_downloads_its_restore_when_it_reaches_the_worker(
+    s3, dask_cluster
+):
+    """A PBT clone's call waits on its runner behind the round's other segments: the
+    checkpoint it restores is downloaded while they train, not after."""
+    (first,) = [ok(o) for o in run_call([trial_spec(s3, 0)])]
+    ckpt = first.checkpoints[-1]
+    path = f"DirCounter_t0/{ckpt.name}"
+    pool = RunnerPool(dask_cluster, label="early-restore")
+    try:
+        runner = pool.runners[0]
+        gate = Event(f"gate-{uuid.uuid4().hex}", client=dask_cluster)
+        ahead = trial_spec(s3, 1, trainable=Gated, config={"inc": 1.0, "gate": gate.name})
+        pool.submit([ahead], runner)
+        clone = trial_spec(s3, 0, restore=path, restore_digest=ckpt.digest, target=3, taken=TAKEN)
+        pool.submit([clone], runner)
+        # the actor call and this look at the worker travel apart: look until it arrived
+        w = runner.worker
+        done = lambda: dask_cluster.run(early_downloads_done, workers=[w])[w]  # noqa: E731
+        assert wait_for(done, 60, "the queued call's download") == 1
+        s3.remove(path)  # only the early download still has it
+        gate.set()
+        outcomes = []
+        while len(outcomes) < 2:
+            outcomes += [value for _, value in pool.finished()]
+        by_trial = {o.trial_id: ok(o) for call in outcomes for o in call}
+        assert by_trial["t0"].restored and by_trial["t0"].results[-1]["value"] == 3.0
+        assert by_trial["t1"].results[-1]["value"] == 2.0
+        pool.discard_parked(
+            runner.worker, [o.live_token for o in by_trial.values() if o.live_token]
+        )
+    finally:
+        pool.close()

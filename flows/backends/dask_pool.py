@@ -36,7 +36,7 @@ from distributed import Client, Future, wait
 
 from popflow.infra.cluster.dask_cluster import slots_per_worker
 from popflow.infra.cluster.gpus import shared_process_warning
-from popflow.tasks.runner import SegmentRunner, hold_slot, pack_specs
+from popflow.tasks.runner import SegmentRunner, early_restores, hold_slot, pack_specs
 from popflow.tasks.specs import Published, SegmentSpec
 
 logger = logging.getLogger(__name__)
@@ -225,7 +225,8 @@ class RunnerPool:
             self._exclusive[runner.worker] = call
         blob = pack_specs(specs)
         try:
-            future = runner.actor.run(blob)
+            # a call that waits behind another downloads its restores meanwhile
+            future = runner.actor.run(blob, early_restores(specs) if runner.queued > 1 else [])
         except RuntimeError as exc:  # "Worker holding Actor was lost": not noticed here yet
             lost = CallFailed(f"worker {runner.worker} was lost ({exc})", True)
             self._done.put((call, lost))
