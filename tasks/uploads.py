@@ -11,7 +11,8 @@ folder, made visible by a rename. The call returns only when every publish
 is done, so the driver never commits a checkpoint that is not in storage; a
 segment whose publish failed comes back as an error. Downloads (or, on local
 disk, the checks) for the call's trials that restore from a checkpoint start
-when the call does (``popflow.tasks.segment``), while its first segments train.
+when the call does (``popflow.tasks.segment``), while its first segments train, or
+when it reaches the worker if it waits behind another (``popflow.tasks.restore_fetch``).
 
 A call whose segments ask for it (``SegmentSpec.defer_publish``) returns once they
 have trained: its publishes go on here, kept under a token (:func:`defer`), and the

@@ -136,7 +136,14 @@ def test_a_driver_stalled_right_after_its_takeover_changes_nothing_when_it_wakes
         wait_for(lambda: lease_holder(Storage(experiment)) is None, 120, "A's lease did not lapse")
         b = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
         log = ExperimentLog(Storage(experiment))
-        wait_for(lambda: max(log.commit_numbers()) >= 14 or b.poll() is not None, 120, "B stalled")
+        try:
+            wait_for(lambda: max(log.commit_numbers()) >= 14 or b.poll() is not None, 120, "B")
+        except AssertionError:  # say where B was (a CI run once saw it not get there)
+            os.killpg(b.pid, signal.SIGKILL)
+            _, b_err = b.communicate(timeout=60)
+            raise AssertionError(
+                f"B stalled at commit {max(log.commit_numbers())}:\n{b_err[-3000:]}"
+            ) from None
         os.kill(a.pid, signal.SIGCONT)
         _, a_err = a.communicate(timeout=300)
         _, b_err = b.communicate(timeout=300)
