@@ -1,12 +1,15 @@
-"""The round loop behind ``popflow.run``: plan, dispatch, reduce, commit.
+"""The round loop behind ``popflow.run``: plan, dispatch, reduce, commit (each step's
+methods in its module, which the :class:`Controller` inherits).
 
-- plan: the scheduler picks runnable trials (``choose_trial_to_run``) and
-  says how far each may run (``next_milestone``);
-- dispatch: segments run on a :class:`~popflow.flows.driver.backend.Backend` (runner
-  actors on a Dask cluster, or a simulation on a virtual clock);
-- reduce: results go to the scheduler in a fixed order; its decisions change
-  the trial table (:mod:`popflow.flows.experiment.trial_table`);
-- commit: results, derived logs (:mod:`popflow.flows.experiment.trial_logs`) and the
+- plan (:mod:`~popflow.flows.driver.dispatch_steps`): the scheduler picks runnable trials
+  (``choose_trial_to_run``) and says how far each may run (``next_milestone``);
+- dispatch (the same module): segments run on a
+  :class:`~popflow.flows.driver.backend.Backend` (runner actors on a Dask cluster, or a
+  simulation on a virtual clock);
+- reduce (:mod:`~popflow.flows.driver.reduce_steps`): results go to the scheduler in a
+  fixed order; its decisions change the trial table
+  (:mod:`popflow.flows.experiment.trial_table`);
+- commit (:mod:`~popflow.flows.driver.commit_steps`): results, derived logs (:mod:`popflow.flows.experiment.trial_logs`) and the
   full state are written to storage before the next round starts (on an object
   store, a synchronous round's commit is written while the next round's first
   segments train: :mod:`popflow.flows.driver.pipelined_commit`); retired
@@ -25,65 +28,37 @@ subscribed, and time is read from the backend's clock.
 
 from __future__ import annotations
 
-import logging
 import math
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from popflow.flows.driver.backend import Backend, Placement
+from popflow.flows.driver.backend import Backend
 from popflow.flows.driver.commit_steps import RoundCommits
+from popflow.flows.driver.dispatch_steps import RoundDispatch
 from popflow.flows.driver.early_end import EarlyEnd
 from popflow.flows.driver.ending_trials import TrialEndings
-from popflow.flows.driver.guards import (
-    MissingMetric,
-    Retries,
-    raise_storage_failure,
-    result_problem,
-)
-from popflow.flows.driver.packing import pack_size, packs
-from popflow.flows.driver.pipelined_commit import (
-    PreparedCommit,
-    Publishing,
-    RoundLost,
-    split_pending,
-)
+from popflow.flows.driver.guards import MissingMetric, Retries
+from popflow.flows.driver.packing import packs
+from popflow.flows.driver.pipelined_commit import PreparedCommit, Publishing, RoundLost
+from popflow.flows.driver.reduce_steps import RoundReduction
 from popflow.flows.driver.retention import Janitor
-from popflow.flows.driver.segment_cuts import ask_to_save, cut
 from popflow.flows.driver.suggestions import Suggestions
-from popflow.flows.driver.trial_index import TrialIndex, started
+from popflow.flows.driver.trial_index import TrialIndex
 from popflow.flows.events.callbacks import Hooks
-from popflow.flows.events.run_events import (
-    Decided,
-    EventBus,
-    Exploited,
-    RoundBegan,
-    RunEnded,
-    SegmentReturned,
-    Tick,
-    TrialResult,
-    TrialStarted,
-)
-from popflow.flows.experiment.new_trials import new_record, trial_id_of
-from popflow.flows.experiment.results import checkpoint_of
+from popflow.flows.events.run_events import EventBus, RoundBegan, RunEnded, Tick
+from popflow.flows.experiment.new_trials import new_record
 from popflow.flows.experiment.trial_logs import TrialLogs
-from popflow.flows.experiment.trial_table import (
-    TrialRecord,
-    TrialTable,
-    clone_into,
-    restore_digest,
-)
-from popflow.schedulers import Action, Exploit, Trial, TrialStatus
+from popflow.flows.experiment.trial_table import TrialRecord, TrialTable
+from popflow.schedulers import Trial
 from popflow.tasks.seeding import DRIVER, seed_globals, segment_seed
-from popflow.tasks.specs import EndReason, SegmentOutcome, SegmentSpec
+from popflow.tasks.specs import SegmentOutcome
 
 if TYPE_CHECKING:  # types only: the driver runs on what the doors built
     from popflow.flows.experiment.opening import Experiment
     from popflow.flows.spec.run_spec import RunSpec
 
-logger = logging.getLogger(__name__)
 
-
-class Controller(RoundCommits):
+class Controller(RoundDispatch, RoundReduction, RoundCommits):
     """Runs ``experiment``'s rounds on ``backend``; says what happened on ``events``.
 
     ``progress_topic``: where running segments send their latest result as they train
@@ -181,123 +156,6 @@ class Controller(RoundCommits):
     def trials(self) -> list[Trial]:
         return [r.trial for r in self.records]
 
-    # -- plan ------------------------------------------------------------------
-    def _runnable(self) -> Sequence[Trial]:
-        """Trials the scheduler may choose now (not those waiting out a retry backoff;
-        with ``max_concurrent_trials``, Ray's cap on trials started and not ended)."""
-        return self.index.runnable(self.retries.ready, self.spec.max_concurrent_trials)
-
-    def _suggest(self) -> None:
-        """New trials from the run's search algorithm, while it has room for them."""
-        if self.suggestions is not None:
-            self.suggestions.fill(self.backend.slots, lambda n: trial_id_of(self.spec.name, n))
-
-    def _add_trial(self, rec: TrialRecord) -> None:
-        """A trial the search algorithm suggested joins the run."""
-        if rec.dirname in self.by_dir:
-            raise ValueError(f"`trial_dirname_creator` gave two trials the folder {rec.dirname!r}")
-        self.records.append(rec)
-        self.by_id[rec.trial_id] = rec
-        self.by_dir[rec.dirname] = rec
-        rec.trial.path = self.storage.full_url(rec.dirname)
-        self.index.add(rec)
-        self.table.trials[rec.trial_id] = rec.trial
-        self.scheduler.on_trial_add(rec.trial)
-
-    def _plan(self, limit: int | None) -> list[TrialRecord]:
-        """Mark the trials the scheduler picks as running, up to ``limit`` in flight."""
-        self._suggest()
-        planned: list[TrialRecord] = []
-        room = None if limit is None else limit - self.backend.running
-        if room is not None and room <= 0:
-            return planned
-        for chosen in self.scheduler.choose_trials_to_run(self._runnable(), room):
-            rec = self.by_id[chosen.trial_id]
-            if not started(rec):
-                self.logs.add_params(rec)
-            if self.suggestions is not None:
-                self.suggestions.started(rec.trial_id)
-            self._clock += 1
-            rec.trial.status = TrialStatus.RUNNING
-            rec.trial.last_train_time = self._clock
-            self.hooks.trial_start(rec.trial)
-            self.events.emit(TrialStarted(rec))
-            planned.append(rec)
-        return planned
-
-    def _spec(self, rec: TrialRecord) -> SegmentSpec:
-        target = self.scheduler.next_milestone(rec.trial)
-        freq = self.spec.checkpoint_config.checkpoint_frequency
-        stopper = self.early_end.stopper
-        cuts = cut(target, freq, stopper is not None, self.hooks.see_each_result)
-        save_first, rec.save_first = rec.save_first, None  # asked for once
-        return SegmentSpec(
-            trainable=self.spec.trainable,
-            trial_id=rec.trial_id,
-            trial_dir=rec.dirname,
-            trial_name=str(rec.trial),
-            experiment_name=self.spec.name,
-            config=rec.trial.config,
-            storage=self.storage,
-            seed=segment_seed(self.seed, rec.index, rec.start_iteration, rec.generation),
-            restore=rec.restore,
-            restore_digest=restore_digest(self.by_dir, rec.restore),
-            time_attr=self.scheduler.time_attr,
-            target=target,
-            max_iterations=cuts.max_iterations,
-            save_at_decisions=cuts.save_at_decisions,
-            save_first=save_first,
-            stop=None if stopper is not None else self.spec.stop,
-            checkpoint_frequency=freq,
-            checkpoint_at_end=self.spec.checkpoint_at_end,
-            taken=frozenset(c.name for c in rec.checkpoints)
-            | self.janitor.deleting(rec.dirname)
-            | self._retiring(rec.dirname),
-            live_token=rec.live[0] if rec.live else None,
-            lease_epoch=self.lease.epoch if self.lease is not None else 0,
-            progress_topic=self.progress_topic,
-            defer_publish=self._pipelining,
-        )
-
-    @property
-    def _pipelining(self) -> bool:
-        return self.pipelined and self.rounds > self.pipeline_after
-
-    def _pack_size(self, slots: int) -> int:
-        return pack_size(self.backend.segment_seconds, self.index.live, slots)
-
-    # -- dispatch --------------------------------------------------------------
-    def _place(self, recs: list[TrialRecord]) -> Placement | None:
-        # a synchronous round waits for its slowest slot: a pack that would queue behind
-        # another on its trainables' worker goes to an idle runner (a worker that joined,
-        # say) if their checkpoints hold their state; asynchronous PBT time-shares slots
-        idle_first = self.scheduler.synchronous or self.scheduler.time_shares_slots
-        return self.backend.place(recs, idle_first=idle_first)
-
-    def _dispatch(self, recs: list[TrialRecord], placement: Placement | None = None) -> None:
-        if placement is None:
-            placement = self._place(recs)
-        worker = placement.worker if placement is not None else None
-        for rec in recs:
-            if rec.live is not None and rec.live[1] != worker:
-                self.discard_live(rec)  # it restores from its checkpoint there
-        self.backend.submit(recs, [self._spec(r) for r in recs], placement)
-
-    def _dispatch_now(
-        self, pack: list[TrialRecord]
-    ) -> tuple[list[TrialRecord], Placement | None] | None:
-        """Send what of ``pack`` may start before the last round's publishes are settled;
-        the rest and where it goes (:func:`split_pending`), to send after them."""
-        if not self.publishing:
-            self._dispatch(pack)
-            return None
-        placement = self._place(pack)
-        worker = placement.worker if placement is not None else None
-        now, later = split_pending(pack, worker, self.publishing)
-        if now:
-            self._dispatch(now, placement)
-        return (later, placement if now else None) if later else None
-
     def run_round(self) -> bool:
         """Run one round; return True while work remains.
 
@@ -384,88 +242,6 @@ class Controller(RoundCommits):
             or bool(self.retries.waiting(self.endings.pending))
         )
 
-    # -- reduce ----------------------------------------------------------------
-    def _reduce_all(self, outcomes: list[SegmentOutcome]) -> None:
-        for outcome in sorted(outcomes, key=lambda o: self.by_id[o.trial_id].index):
-            self._reduce(outcome)
-
-    def record(self, rec: TrialRecord, result: dict[str, Any]) -> bool:
-        """One result of ``rec``'s trial: logged, told to the callbacks and subscribers;
-        whether a callback asked for a checkpoint at it (``should_checkpoint``)."""
-        result["config"] = rec.trial.config  # as Ray: the config this result was trained with
-        rec.num_results += 1
-        rec.trial.last_result = result
-        self.logs.add_result(rec, result)
-        asked = self.hooks.trial_result(rec.trial, result)
-        self.events.emit(TrialResult(rec, result))
-        return asked
-
-    def _reduce(self, outcome: SegmentOutcome) -> None:
-        rec = self.by_id[outcome.trial_id]
-        self.index.touch(rec)
-        self.events.emit(SegmentReturned(rec.trial_id))
-        rec.live = (
-            (outcome.live_token, outcome.worker) if outcome.live_token and outcome.worker else None
-        )
-        raise_storage_failure(outcome)  # the storage's fault, not the trial's: the run stops
-        if outcome.restored and rec.restore_results is not None:
-            rec.replay_after_rewind()
-            self.logs.rewind(rec, rec.restore_results)  # results are logged once, in order
-        if outcome.reason != EndReason.ERROR:
-            keys = [k for k in (self.scheduler.metric, self.scheduler.time_attr) if k]
-            scheduler = type(self.scheduler).__name__
-            problem = result_problem(outcome.trial_id, outcome.results, keys, scheduler)
-            if problem is not None:
-                outcome.reason, outcome.error = EndReason.ERROR, problem
-            else:
-                self.missing_metric.look(outcome.trial_id, outcome.results)
-        if outcome.reason == EndReason.ERROR:
-            self.endings.on_error(rec, outcome)
-            return
-        self.retries.succeeded(rec.trial_id)
-        rec.checkpoints.extend(outcome.checkpoints)
-        if self.hooks:
-            for ckpt in outcome.checkpoints:
-                self.hooks.checkpoint(rec.trial, checkpoint_of(self.storage, rec, ckpt.name))
-        rec.restore_from(outcome.checkpoints, outcome.results)
-        terminal = outcome.reason.is_terminal
-        action = Action.CONTINUE
-        asked = False  # a callback asked for a checkpoint
-        for i, result in enumerate(outcome.results):
-            asked = self.record(rec, result) or asked
-            if rec.replays(result):  # decided on before the trial was sent back
-                continue
-            if self.early_end.stops(rec.trial_id, result):
-                dropped = len(outcome.results) - i - 1
-                if dropped:
-                    logger.debug(
-                        "trial %s stopped; dropping %d later results", rec.trial_id, dropped
-                    )
-                terminal = True
-                break
-            if terminal and i == len(outcome.results) - 1:
-                break  # Ray: a result meeting a stop condition goes to on_trial_complete only
-            decision = self.table.report(rec.trial, result)
-            self.events.emit(Decided(rec.trial_id, result, decision))
-            action = decision.action
-            if action == Action.STOP:
-                dropped = len(outcome.results) - i - 1
-                if dropped:
-                    logger.debug(
-                        "trial %s stopped; dropping %d later results", rec.trial_id, dropped
-                    )
-                break
-        if rec.restore_results is not None:  # results dropped after a stop
-            rec.restore_results = min(rec.restore_results, rec.num_results)
-        if asked:
-            ask_to_save(rec, outcome, ended=terminal or action == Action.STOP)
-        self.table.end_segment(rec.trial, action, terminal)
-        if self.suggestions is not None and rec.trial.status == TrialStatus.PAUSED:
-            self.suggestions.paused(rec.trial_id)
-        held = rec.trial.status == TrialStatus.PAUSED and self.scheduler.pause_is_barrier
-        if rec.trial.status != TrialStatus.PENDING and not held:
-            self.discard_live(rec)  # paused for long or ended: free the worker's memory
-
     def _seed_user_code(self) -> None:
         """Reseed the driver's global RNGs before a scheduler call.
 
@@ -487,25 +263,6 @@ class Controller(RoundCommits):
         for worker, tokens in self._discards.items():
             self.backend.discard_parked(worker, tokens)
         self._discards = {}
-
-    def _exploit(self, exploit: Exploit, reporter: Trial | None) -> None:
-        target, source = self.by_id[exploit.trial_id], self.by_id[exploit.source_trial_id]
-        if target.trial.status == TrialStatus.RUNNING and target.trial is not reporter:
-            logger.warning("not exploiting into running trial %s", target.trial_id)
-            return
-        if source.restore is None:
-            logger.warning(
-                "%s has no checkpoint yet; %s keeps its own state", source.trial_id, target.trial_id
-            )
-            return
-        if source is not target:
-            self.discard_live(target)  # its state is replaced by the clone
-        self.logs.add_exploit(clone_into(target, source, exploit), target)
-        self.index.touch(target)
-        brief, line = exploit.brief(), exploit.describe()
-        self.notes.append(brief)
-        self._decisions.append(line)  # the round task logs it, once
-        self.events.emit(Exploited(target.trial_id, source.trial_id, brief, line))
 
     def drive(self, fresh: bool, one_round: Callable[[], bool] | None = None) -> None:
         """The whole run: round 0's commit if ``fresh`` (the sampled population, before any

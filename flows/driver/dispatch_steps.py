@@ -1,0 +1,150 @@
+"""The plan and dispatch steps of the driver's round
+(:class:`~popflow.flows.driver.controller.Controller` inherits them): the scheduler picks
+the trials to run and how far each goes, new trials come from the search algorithm, and
+each pack of segments goes to a runner (before the last round's publishes are settled
+where it restores nothing still publishing:
+:func:`~popflow.flows.driver.pipelined_commit.split_pending`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from popflow.flows.driver.packing import pack_size
+from popflow.flows.driver.pipelined_commit import split_pending
+from popflow.flows.driver.segment_cuts import cut
+from popflow.flows.driver.trial_index import started
+from popflow.flows.events.run_events import TrialStarted
+from popflow.flows.experiment.new_trials import trial_id_of
+from popflow.flows.experiment.trial_table import TrialRecord, restore_digest
+from popflow.schedulers import Trial, TrialStatus
+from popflow.tasks.seeding import segment_seed
+from popflow.tasks.specs import SegmentSpec
+
+if TYPE_CHECKING:
+    from popflow.flows.driver.backend import Placement
+    from popflow.flows.driver.controller import Controller
+
+
+class RoundDispatch:
+    """Plan and dispatch steps, on the controller's state."""
+
+    # -- plan ------------------------------------------------------------------
+    def _runnable(self: Controller) -> Sequence[Trial]:
+        """Trials the scheduler may choose now (not those waiting out a retry backoff;
+        with ``max_concurrent_trials``, Ray's cap on trials started and not ended)."""
+        return self.index.runnable(self.retries.ready, self.spec.max_concurrent_trials)
+
+    def _suggest(self: Controller) -> None:
+        """New trials from the run's search algorithm, while it has room for them."""
+        if self.suggestions is not None:
+            self.suggestions.fill(self.backend.slots, lambda n: trial_id_of(self.spec.name, n))
+
+    def _add_trial(self: Controller, rec: TrialRecord) -> None:
+        """A trial the search algorithm suggested joins the run."""
+        if rec.dirname in self.by_dir:
+            raise ValueError(f"`trial_dirname_creator` gave two trials the folder {rec.dirname!r}")
+        self.records.append(rec)
+        self.by_id[rec.trial_id] = rec
+        self.by_dir[rec.dirname] = rec
+        rec.trial.path = self.storage.full_url(rec.dirname)
+        self.index.add(rec)
+        self.table.trials[rec.trial_id] = rec.trial
+        self.scheduler.on_trial_add(rec.trial)
+
+    def _plan(self: Controller, limit: int | None) -> list[TrialRecord]:
+        """Mark the trials the scheduler picks as running, up to ``limit`` in flight."""
+        self._suggest()
+        planned: list[TrialRecord] = []
+        room = None if limit is None else limit - self.backend.running
+        if room is not None and room <= 0:
+            return planned
+        for chosen in self.scheduler.choose_trials_to_run(self._runnable(), room):
+            rec = self.by_id[chosen.trial_id]
+            if not started(rec):
+                self.logs.add_params(rec)
+            if self.suggestions is not None:
+                self.suggestions.started(rec.trial_id)
+            self._clock += 1
+            rec.trial.status = TrialStatus.RUNNING
+            rec.trial.last_train_time = self._clock
+            self.hooks.trial_start(rec.trial)
+            self.events.emit(TrialStarted(rec))
+            planned.append(rec)
+        return planned
+
+    def _spec(self: Controller, rec: TrialRecord) -> SegmentSpec:
+        target = self.scheduler.next_milestone(rec.trial)
+        freq = self.spec.checkpoint_config.checkpoint_frequency
+        stopper = self.early_end.stopper
+        cuts = cut(target, freq, stopper is not None, self.hooks.see_each_result)
+        save_first, rec.save_first = rec.save_first, None  # asked for once
+        return SegmentSpec(
+            trainable=self.spec.trainable,
+            trial_id=rec.trial_id,
+            trial_dir=rec.dirname,
+            trial_name=str(rec.trial),
+            experiment_name=self.spec.name,
+            config=rec.trial.config,
+            storage=self.storage,
+            seed=segment_seed(self.seed, rec.index, rec.start_iteration, rec.generation),
+            restore=rec.restore,
+            restore_digest=restore_digest(self.by_dir, rec.restore),
+            time_attr=self.scheduler.time_attr,
+            target=target,
+            max_iterations=cuts.max_iterations,
+            save_at_decisions=cuts.save_at_decisions,
+            save_first=save_first,
+            stop=None if stopper is not None else self.spec.stop,
+            checkpoint_frequency=freq,
+            checkpoint_at_end=self.spec.checkpoint_at_end,
+            taken=frozenset(c.name for c in rec.checkpoints)
+            | self.janitor.deleting(rec.dirname)
+            | self._retiring(rec.dirname),
+            live_token=rec.live[0] if rec.live else None,
+            lease_epoch=self.lease.epoch if self.lease is not None else 0,
+            progress_topic=self.progress_topic,
+            defer_publish=self._pipelining,
+        )
+
+    @property
+    def _pipelining(self: Controller) -> bool:
+        return self.pipelined and self.rounds > self.pipeline_after
+
+    def _pack_size(self: Controller, slots: int) -> int:
+        return pack_size(self.backend.segment_seconds, self.index.live, slots)
+
+    # -- dispatch --------------------------------------------------------------
+    def _place(self: Controller, recs: list[TrialRecord]) -> Placement | None:
+        # a synchronous round waits for its slowest slot: a pack that would queue behind
+        # another on its trainables' worker goes to an idle runner (a worker that joined,
+        # say) if their checkpoints hold their state; asynchronous PBT time-shares slots
+        idle_first = self.scheduler.synchronous or self.scheduler.time_shares_slots
+        return self.backend.place(recs, idle_first=idle_first)
+
+    def _dispatch(
+        self: Controller, recs: list[TrialRecord], placement: Placement | None = None
+    ) -> None:
+        if placement is None:
+            placement = self._place(recs)
+        worker = placement.worker if placement is not None else None
+        for rec in recs:
+            if rec.live is not None and rec.live[1] != worker:
+                self.discard_live(rec)  # it restores from its checkpoint there
+        self.backend.submit(recs, [self._spec(r) for r in recs], placement)
+
+    def _dispatch_now(
+        self: Controller, pack: list[TrialRecord]
+    ) -> tuple[list[TrialRecord], Placement | None] | None:
+        """Send what of ``pack`` may start before the last round's publishes are settled;
+        the rest and where it goes (:func:`split_pending`), to send after them."""
+        if not self.publishing:
+            self._dispatch(pack)
+            return None
+        placement = self._place(pack)
+        worker = placement.worker if placement is not None else None
+        now, later = split_pending(pack, worker, self.publishing)
+        if now:
+            self._dispatch(now, placement)
+        return (later, placement if now else None) if later else None
