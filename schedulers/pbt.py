@@ -34,7 +34,6 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Mapping, Sequence
-from numbers import Real
 from typing import Any
 
 import numpy as np
@@ -62,7 +61,7 @@ from popflow.schedulers.trial_scheduler import (
     is_nan,
     score,
 )
-from popflow.schedulers.validation import check_bool
+from popflow.schedulers.validation import check_pbt_arguments
 
 __all__ = ["PopulationBasedTraining", "explore", "quantiles"]
 
@@ -108,46 +107,19 @@ class PopulationBasedTraining(TrialScheduler):
     ) -> None:
         super().__init__(metric=metric, mode=mode, rng=rng)
         mutations = dict(hyperparam_mutations or {})
-        if not mutations and custom_explore_fn is None:
-            raise ValueError(
-                f"`hyperparam_mutations` is {hyperparam_mutations!r} and `custom_explore_fn` "
-                "is None, but PBT needs at least one of them to explore"
-            )
-        if custom_explore_fn is not None and not callable(custom_explore_fn):
-            raise ValueError(
-                f"`custom_explore_fn` is {custom_explore_fn!r}, but must be a callable "
-                "f(config) -> config"
-            )
+        check_pbt_arguments(
+            hyperparam_mutations,
+            custom_explore_fn,
+            quantile_fraction,
+            resample_probability,
+            perturbation_interval,
+            burn_in_period,
+            perturbation_factors,
+            synch=synch,
+            log_config=log_config,
+            require_attrs=require_attrs,
+        )
         validate_mutations(mutations)
-        if not 0 <= quantile_fraction <= 0.5:
-            raise ValueError(
-                f"`quantile_fraction` is {quantile_fraction!r}, "
-                "but must be between 0 and 0.5 (inclusive)"
-            )
-        if not 0 <= resample_probability <= 1:
-            raise ValueError(
-                f"`resample_probability` is {resample_probability!r}, "
-                "but must be between 0 and 1 (inclusive)"
-            )
-        if not perturbation_interval > 0:
-            raise ValueError(
-                f"`perturbation_interval` is {perturbation_interval!r}, but must be > 0"
-            )
-        if not burn_in_period >= 0:
-            raise ValueError(f"`burn_in_period` is {burn_in_period!r}, but must be >= 0")
-        if len(perturbation_factors) == 0:
-            raise ValueError(
-                f"`perturbation_factors` is {perturbation_factors!r}, "
-                "but must hold at least one factor"
-            )
-        if not all(isinstance(f, Real) and not isinstance(f, bool) for f in perturbation_factors):
-            raise TypeError(
-                f"`perturbation_factors` is {perturbation_factors!r}, but must hold numbers "
-                "(factors such as 1.2 and 0.8)"
-            )
-        for flag, value in (("synch", synch), ("log_config", log_config)):
-            check_bool(flag, value)
-        check_bool("require_attrs", require_attrs)
         self.time_attr = time_attr
         self.synchronous = synch
         self.pause_is_barrier = synch

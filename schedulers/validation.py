@@ -93,3 +93,56 @@ def check_rung_count(reduction_factor: float, max_t: float, min_t: float = 1.0) 
             f"{min_t!r}): that makes {rungs:,} rungs, but popflow allows at most "
             f"{MAX_RUNGS:,}; use a larger reduction_factor or a smaller max_t"
         )
+
+
+def check_pbt_arguments(
+    hyperparam_mutations: Any,
+    custom_explore_fn: Any,
+    quantile_fraction: Any,
+    resample_probability: Any,
+    perturbation_interval: Any,
+    burn_in_period: Any,
+    perturbation_factors: Any,
+    *,
+    synch: Any,
+    log_config: Any,
+    require_attrs: Any,
+) -> None:
+    """PBT's (and PB2's) arguments, as Ray's constructor checks them (the mutations' own
+    shape: :func:`~popflow.schedulers.pbt_explore.validate_mutations`)."""
+    if not hyperparam_mutations and custom_explore_fn is None:
+        raise ValueError(
+            f"`hyperparam_mutations` is {hyperparam_mutations!r} and `custom_explore_fn` "
+            "is None, but PBT needs at least one of them to explore"
+        )
+    if custom_explore_fn is not None and not callable(custom_explore_fn):
+        raise ValueError(
+            f"`custom_explore_fn` is {custom_explore_fn!r}, but must be a callable "
+            "f(config) -> config"
+        )
+    if not 0 <= quantile_fraction <= 0.5:
+        raise ValueError(
+            f"`quantile_fraction` is {quantile_fraction!r}, "
+            "but must be between 0 and 0.5 (inclusive)"
+        )
+    if not 0 <= resample_probability <= 1:
+        raise ValueError(
+            f"`resample_probability` is {resample_probability!r}, "
+            "but must be between 0 and 1 (inclusive)"
+        )
+    if not perturbation_interval > 0:
+        raise ValueError(f"`perturbation_interval` is {perturbation_interval!r}, but must be > 0")
+    if not burn_in_period >= 0:
+        raise ValueError(f"`burn_in_period` is {burn_in_period!r}, but must be >= 0")
+    if len(perturbation_factors) == 0:
+        raise ValueError(
+            f"`perturbation_factors` is {perturbation_factors!r}, but must hold at least one factor"
+        )
+    if not all(isinstance(f, Real) and not isinstance(f, bool) for f in perturbation_factors):
+        raise TypeError(
+            f"`perturbation_factors` is {perturbation_factors!r}, but must hold numbers "
+            "(factors such as 1.2 and 0.8)"
+        )
+    for flag, value in (("synch", synch), ("log_config", log_config)):
+        check_bool(flag, value)
+    check_bool("require_attrs", require_attrs)
