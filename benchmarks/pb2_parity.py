@@ -18,7 +18,23 @@ as PB2 logs them) it compares, printing the largest absolute difference of each:
 5. with the same hyperparameters (scikit-learn's): the posterior mean and variance
    at 500 points, for the GP and for the batch GP holding pending configs;
 6. UCB at those points and the chosen config (``_select_config`` against
-   :func:`select_config`, with the same 10 random restarts).
+   :func:`select_config`, with the same 10 random restarts);
+7. across ``--tables`` tables (seeds 1..N, a source each): how often both choose the same
+   config, and where they do not, which GP fit has the higher log marginal likelihood.
+   Both start L-BFGS-B from the same hyperparameters on the same objective (5 shows the
+   likelihoods agree at equal hyperparameters), but the path can part on rounding: Ray's
+   kernel takes distances from scikit-learn's ``euclidean_distances`` (the expanded
+   ``|x|^2 + |y|^2 - 2 x.y``, not exactly 0 between a point and itself), popflow's from
+   ``cdist``; one fit may then stop at another optimum, often the lengthscale bound
+   (1e-5: a GP that knows nothing between its observations).
+
+8. with ``--rows FILE`` (a ``search_quality.py`` JSON, whose PB2 runs keep their data
+   rows): the same on a real run's rows, at each perturbation time (the rows logged by
+   then) and for each trial as the source; where the choices differ, whether the fits
+   reached other optima (and which has the higher likelihood) or the same one (within
+   1e-3 of likelihood) and the UCB search parted.
+
+    .venv/bin/python benchmarks/pb2_parity.py --rows bench-results/search_quality_<time>.json
 
 The target for 5 is 1e-6; the script exits 1 if it is missed.
 """
@@ -85,23 +101,26 @@ def make_table(seed: int = 0) -> tuple[list[str], np.ndarray]:
     return ids, np.array(rows)
 
 
-def ray_observations(ids: list[str], rows: np.ndarray, source: str) -> dict[str, np.ndarray]:
+def ray_observations(
+    ids: list[str], rows: np.ndarray, source: str, bounds: dict[str, list[float]] = BOUNDS
+) -> dict[str, np.ndarray]:
     """What Ray's ``_explore`` hands ``_select_config``, caught by a stub."""
+    names = list(bounds)
     data = pd.DataFrame(
-        [[tid, *row[:3], row[3]] for tid, row in zip(ids, rows.tolist(), strict=True)],
-        columns=["Trial", "Time", "lr", "momentum", "Reward"],
+        [[tid, *row] for tid, row in zip(ids, rows.tolist(), strict=True)],
+        columns=["Trial", "Time", *names, "Reward"],
     )
     caught: dict[str, np.ndarray] = {}
 
     def stub(Xraw, yraw, current, newpoint, bounds, num_f):
         caught.update(x=np.asarray(Xraw, dtype=float), y=np.asarray(yraw, dtype=float))
         caught["newpoint"] = np.asarray(newpoint, dtype=float)
-        return np.array([0.05, 0.9])
+        return np.array([0.5] * len(names))
 
     real = ray_pb2._select_config
     ray_pb2._select_config = stub
     try:
-        ray_pb2._explore(data, BOUNDS, None, source, "t0", {"lr": 0.01, "momentum": 0.9})
+        ray_pb2._explore(data, bounds, None, source, "t0", dict.fromkeys(names, 0.5))
     finally:
         ray_pb2._select_config = real
     return caught
@@ -119,7 +138,106 @@ def sk_posterior(m: GaussianProcessRegressor, xq: np.ndarray) -> tuple[np.ndarra
     return np.ravel(mean), np.ravel(std) ** 2
 
 
+def across_tables(n: int) -> None:
+    """Section 7: the chosen config and both fits' likelihoods on ``n`` more tables."""
+    lows = np.array([b[0] for b in BOUNDS.values()])
+    highs = np.array([b[1] for b in BOUNDS.values()])
+    same, gaps = 0, []
+    for seed in range(1, n + 1):
+        ids, rows = make_table(seed)
+        source = f"t{seed % 8}"
+        caught = ray_observations(ids, rows, source)
+        x_raw, y_raw, newpoint = caught["x"], caught["y"], caught["newpoint"]
+        np.random.seed(seed)
+        ray_new = ray_pb2._select_config(x_raw, y_raw, None, newpoint, BOUNDS, 2)
+        our_new = ours.select_config(
+            x_raw, y_raw, np.empty((0, 2)), newpoint, lows, highs, np.random.RandomState(seed)
+        )
+        # ray's choice is float32: equal means within its rounding
+        if np.max(np.abs((our_new - ray_new) / (highs - lows))) < 1e-5:
+            same += 1
+            continue
+        length = ours.select_length(x_raw, y_raw, lows, highs)
+        x, y = ours._scaled(x_raw[-length:], y_raw[-length:], lows, highs)
+        ray_fit, our_fit = sk_gp(x, y), ours.fit_gp(x, y)
+        gap = our_fit.log_marginal_likelihood - ray_fit.log_marginal_likelihood_value_
+        gaps.append(gap)
+        print(
+            f"table {seed}: configs differ; log lengthscale Ray {ray_fit.kernel_.theta[1]:.2f}, "
+            f"popflow {our_fit.theta[1]:.2f}; log likelihood popflow - Ray {gap:+.2f}"
+        )
+    higher = sum(g > 1e-6 for g in gaps)
+    lower = sum(g < -1e-6 for g in gaps)
+    print(
+        f"{n} more tables: the same config in {same}; where not, popflow's fit has the higher "
+        f"likelihood in {higher}, the lower in {lower}, equal in {len(gaps) - higher - lower}"
+    )
+
+
+def on_run_rows(path: str) -> None:
+    """Section 8: Ray's choice and popflow's on the data rows of real PB2 runs."""
+    import json
+
+    runs = [r for r in json.loads(Path(path).read_text())["runs"] if "pb2_rows" in r]
+    if not runs:
+        sys.exit(f"{path} holds no PB2 run's rows (search_quality.py --methods pb2 keeps them)")
+    same = parted_fit = parted_ucb = ours_higher = 0
+    for run in runs:
+        data = run["pb2_rows"]
+        if any(b is None for b in data["bounds"].values()):
+            print(f"{run['task']} seed {run['seed']}: categorical columns, skipped")
+            continue
+        bounds = data["bounds"]
+        ids, rows = data["trials"], np.array(data["rows"], dtype=float)
+        lows = np.array([b[0] for b in bounds.values()])
+        highs = np.array([b[1] for b in bounds.values()])
+        population = len(set(ids))
+        for t in sorted(set(rows[:, 0].tolist())):
+            at = np.flatnonzero(rows[:, 0] == t)
+            if len(at) < population:
+                continue
+            k = at[population - 1] + 1  # every trial's result at t; exploit rows come after
+            for source in sorted(set(ids[:k])):
+                caught = ray_observations(ids[:k], rows[:k], source, bounds)
+                if len(caught.get("x", ())) < 2:
+                    continue
+                x_raw, y_raw, newpoint = caught["x"], caught["y"], caught["newpoint"]
+                np.random.seed(int(t))
+                ray_new = ray_pb2._select_config(x_raw, y_raw, None, newpoint, bounds, 2)
+                our_new = ours.select_config(
+                    x_raw, y_raw, np.empty((0, len(bounds))), newpoint, lows, highs,
+                    np.random.RandomState(int(t)),
+                )  # fmt: skip
+                if np.max(np.abs((our_new - ray_new) / (highs - lows))) < 1e-5:
+                    same += 1
+                    continue
+                length = ours.select_length(x_raw, y_raw, lows, highs)
+                x, y = ours._scaled(x_raw[-length:], y_raw[-length:], lows, highs)
+                ray_fit, our_fit = sk_gp(x, y), ours.fit_gp(x, y)
+                gap = our_fit.log_marginal_likelihood - ray_fit.log_marginal_likelihood_value_
+                if abs(gap) < 1e-3:  # the same optimum, to L-BFGS-B's tolerance
+                    parted_ucb += 1
+                else:
+                    parted_fit += 1
+                    ours_higher += gap > 0
+                    print(
+                        f"{run['task']} seed {run['seed']} t={t:g} source {source}: fits differ, "
+                        f"log lengthscale Ray {ray_fit.kernel_.theta[1]:.2f}, popflow "
+                        f"{our_fit.theta[1]:.2f}; log likelihood popflow - Ray {gap:+.2f}"
+                    )
+    total = same + parted_fit + parted_ucb
+    print(
+        f"{len(runs)} runs' rows: {same} of {total} choices the same as Ray's; "
+        f"{parted_ucb} differ with the same fit (the same optimum, to L-BFGS-B's "
+        f"tolerance: the UCB search parted), {parted_fit} with another fit (popflow's likelihood higher in {ours_higher})"
+    )
+
+
 def main() -> int:
+    if "--rows" in sys.argv:
+        on_run_rows(sys.argv[sys.argv.index("--rows") + 1])
+        return 0
+    tables = int(sys.argv[sys.argv.index("--tables") + 1]) if "--tables" in sys.argv else 20
     diffs: dict[str, float] = {}
     ids, rows = make_table()
     source = "t5"
@@ -227,6 +345,8 @@ def main() -> int:
         print(f"{key:<{width}}  max |diff| = {value:.3e}")
     posterior = [v for k, v in diffs.items() if "same theta" in k]
     ok = max(posterior) <= TARGET
+    print()
+    across_tables(tables)
     print(f"\nposterior within {TARGET:g}: {'yes' if ok else 'NO'}")
     return 0 if ok else 1
 

@@ -26,9 +26,13 @@ drawn per task to ``bench-results/search_quality_<time>_<task>.png``.
 
     .venv/bin/python benchmarks/search_quality.py                   # both tasks, 5 seeds
     .venv/bin/python benchmarks/search_quality.py --tasks taxi --seeds 2
+    .venv/bin/python benchmarks/search_quality.py --tasks taxi --methods pbt,pb2 \
+        --first-seed 5 --seeds 40                                   # seeds 5-44
 
 Claims tested (reported, whatever they say): PBT >= random search and ASHA; PB2 >= PBT at
-this small population.
+this small population. Each is judged on the medians, and printed with how much the seeds
+back it: the chance that a seed of one method beats a seed of the other, and the
+one-sided Mann-Whitney U p-value (with 5 seeds a median can turn on one seed).
 
 ``--peer ray`` runs the same tasks, seeds and schedulers on Ray Tune instead (the bench
 extra; PBT and PB2 by default): the trainable's methods in a ``ray.tune.Trainable``,
@@ -275,12 +279,34 @@ def score(task: Task, method: str, seed: int, results: Any, best: Any, start: fl
     return run
 
 
+def pb2_rows(pb2: Any) -> dict[str, Any]:
+    """PB2's data rows at the run's end (``[t, h..., r]`` per logged result or exploit, in
+    logging order), the trials they belong to and each column's bounds (None: categorical)."""
+    state = pb2.get_state()["pb2"]
+    bounds = {
+        "/".join(p.path): None if p.categories is not None else [p.low, p.high] for p in pb2._params
+    }
+    return {"trials": state["row_trials"], "rows": state["rows"], "bounds": bounds}
+
+
+def better_odds(first: list[float], second: list[float]) -> tuple[float, float]:
+    """How often a seed of ``first`` beats one of ``second`` (ties count half: the common
+    language effect size) and the one-sided Mann-Whitney U p-value that it does not: with
+    5 seeds a median can flip on one seed, this says how much the seeds back it."""
+    from scipy.stats import mannwhitneyu
+
+    u, p = mannwhitneyu(first, second, alternative="greater")
+    return float(u) / (len(first) * len(second)), float(p)
+
+
 def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("POPFLOW_PREFECT_SERVER", "temporary")
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", default="taxi,ppo")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="seeds first-seed .. first-seed + seeds - 1")  # fmt: skip
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--peer", choices=["ray"], help="run on Ray Tune instead")
     args = parser.parse_args(argv)
@@ -304,6 +330,7 @@ def main(argv: list[str] | None = None) -> None:
 
     runs: list[dict[str, Any]] = []
     checks: dict[str, bool] = {}
+    odds: dict[str, tuple[float, float]] = {}
     with (
         LocalCluster(n_workers=args.workers, threads_per_worker=1, dashboard_address=":0") as lc,
         Client(lc) as client,
@@ -312,7 +339,7 @@ def main(argv: list[str] | None = None) -> None:
         for task_name in args.tasks.split(","):
             task = TASKS[task_name]()
             curves: dict[str, list[list[float]]] = {m: [] for m in methods}
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 for method in methods:
                     n = (asha_samples(task.population, task.iterations)
                          if method == "asha" else task.population)  # fmt: skip
@@ -323,10 +350,11 @@ def main(argv: list[str] | None = None) -> None:
                         curves[method].append(curve(results, task.metric))
                         print(runs[-1], flush=True)
                         continue
+                    sched = scheduler(task, method)
                     results = popflow.run(
                         task.trainable,
                         param_space=task.space,
-                        scheduler=scheduler(task, method),
+                        scheduler=sched,
                         metric=task.metric,
                         mode="max",
                         num_samples=n,
@@ -345,19 +373,23 @@ def main(argv: list[str] | None = None) -> None:
                                       results.num_errors))  # fmt: skip
                     curves[method].append(curve(results, task.metric))
                     print(runs[-1], flush=True)
+                    if method == "pb2":  # its GP's data, for pb2_parity.py --rows
+                        runs[-1]["pb2_rows"] = pb2_rows(sched)
             RESULTS_DIR.mkdir(exist_ok=True)
             png = RESULTS_DIR / f"search_quality_{stamp}_{task.name}.png"
             plot(task, curves, str(png))
             print(f"best-so-far plot: {png}")
-            medians = {
-                m: statistics.median(r["score"] for r in runs
-                                     if r["task"] == task.name and r["method"] == m)
+            scores = {
+                m: [r["score"] for r in runs if r["task"] == task.name and r["method"] == m]
                 for m in methods
-            }  # fmt: skip
+            }
             for better, worse in [("pbt", "random"), ("pbt", "asha"), ("pb2", "pbt")]:
-                if better in medians and worse in medians:
-                    ok = medians[better] >= medians[worse]
+                if better in scores and worse in scores:
+                    ok = statistics.median(scores[better]) >= statistics.median(scores[worse])
                     checks[f"{task.name}: {better} >= {worse}"] = ok
+                    odds[f"{task.name}: {better} >= {worse}"] = better_odds(
+                        scores[better], scores[worse]
+                    )
     rows = []
     for task_name in args.tasks.split(","):
         for method in methods:
@@ -376,8 +408,13 @@ def main(argv: list[str] | None = None) -> None:
                "iterations (median)", "errored trials", "wall s (median)"]  # fmt: skip
     print(table(headers, rows))
     for name, ok in checks.items():
-        print(f"{name} (medians): {verdict(ok)}")
-    path = write_json("search_quality", {"args": vars(args), "runs": runs, "checks": checks})
+        share, p = odds[name]
+        print(
+            f"{name} (medians): {verdict(ok)}; P(a seed of the first beats one of the "
+            f"second) = {share:.2f}, one-sided Mann-Whitney p = {p:.3f}"
+        )
+    path = write_json("search_quality", {"args": vars(args), "runs": runs, "checks": checks,
+                                         "odds": odds})  # fmt: skip
     print(f"figures: {path}")
 
 
