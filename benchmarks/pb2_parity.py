@@ -138,33 +138,45 @@ def sk_posterior(m: GaussianProcessRegressor, xq: np.ndarray) -> tuple[np.ndarra
     return np.ravel(mean), np.ravel(std) ** 2
 
 
+def compare_choice(
+    caught: dict[str, np.ndarray], bounds: dict[str, list[float]], seed: int
+) -> tuple[float, float, float] | None:
+    """Ray's ``_select_config`` and :func:`select_config` on the observations Ray's
+    ``_explore`` caught, with the same restarts: None if they choose the same config (Ray's
+    is float32: the same within its rounding), else both GP fits' log likelihood gap
+    (popflow - Ray) and their log lengthscales (Ray's, popflow's)."""
+    lows = np.array([b[0] for b in bounds.values()])
+    highs = np.array([b[1] for b in bounds.values()])
+    x_raw, y_raw, newpoint = caught["x"], caught["y"], caught["newpoint"]
+    np.random.seed(seed)
+    ray_new = ray_pb2._select_config(x_raw, y_raw, None, newpoint, bounds, 2)
+    our_new = ours.select_config(
+        x_raw, y_raw, np.empty((0, len(bounds))), newpoint, lows, highs,
+        np.random.RandomState(seed),
+    )  # fmt: skip
+    if np.max(np.abs((our_new - ray_new) / (highs - lows))) < 1e-5:
+        return None
+    length = ours.select_length(x_raw, y_raw, lows, highs)
+    x, y = ours._scaled(x_raw[-length:], y_raw[-length:], lows, highs)
+    ray_fit, our_fit = sk_gp(x, y), ours.fit_gp(x, y)
+    gap = our_fit.log_marginal_likelihood - ray_fit.log_marginal_likelihood_value_
+    return gap, float(ray_fit.kernel_.theta[1]), float(our_fit.theta[1])
+
+
 def across_tables(n: int) -> None:
     """Section 7: the chosen config and both fits' likelihoods on ``n`` more tables."""
-    lows = np.array([b[0] for b in BOUNDS.values()])
-    highs = np.array([b[1] for b in BOUNDS.values()])
     same, gaps = 0, []
     for seed in range(1, n + 1):
         ids, rows = make_table(seed)
-        source = f"t{seed % 8}"
-        caught = ray_observations(ids, rows, source)
-        x_raw, y_raw, newpoint = caught["x"], caught["y"], caught["newpoint"]
-        np.random.seed(seed)
-        ray_new = ray_pb2._select_config(x_raw, y_raw, None, newpoint, BOUNDS, 2)
-        our_new = ours.select_config(
-            x_raw, y_raw, np.empty((0, 2)), newpoint, lows, highs, np.random.RandomState(seed)
-        )
-        # ray's choice is float32: equal means within its rounding
-        if np.max(np.abs((our_new - ray_new) / (highs - lows))) < 1e-5:
+        differ = compare_choice(ray_observations(ids, rows, f"t{seed % 8}"), BOUNDS, seed)
+        if differ is None:
             same += 1
             continue
-        length = ours.select_length(x_raw, y_raw, lows, highs)
-        x, y = ours._scaled(x_raw[-length:], y_raw[-length:], lows, highs)
-        ray_fit, our_fit = sk_gp(x, y), ours.fit_gp(x, y)
-        gap = our_fit.log_marginal_likelihood - ray_fit.log_marginal_likelihood_value_
+        gap, ray_len, our_len = differ
         gaps.append(gap)
         print(
-            f"table {seed}: configs differ; log lengthscale Ray {ray_fit.kernel_.theta[1]:.2f}, "
-            f"popflow {our_fit.theta[1]:.2f}; log likelihood popflow - Ray {gap:+.2f}"
+            f"table {seed}: configs differ; log lengthscale Ray {ray_len:.2f}, "
+            f"popflow {our_len:.2f}; log likelihood popflow - Ray {gap:+.2f}"
         )
     higher = sum(g > 1e-6 for g in gaps)
     lower = sum(g < -1e-6 for g in gaps)
@@ -189,8 +201,6 @@ def on_run_rows(path: str) -> None:
             continue
         bounds = data["bounds"]
         ids, rows = data["trials"], np.array(data["rows"], dtype=float)
-        lows = np.array([b[0] for b in bounds.values()])
-        highs = np.array([b[1] for b in bounds.values()])
         population = len(set(ids))
         for t in sorted(set(rows[:, 0].tolist())):
             at = np.flatnonzero(rows[:, 0] == t)
@@ -201,20 +211,11 @@ def on_run_rows(path: str) -> None:
                 caught = ray_observations(ids[:k], rows[:k], source, bounds)
                 if len(caught.get("x", ())) < 2:
                     continue
-                x_raw, y_raw, newpoint = caught["x"], caught["y"], caught["newpoint"]
-                np.random.seed(int(t))
-                ray_new = ray_pb2._select_config(x_raw, y_raw, None, newpoint, bounds, 2)
-                our_new = ours.select_config(
-                    x_raw, y_raw, np.empty((0, len(bounds))), newpoint, lows, highs,
-                    np.random.RandomState(int(t)),
-                )  # fmt: skip
-                if np.max(np.abs((our_new - ray_new) / (highs - lows))) < 1e-5:
+                differ = compare_choice(caught, bounds, int(t))
+                if differ is None:
                     same += 1
                     continue
-                length = ours.select_length(x_raw, y_raw, lows, highs)
-                x, y = ours._scaled(x_raw[-length:], y_raw[-length:], lows, highs)
-                ray_fit, our_fit = sk_gp(x, y), ours.fit_gp(x, y)
-                gap = our_fit.log_marginal_likelihood - ray_fit.log_marginal_likelihood_value_
+                gap, ray_len, our_len = differ
                 if abs(gap) < 1e-3:  # the same optimum, to L-BFGS-B's tolerance
                     parted_ucb += 1
                 else:
@@ -222,8 +223,8 @@ def on_run_rows(path: str) -> None:
                     ours_higher += gap > 0
                     print(
                         f"{run['task']} seed {run['seed']} t={t:g} source {source}: fits differ, "
-                        f"log lengthscale Ray {ray_fit.kernel_.theta[1]:.2f}, popflow "
-                        f"{our_fit.theta[1]:.2f}; log likelihood popflow - Ray {gap:+.2f}"
+                        f"log lengthscale Ray {ray_len:.2f}, popflow {our_len:.2f}; "
+                        f"log likelihood popflow - Ray {gap:+.2f}"
                     )
     total = same + parted_fit + parted_ucb
     print(
