@@ -30,9 +30,10 @@ import traceback
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any
 
+from popflow.infra.helper_threads import InlineExecutor, helpers_inline
 from popflow.infra.storage.errors import StorageError
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.checkpoints import manifest_digest, publish_checkpoint
@@ -51,8 +52,10 @@ _publishing: dict[tuple[str, str], Future[str]] = {}
 _deferred: OrderedDict[str, Uploads] = OrderedDict()
 
 
-def transfer_threads() -> ThreadPoolExecutor:
+def transfer_threads() -> Executor:
     global _pool
+    if helpers_inline():  # a deterministic simulation: transfers run in the segment's thread
+        return InlineExecutor()
     with _pool_lock:
         if _pool is None:
             _pool = ThreadPoolExecutor(TRANSFER_THREADS, thread_name_prefix="popflow-transfer")

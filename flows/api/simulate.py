@@ -12,6 +12,13 @@ trials is replayed, row by row, with the time each iteration took then, so
                            metric="loss", mode="min", slots=4)
     sim.iterations, sim.best_metric, sim.table   # vs. the run as it went
 
+A simulation resumes as a run does (``resume=True`` or ``"auto"``, the same ``storage``
+and ``name``): it opens the experiment from storage, takes its lease and goes on from the
+last commit (:func:`drive_simulated`, which the fault simulator,
+:mod:`popflow.flows.simulation`, drives too). The driver's helper work runs inline and
+its lease is on the virtual clock, so a seeded simulation makes the same storage calls
+in the same order every time.
+
 Syne Tune simulates tabulated benchmarks (Salinas et al., 2022,
 https://arxiv.org/abs/2201.05582); this replays your own experiments.
 """
@@ -29,16 +36,17 @@ from typing import Any
 
 import pandas as pd
 
-from popflow.flows.backends.simulated import Duration, SimulatedBackend
+from popflow.flows.backends.simulated import Duration, SimulatedBackend, VirtualLease
 from popflow.flows.driver.controller import Controller
 from popflow.flows.events.callbacks import Callback
 from popflow.flows.events.run_events import EventBus, Subscriber
-from popflow.flows.experiment.opening import open_experiment
+from popflow.flows.experiment.opening import Experiment, open_experiment
 from popflow.flows.experiment.results import ResultGrid, results_of
 from popflow.flows.spec.config import CheckpointConfig
 from popflow.flows.spec.groups import StorageSpec
 from popflow.flows.spec.ray_configs import FailureConfig, RunConfig, TuneConfig
-from popflow.flows.spec.run_spec import run_spec
+from popflow.flows.spec.run_spec import RunSpec, run_spec
+from popflow.infra.helper_threads import inline_helpers
 from popflow.infra.storage.folder import Storage
 from popflow.schedulers import TrialScheduler, grid_search
 from popflow.schedulers.search import Searcher
@@ -142,23 +150,27 @@ def simulate(
     slots: int = 1,
     duration: Duration | None = None,
     commit_interval: float = 60.0,
-    storage: str | os.PathLike[str] | None = None,
+    storage: str | os.PathLike[str] | Storage | None = None,
     name: str = "simulation",
     seed: int = 0,
     callbacks: Sequence[Callback] | None = None,
     subscribers: Sequence[Subscriber] = (),
+    resume: bool | str = False,
+    lease_ttl: float = 60.0,
 ) -> Simulation:
     """Run ``scheduler`` over ``trainable`` (or the curves of the finished experiment at
-        ``curves_from``) on ``slots`` simulated slots; what it did and cost.
+    ``curves_from``) on ``slots`` simulated slots; what it did and cost.
 
-        ``duration``: virtual seconds per result: a number, a result key (the time the
-        trainable reports), or a function of the result. Default: 1 per result for a
-        trainable, the recorded ``time_this_iter_s`` for replayed curves. ``commit_interval``
-        is virtual seconds too. Results go to ``storage`` (default: a new temporary folder,
-        kept so the grid can read its trials' histories). ``callbacks``: Ray's ``tune.Callback``s,
+    ``duration``: virtual seconds per result: a number, a result key (the time the
+    trainable reports), or a function of the result. Default: 1 per result for a
+    trainable, the recorded ``time_this_iter_s`` for replayed curves. ``commit_interval``
+    is virtual seconds too. Results go to ``storage`` (default: a new temporary folder,
+    kept so the grid can read its trials' histories). ``callbacks``: Ray's ``tune.Callback``s,
     called as in a real run. ``subscribers`` follow the driver's
-        events (:mod:`popflow.flows.events.run_events`). The other arguments are
-        :func:`popflow.run`'s.
+    events (:mod:`popflow.flows.events.run_events`). ``resume``: continue the experiment
+    ``name`` in ``storage`` from its last commit (True; "auto": if there is one), as
+    :func:`popflow.run` does; ``lease_ttl`` is in virtual seconds. The other arguments are
+    :func:`popflow.run`'s.
     """
     table_extra: dict[str, dict[str, Any]] = {}
     if curves_from is not None:
@@ -204,15 +216,16 @@ def simulate(
             callbacks=list(callbacks) if callbacks is not None else None,
         ),
         StorageSpec(
-            Storage(storage or tempfile.mkdtemp(prefix="popflow-simulation-")),
+            storage
+            if isinstance(storage, Storage)
+            else Storage(storage or tempfile.mkdtemp(prefix="popflow-simulation-")),
             commit_interval=commit_interval,
+            lease_ttl=lease_ttl,
         ),
     )
     backend = SimulatedBackend(slots, 1.0 if duration is None else duration)
-    with open_experiment(spec, resume=False) as experiment:
-        controller = Controller(spec, experiment, backend, EventBus(*subscribers))
-        controller.drive(fresh=True)
-        grid = results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
+    experiment = drive_simulated(spec, backend, resume, events=EventBus(*subscribers))
+    grid = results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
     rows = []
     for result in grid:
         history = list(result.history)
@@ -236,6 +249,36 @@ def simulate(
         metric=spec.metric,
         mode=spec.mode,
     )
+
+
+def drive_simulated(
+    spec: RunSpec,
+    backend: SimulatedBackend,
+    resume: bool | str = False,
+    *,
+    force_takeover: bool = False,
+    events: EventBus | None = None,
+) -> Experiment:
+    """Start (``resume=False``) or continue (True, "auto") the experiment ``spec`` names on
+    the simulated ``backend``, as :func:`popflow.run` does on a cluster: open it from
+    storage under its lease (a :class:`~popflow.flows.backends.simulated.VirtualLease` on
+    the backend's clock; ``force_takeover``: ``popflow resume --force-takeover``), go on
+    from its last commit, and run its rounds to the end. The experiment as it ended (an
+    experiment that had finished already is returned as it was; nothing runs).
+
+    Helper work (derived-log writes, checkpoint transfers and deletions) runs inline in
+    this thread (:mod:`popflow.infra.helper_threads`): one driver's storage calls come in
+    one order, the same on every run.
+    """
+
+    def lease(storage: Storage, ttl: float) -> VirtualLease:
+        return VirtualLease(storage, ttl, backend.clock, force=force_takeover)
+
+    with inline_helpers(), open_experiment(spec, resume, make_lease=lease) as experiment:
+        if not experiment.finished:
+            controller = Controller(spec, experiment, backend, events or EventBus())
+            controller.drive(fresh=experiment.resumed_from is None)
+    return experiment
 
 
 def _best_and_last(

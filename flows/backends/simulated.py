@@ -12,6 +12,9 @@ sleeps; the same inputs give the same run.
 Syne Tune's simulator replays tabulated benchmarks the same way (Salinas et al., 2022,
 https://arxiv.org/abs/2201.05582); popflow's replays a user's own trainable or a finished
 experiment's learning curves (:mod:`popflow.flows.api.simulate`).
+
+The driver's lease runs on the same clock (:class:`VirtualLease`): a simulated driver
+that stalls past its lease's ttl of virtual seconds is taken over as a real one would be.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from typing import Any
 
 from popflow.flows.driver.clock import VirtualClock
 from popflow.flows.experiment.trial_table import TrialRecord
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.lease import LOOK_EVERY_S, Lease
 from popflow.tasks.live import discard_parked
 from popflow.tasks.segment import run_segments
 from popflow.tasks.specs import Published, SegmentOutcome, SegmentSpec
@@ -160,3 +165,37 @@ class SimulatedBackend:
 
     def close(self) -> None:
         self.cancel()
+
+
+class VirtualLease(Lease):
+    """The experiment's lease on a :class:`~popflow.flows.driver.clock.VirtualClock`.
+
+    Its expiries are virtual seconds and it is renewed inline, when the driver checks it
+    and a third of its ttl has passed since it was last written, rather than from a
+    thread of its own (a simulation runs one thread per driver: see
+    :mod:`popflow.infra.helper_threads`). A driver that stops checking (it stalls) stops
+    renewing, as a stopped process does. ``force``: ``--force-takeover``.
+    """
+
+    def __init__(
+        self, storage: Storage, ttl_s: float, clock: VirtualClock, force: bool = False
+    ) -> None:
+        super().__init__(storage, ttl_s, clock=clock.time, force=force)
+        self.virtual = clock
+        self._renewed: float | None = None  # when it was last written (virtual monotonic)
+
+    def acquire(self, renew: bool = True) -> None:
+        super().acquire(renew=False)
+        self._renewed = self.virtual.monotonic()
+
+    def check(self, fresh: bool = True) -> None:
+        now = self.virtual.monotonic()
+        if self._renewed is not None and now - self._renewed >= self.ttl_s / 3:
+            self._renewed = now
+            self.renew_once()
+        super().check(fresh)
+
+    def guard(
+        self, every_s: float = LOOK_EVERY_S, monotonic: Callable[[], float] | None = None
+    ) -> Callable[[], None]:
+        return super().guard(every_s, monotonic or self.virtual.monotonic)

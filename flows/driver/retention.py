@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import logging
 import math
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 from popflow.flows.experiment.trial_table import TrialRecord
 from popflow.flows.spec.config import CheckpointConfig
+from popflow.infra.helper_threads import helper_pool
 from popflow.infra.storage.folder import Storage
 
 logger = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ class Janitor:
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="popflow-retention")
+        self._thread = helper_pool(1, "popflow-retention")
         self._pending: list[tuple[str, str]] = []  # retired by the newest commit
         self._deleting: dict[tuple[str, str], Future[None]] = {}
 

@@ -75,12 +75,18 @@ class Experiment:
 
 
 @contextmanager
-def open_experiment(spec: RunSpec, resume: bool | str) -> Iterator[Experiment]:
+def open_experiment(
+    spec: RunSpec,
+    resume: bool | str,
+    make_lease: Callable[[Storage, float], Lease] = Lease,
+) -> Iterator[Experiment]:
     """The experiment ``spec`` names, started or resumed, held under its lease while in use.
 
     ``resume``: False refuses an existing experiment, True requires one,
     "auto" resumes one if there is one. A finished experiment is returned
-    as it is (no lease: nothing will be written).
+    as it is (no lease: nothing will be written). ``make_lease``: makes the lease from the
+    experiment's storage and ``spec.lease_ttl`` (a simulation's is on its virtual clock,
+    :class:`~popflow.flows.backends.simulated.VirtualLease`).
     """
     storage = spec.experiment_storage
     log = ExperimentLog(storage)
@@ -104,7 +110,7 @@ def open_experiment(spec: RunSpec, resume: bool | str) -> Iterator[Experiment]:
             storage, log, records, _saved_seed(storage), latest, finished=True, name=spec.name
         )
         return
-    with Lease(storage, spec.lease_ttl) as lease:
+    with make_lease(storage, spec.lease_ttl) as lease:
         log.epoch = lease.epoch
         if latest is not None:
             yield _resume(spec, storage, log, lease)

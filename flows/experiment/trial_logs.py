@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from popflow.flows.experiment.trial_table import TrialRecord
+from popflow.infra.helper_threads import helper_pool
 from popflow.infra.jsonutil import dumps
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.json_delta import Changed
@@ -109,7 +110,7 @@ class TrialLogs:
         self._deferred_through = 0  # the newest commit whose lines are deferred
         self._last_flush = time.monotonic()
         self._may_write = may_write
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="popflow-logs")
+        self._writer = helper_pool(1, "popflow-logs")  # inline in a simulation
         self._batches: list[Future[None]] = []  # submitted, not yet seen done
         self._lock = threading.Lock()  # guards the four below (the writer sets them)
         self._derived = dict(derived or {})

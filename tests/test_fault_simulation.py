@@ -1,0 +1,212 @@
+"""The deterministic simulation of driver, storage and lease (popflow.flows.simulation):
+resume on the simulated backend, schedules that replay exactly and shrink, and an
+exploration of many schedules with the invariants checked after each."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+import popflow
+from popflow.flows.simulation import (
+    Fault,
+    Ran,
+    Schedule,
+    SimulatedCrash,
+    explore,
+    run_schedule,
+    shrink,
+)
+from popflow.flows.simulation import world as simulated_world
+from popflow.flows.simulation.faults import FaultStorage
+from popflow.flows.simulation.scenarios import Accumulator
+from popflow.infra.storage.folder import Storage
+from popflow.schedulers import PopulationBasedTraining, uniform
+from popflow.tasks.progress import VOLATILE_FIELDS
+
+pytestmark = pytest.mark.unit
+
+T = TypeVar("T")
+
+
+class CrashAtCommit:
+    """Kills the driver (SimulatedCrash) at its ``nth`` commit, before it is written."""
+
+    def __init__(self, nth: int) -> None:
+        self.nth, self.commits = nth, 0
+
+    def call(self, storage: FaultStorage, op: str, path: str, run: Callable[[], T]) -> T:
+        if op == "create" and "/.popflow/commits/" in path:
+            self.commits += 1
+            if self.commits == self.nth:
+                raise SimulatedCrash(f"killed at commit {self.nth}")
+        return run()
+
+
+def pbt() -> PopulationBasedTraining:
+    return PopulationBasedTraining(
+        time_attr="training_iteration",
+        perturbation_interval=2,
+        hyperparam_mutations={"a": uniform(0.0, 10.0)},
+        synch=True,
+        metric="score",
+        mode="max",
+    )
+
+
+def simulate(storage: Storage, resume: bool = False) -> popflow.Simulation:
+    return popflow.simulate(
+        Accumulator,
+        {"a": uniform(0.0, 10.0)},
+        scheduler=pbt(),
+        num_samples=3,
+        stop={"training_iteration": 6},
+        slots=2,
+        storage=storage,
+        name="exp",
+        seed=3,
+        resume=resume,
+    )
+
+
+def folder_state(folder: Path) -> dict[str, Any]:
+    """Each trial's results (without the fields that differ between identical runs), and
+    the exploit log."""
+    out: dict[str, Any] = {}
+    for result_json in sorted(folder.glob("*/result.json")):
+        rows = [json.loads(line) for line in result_json.read_text().splitlines()]
+        out[result_json.parent.name] = [
+            {k: v for k, v in r.items() if k not in VOLATILE_FIELDS} for r in rows
+        ]
+    out["pbt_global.txt"] = (folder / "pbt_global.txt").read_text()
+    return out
+
+
+@pytest.mark.parametrize("nth", [2, 3, 4])
+def test_a_simulated_run_killed_at_a_commit_resumes_on_the_simulated_backend_to_the_same_end(
+    tmp_path, nth
+):
+    """popflow.simulate(resume=True) opens the experiment from storage, takes its lease
+    and goes on from the last commit, as the real door does: synchronous PBT killed at
+    commit ``nth`` (no finally block of it writes anything) ends as an undisturbed run."""
+    simulate(Storage(tmp_path / "calm"))
+    killed = FaultStorage.over(Storage(tmp_path / "killed"), CrashAtCommit(nth))
+    with pytest.raises(SimulatedCrash):
+        simulate(killed)
+    resumed = simulate(Storage(tmp_path / "killed"), resume=True)
+    assert folder_state(tmp_path / "killed" / "exp") == folder_state(tmp_path / "calm" / "exp")
+    assert {r.metrics["training_iteration"] for r in resumed.grid} == {6}
+    assert (tmp_path / "calm" / "exp" / "pbt_global.txt").read_text()  # it exploited
+
+
+def test_a_finished_simulation_resumed_runs_nothing(tmp_path):
+    first = simulate(Storage(tmp_path))
+    again = simulate(Storage(tmp_path), resume=True)
+    assert again.iterations == 0
+    assert [r.metrics for r in again.grid] == [r.metrics for r in first.grid]
+
+
+def test_a_schedule_prints_as_one_line_and_reads_back():
+    schedule = Schedule.parse("pbt/3x4/s2:40=stall,17=crash_after")
+    assert str(schedule) == "pbt/3x4/s2:17=crash_after,40=stall"
+    assert Schedule.parse(str(schedule)) == schedule
+    with pytest.raises(ValueError, match="not a scenario"):
+        Schedule.parse("nope/3x4/s2:1=crash")
+
+
+def _traced(schedule: Schedule) -> tuple[Ran, list[tuple[int, int, str, str]]]:
+    traces: list[list[tuple[int, int, str, str]]] = []
+    run = simulated_world.World.run
+
+    def keep(world: simulated_world.World, finished: Callable[[], bool]) -> None:
+        run(world, finished)
+        traces.append(world.trace)
+
+    simulated_world.World.run = keep  # type: ignore[method-assign]
+    try:
+        ran = run_schedule(schedule)
+    finally:
+        simulated_world.World.run = run  # type: ignore[method-assign]
+    # scratch names carry random suffixes; the calls and their order are the schedule's
+    scrub = re.compile(r"\.(tmp|old)-[0-9a-f]+")
+    return ran, [(i, d, op, scrub.sub(".\\1-x", p)) for i, d, op, p in traces[-1]]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "pbt/3x4/s2:30=stall,70=crash",
+        "hyperband/3x4/s1:25=stall_force,60=torn",
+        "asha/3x3/s2:10=delay,33=fail,50=crash_after",
+    ],
+)
+def test_a_schedule_replays_exactly(text):
+    """Two drivers, stalls and crashes: the same storage calls in the same order, the same
+    faults fired, the same ends."""
+    first, trace = _traced(Schedule.parse(text))
+    again, trace_again = _traced(Schedule.parse(text))
+    assert trace == trace_again
+    assert (first.fired, first.drivers, first.problems) == (
+        again.fired,
+        again.drivers,
+        again.problems,
+    )
+    assert len(first.drivers) >= 2
+
+
+def test_a_stalled_driver_woken_after_a_takeover_stops_with_lease_lost():
+    """Driver 0 stalls past its lease inside a round; driver 1 takes over and finishes;
+    driver 0 wakes, finds a newer epoch and stops (LeaseLost) having changed nothing a
+    reader sees."""
+    ran = run_schedule(Schedule.parse("pbt/3x4/s2:40=stall"))
+    assert ran.drivers[:2] == ["0:lost(LeaseLost)", "1:finished"]
+    assert ran.problems == []
+
+
+def test_shrink_keeps_only_the_faults_the_failure_needs():
+    """A failure that needs the faults at 5 and 9 shrinks to those two."""
+    needed = {5, 9}
+
+    def fake(schedule: Schedule) -> Ran:
+        indices = {i for i, _ in schedule.faults}
+        problems = ["exactly once: x"] if needed <= indices else []
+        return Ran(schedule, problems, 0, [], list(schedule.faults))
+
+    faults = tuple((i, Fault.CRASH) for i in (1, 3, 5, 7, 9, 11, 13))
+    schedule = Schedule.parse("pbt/2x3/s1:")
+    start = fake(Schedule(schedule.scenario, faults))
+    shrunk = shrink(start, fake)
+    assert [i for i, _ in shrunk.schedule.faults] == [5, 9]
+    assert str(shrunk.schedule) == "pbt/2x3/s1:5=crash,9=crash"
+
+
+#: What the simulator finds on the code as it is (each found and reported, not yet fixed):
+#: - params: a trial whose params.json the driver had not written when it died gets it
+#:   on resume from its config then, after an exploit (Ray's holds the first config);
+#: - one writer: a stale driver's commit lands under a number the new driver's log
+#:   pruning freed (create-only is no fence for pruned numbers);
+#: - identical: HyperBand whose trial's newest checkpoint is damaged ends differently.
+OPEN_FINDINGS = {"params", "one writer", "identical"}
+
+
+def test_a_thousand_schedules_break_no_invariant_but_the_open_findings():
+    """>= 1,000 seeded schedules (every fault kind, two drivers and more) in <= 2 minutes;
+    each checked for exactly-once results, one writer, nothing outside the experiment,
+    identical synchronous runs and ends."""
+    start = time.perf_counter()
+    found = explore(1000, seed=0, shrink_failures=False)
+    seconds = time.perf_counter() - start
+    unexpected = [
+        f"seed {s}: {ran.schedule}: {ran.problems}"
+        for s, ran in found.failures
+        if not ran.broke <= OPEN_FINDINGS
+    ]
+    assert unexpected == []
+    assert found.schedules == 1000
+    assert seconds <= 120, f"{found.schedules} schedules took {seconds:.0f} s"
