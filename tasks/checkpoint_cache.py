@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from popflow.infra.storage.folder import Storage
-from popflow.infra.store.checkpoints import CheckpointError, check_folder
+from popflow.infra.store.checkpoints import CheckpointError, check_folder, copy_listed
 
 logger = logging.getLogger(__name__)
 
@@ -89,9 +89,10 @@ class CheckpointCache:
             if copy is None or copy.digest != digest:
                 return None
             self._copies.move_to_end((storage.url, rel_path))
-            try:
-                shutil.copytree(copy.folder, local_dir, dirs_exist_ok=True)
+            try:  # the files its manifest lists, nothing else (never an unlisted pickle)
+                copy_listed(copy.folder, local_dir, copy.manifest)
             except OSError:
+                shutil.rmtree(local_dir, ignore_errors=True)
                 return None
         try:
             check_folder(storage, rel_path, local_dir, copy.manifest)

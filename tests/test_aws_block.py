@@ -153,7 +153,7 @@ def test_without_prefect_aws_the_error_says_what_to_install(monkeypatch):
 
 @pytest.mark.integration
 def test_the_deployable_flow_opens_s3_with_the_block_and_keeps_its_secrets_out_of_prefect(
-    no_ambient_credentials, credentials_block, tune_env, s3_server, s3_url
+    no_ambient_credentials, credentials_block, tune_env, s3_server, s3_url, monkeypatch
 ):
     from prefect.client.orchestration import get_client
     from prefect.logging.handlers import APILogWorker
@@ -161,6 +161,7 @@ def test_the_deployable_flow_opens_s3_with_the_block_and_keeps_its_secrets_out_o
     from popflow.flows.record import deployable
 
     _, fixture_options = s3_server
+    monkeypatch.setenv("POPFLOW_STORAGE_ALLOWLIST", s3_url)  # the owner's storage root
     name = f"from-block-{uuid.uuid4().hex[:8]}"
     state = deployable.experiment(
         trainable=MOCK,

@@ -18,7 +18,8 @@ MOCK = "popflow.tune.utils.mock_trainable:MyTrainableClass"
 
 
 @pytest.mark.integration
-def test_an_experiment_runs_from_json_parameters_a_budget_at_a_time(tune_env):
+def test_an_experiment_runs_from_json_parameters_a_budget_at_a_time(tune_env, monkeypatch):
+    monkeypatch.setenv("POPFLOW_STORAGE_ALLOWLIST", tune_env["storage"])  # the owner's root
     params = dict(
         trainable=MOCK,
         param_space={"width": {"randint": [2, 20]}, "height": {"uniform": [10, 100]}},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -169,6 +170,15 @@ def test_the_generic_experiment_deployment_runs_json_parameters(prefect_server, 
             "num_samples=3",
             "--param",
             'stop={"training_iteration": 4}',
+            # the owner's allowlists (these replace prefect.yaml's job variables' env)
+            "--job-variable",
+            "env="
+            + json.dumps(
+                {
+                    "POPFLOW_TRAINABLE_ALLOWLIST": "popflow.tune.utils.mock_trainable",
+                    "POPFLOW_STORAGE_ALLOWLIST": storage,
+                }
+            ),
         )
     )
     commit = ExperimentLog(Storage(storage).child("experiment")).latest()

@@ -23,6 +23,7 @@ from support.prefect_api import api
 from test_deployment import ROOT, prefect, uninterrupted_rounds
 
 from popflow.flows.experiment.opening import is_finished
+from popflow.flows.spec import storage_roots
 from popflow.flows.spec.trainable_paths import ALLOWLIST_ENV
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import ExperimentLog
@@ -142,7 +143,9 @@ def test_a_sigkilled_deployed_run_is_rerun_and_finishes_with_nothing_lost(
     gate = str(tmp_path / "gate")
     params = experiment_params(str(tmp_path / "results"), gate)
     # the deployment runs only the trainables its owner allows: these tests' own
-    allowed = json.dumps({ALLOWLIST_ENV: "trainables"})
+    allowed = json.dumps(
+        {ALLOWLIST_ENV: "trainables", storage_roots.ALLOWLIST_ENV: str(tmp_path / "results")}
+    )
     run_id = flow_run_id(
         prefect(
             "deployment",
@@ -210,6 +213,7 @@ def test_a_sigkilled_deployed_run_is_rerun_and_finishes_with_nothing_lost(
 
     sys.path.insert(0, HERE)
     monkeypatch.setenv(ALLOWLIST_ENV, "trainables")
+    monkeypatch.setenv(storage_roots.ALLOWLIST_ENV, str(tmp_path / "ref"))
     reference = experiment(**{**params, "storage": str(tmp_path / "ref")})
     assert read_experiment(exp.url) == read_experiment(reference["experiment"])
 

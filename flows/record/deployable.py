@@ -20,8 +20,14 @@ started from the Prefect UI (or ``prefect deployment run --param ...``) with par
   ``scheduler_args`` as keyword arguments (Ray's names). In PBT's
   ``hyperparam_mutations`` a search space is written as in ``param_space`` and a list
   is a categorical set; PB2's ``hyperparam_bounds`` are ``[low, high]`` lists.
+- ``storage``: a folder or URL under the owner's storage allowlist,
+  ``POPFLOW_STORAGE_ALLOWLIST`` where the flow runs (comma-separated folders or URL
+  prefixes such as ``s3://bucket/prefix``, ``*`` for any); unset, ``./results`` only.
+  A resume reads what it finds there (checkpoints a trainable loads), so storage
+  outside it is refused before anything is read
+  (:mod:`popflow.flows.spec.storage_roots`). Never credentials: those come from the AWS
+  chain or a Prefect block.
 - the rest as ``popflow.run``'s: ``metric``, ``mode``, ``num_samples``, ``stop``,
-  ``storage`` (never credentials: those come from the AWS chain or a Prefect block),
   ``name`` (templates such as ``"exp_{date}"``), ``seed``, ``max_rounds``,
   ``time_budget_s``, ``resume`` ("auto": each trigger continues the experiment),
   ``dask_address``, checkpointing and ``max_failures``.
@@ -48,7 +54,7 @@ from prefect.states import Completed
 from popflow import CheckpointConfig, run
 from popflow.flows.record.flow_retries import mistakes_not_retried
 from popflow.flows.record.plot_artifacts import plots_artifact
-from popflow.flows.spec import trainable_paths
+from popflow.flows.spec import storage_roots, trainable_paths
 from popflow.infra.storage.options_cli import resolve_storage_options
 from popflow.schedulers import (
     PB2,
@@ -158,6 +164,9 @@ def experiment(
     trainable that is not allowed) fails the flow run at once, without its retries
     (:mod:`popflow.flows.record.flow_retries`); other failures are retried."""
     with mistakes_not_retried():
+        # the caller's storage is read (a resume loads its checkpoints): only the owner's
+        # roots, checked before anything is read
+        storage_roots.check_storage(storage)
         storage_options = resolve_storage_options(storage, None, credentials_block)
         grid = run(
             load_trainable(trainable),

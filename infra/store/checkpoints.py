@@ -15,7 +15,8 @@ import errno
 import hashlib
 import json
 import os
-from collections.abc import Callable, Mapping
+import shutil
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, BinaryIO
 
 from popflow.infra.storage.folder import Storage, StorageError
@@ -208,7 +209,8 @@ def fetch_checkpoint(storage: Storage, rel_path: str, local_dir: str) -> dict[st
 
 
 def verify_in_place(storage: Storage, rel_path: str) -> tuple[str, dict[str, Any]]:
-    """A local checkpoint verified where it is (no copy): its folder and its metadata."""
+    """A local checkpoint verified where it is (no copy): its folder and its metadata. The
+    folder must hold exactly the files its manifest lists (see :func:`check_folder`)."""
     manifest = read_manifest(storage, rel_path)
     folder = storage.path(rel_path)
     check_folder(storage, rel_path, folder, manifest)
@@ -216,8 +218,17 @@ def verify_in_place(storage: Storage, rel_path: str) -> tuple[str, dict[str, Any
 
 
 def check_folder(storage: Storage, rel_path: str, folder: str, manifest: dict[str, Any]) -> None:
-    """``folder`` holds the files of the checkpoint at ``rel_path`` that ``manifest`` lists,
-    each of its size and SHA-256 (else :class:`CheckpointError`)."""
+    """``folder`` holds exactly the files of the checkpoint at ``rel_path`` that
+    ``manifest`` lists (besides the manifest itself), each of its size and SHA-256 (else
+    :class:`CheckpointError`). A file the manifest does not list is refused, not
+    ignored: a trainable loads its checkpoint from this folder, and a planted
+    ``_dict_checkpoint.pkl`` would be unpickled (code run) if it were there."""
+    unlisted = sorted(set(_files_in(folder)) - set(manifest["files"]) - {MANIFEST})
+    if unlisted:
+        raise CheckpointError(
+            f"checkpoint {storage.full_url(rel_path)} holds files its manifest does not "
+            f"list: {unlisted[:3]!r}; nothing of it is loaded"
+        )
     for rel, expected in manifest["files"].items():
         path = os.path.join(folder, *rel.split("/"))
         if not os.path.isfile(path):
@@ -225,6 +236,22 @@ def check_folder(storage: Storage, rel_path: str, folder: str, manifest: dict[st
                 f"checkpoint {storage.full_url(rel_path)} is missing file {rel!r}"
             )
         _check(storage, rel_path, rel, path, expected)
+
+
+def copy_listed(source: str, target: str, manifest: dict[str, Any]) -> None:
+    """Copy the files ``manifest`` lists (and nothing else) from ``source`` to ``target``."""
+    for rel in manifest["files"]:
+        dst = os.path.join(target, *rel.split("/"))
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copyfile(os.path.join(source, *rel.split("/")), dst)
+
+
+def _files_in(folder: str) -> Iterator[str]:
+    """Every entry under ``folder`` that is not a folder (files, links, anything else), as
+    a path relative to it with '/' between parts; a link to a folder counts as a file."""
+    for dirpath, dirs, names in os.walk(folder):  # never follows links into folders
+        for name in names + [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]:
+            yield os.path.relpath(os.path.join(dirpath, name), folder).replace(os.sep, "/")
 
 
 def _check(storage: Storage, rel_path: str, rel: str, path: str, expected: dict[str, Any]) -> None:
