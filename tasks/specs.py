@@ -97,6 +97,9 @@ class CheckpointRecord:
     #: the published version's manifest digest (``manifest_digest``; None in commits
     #: written before it was kept): a worker's own copy of that version may serve a restore
     digest: str | None = None
+    #: how many exploits its trial had had when it was written (the driver sets it; None
+    #: in commits written before it was kept): a fallback stays within one lineage
+    exploit: int | None = None
 
 
 @dataclass

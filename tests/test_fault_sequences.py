@@ -177,6 +177,34 @@ def test_synch_pb2_falling_back_from_a_damaged_checkpoint_ends_identical(prefect
     assert read_experiment(experiment) == read_experiment(f"{storage}-ref/exp")
 
 
+def test_a_damaged_first_checkpoint_after_an_exploit_falls_back_to_the_cloned_state(
+    prefect_server, tmp_path
+):
+    """Synchronous PBT: a trial cloned another's checkpoint (its config too) and wrote one
+    checkpoint since; that one is damaged before the resume. The trial must go on from
+    the state the exploit cloned, as an uninterrupted run did; it went on from its own
+    older checkpoint, from before the exploit, and trained iterations 3 and 4 with its
+    old state (a=20) under the cloned config (a=40)."""
+    storage, experiment = str(tmp_path), str(tmp_path / "exp")
+    assert drive(storage, "exp", "pbt_synch", "commit-after:4", extra=KEEP_2) != 0
+    trials = ExperimentLog(Storage(experiment)).latest()["trials"]
+    first_after = [
+        t["restore"]
+        for t in trials
+        if t["lineage"]
+        and t["restore"].startswith(t["dirname"] + "/")
+        and t["restore_iteration"] == t["lineage"][-1][3] + 1  # its first since the exploit
+        and any(c["iteration"] < t["restore_iteration"] for c in t["checkpoints"])
+    ]
+    assert first_after, trials
+    flip(experiment, first_after[0])
+    logs: list[str] = []
+    drive(storage, "exp", "pbt_synch", extra=KEEP_2, logs=logs)
+    assert f"checkpoint {first_after[0]} failed its check" in logs[0]
+    drive(f"{storage}-ref", "exp", "pbt_synch", extra=KEEP_2)
+    assert read_experiment(experiment) == read_experiment(f"{storage}-ref/exp")
+
+
 def _state(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/stat") as f:

@@ -72,3 +72,19 @@ def test_an_asynchronous_run_with_optuna_tells_every_result_once_across_a_crash(
     suggested = [c[1] for c in calls if c[0] == "s"]
     assert suggested == sorted(suggested) and len(suggested) == 10
     assert not any(b == a for a, b in itertools.pairwise(suggested))
+
+
+@pytest.mark.parametrize("scheduler,extra", [("asha", SEARCH), ("bohb", BOHB)])
+def test_a_run_killed_before_its_second_commit_resumes_and_ends_every_trial(
+    prefect_server, tmp_path, scheduler, extra
+):
+    """With a search algorithm the first commit holds no trial (none was suggested yet): a
+    driver killed right after it left a table that is empty, and so 'ended'. The resume
+    said 'already finished' with 0 of 10 trials; it must go on and run them all."""
+    storage = str(tmp_path)
+    assert drive(storage, "exp", scheduler, kill_at="commit-after:1", extra=extra) != 0
+    first = ExperimentLog(Storage(os.path.join(storage, "exp"))).latest()
+    assert first["seq"] == 1 and first["trials"] == []  # killed where the bug was
+    drive(storage, "exp", scheduler, extra=extra)
+    state = read_experiment(os.path.join(storage, "exp"))
+    assert len(state["trials"]) == 10 and set(state["status"]) == {"TERMINATED"}

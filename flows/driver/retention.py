@@ -1,8 +1,9 @@
 """Checkpoint retention: which checkpoints a commit retires, and their deletion after it.
 
 ``CheckpointConfig.num_to_keep`` keeps each trial's best (or newest) N, and
-always its newest one; a checkpoint any trial will restore from is never
-retired. Retired checkpoints are deleted by a background thread once the
+always its newest one; a checkpoint any trial will restore from, or that an unended
+trial's lineage started from (its fallback, :func:`~popflow.flows.experiment.trial_table.pinned`),
+is never retired. Retired checkpoints are deleted by a background thread once the
 commit after the one that retired them is published (so falling back one
 commit always finds its checkpoints), off the round's path (an object store
 takes a request or two per checkpoint).
@@ -15,7 +16,7 @@ import math
 from concurrent.futures import Future
 from typing import Any
 
-from popflow.flows.experiment.trial_table import TrialRecord
+from popflow.flows.experiment.trial_table import TrialRecord, pinned
 from popflow.flows.spec.config import CheckpointConfig
 from popflow.infra.helper_threads import helper_pool
 from popflow.infra.storage.folder import Storage
@@ -37,7 +38,7 @@ def retire_checkpoints(records: list[TrialRecord], cfg: CheckpointConfig) -> lis
     (trial folder, checkpoint name) pairs."""
     if cfg.num_to_keep is None:
         return []
-    referenced = {r.restore for r in records if r.restore}
+    referenced = pinned(records)
     attr = cfg.checkpoint_score_attribute
     sign = 1.0 if cfg.checkpoint_score_order == "max" else -1.0
     retired: list[tuple[str, str]] = []

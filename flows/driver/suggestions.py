@@ -165,6 +165,7 @@ class Suggestions:
         return {
             "created": self.created,
             "finished": self.finished,
+            "more": self.more(),  # the experiment is not over while it may add trials
             "waiting": sorted(self._waiting),
         }
 

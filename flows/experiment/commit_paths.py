@@ -30,8 +30,8 @@ def check_commit_paths(commit: Mapping[str, Any], url: str) -> None:
     own shape, inside the experiment at ``url``; else :class:`UnsafePath`.
 
     Trial ids and folders are single plain names, checkpoint names are
-    ``checkpoint_NNNNNN`` (with an optional ``_k``), a ``restore`` or ``deleted``
-    entry is ``<a trial's folder>/<a checkpoint name>``, and the derived logs are
+    ``checkpoint_NNNNNN`` (with an optional ``_k``), a ``restore``, lineage ``start`` or
+    ``deleted`` entry is ``<a trial's folder>/<a checkpoint name>``, and the derived logs are
     the trials' ``result.json``/``progress.csv`` and ``pbt_global.txt``.
     """
     seq = commit.get("seq")
@@ -72,6 +72,11 @@ def check_commit_paths(commit: Mapping[str, Any], url: str) -> None:
         restore = t.get("restore")
         if restore is not None and not is_checkpoint_path(restore):
             raise refuse(f"has trial {t['trial_id']} restore from {restore!r}")
+        start = t.get("start")  # where its lineage began: a fallback restores from it
+        if start is not None and not (
+            isinstance(start, Mapping) and is_checkpoint_path(start.get("restore"))
+        ):
+            raise refuse(f"starts trial {t['trial_id']}'s lineage at {start!r}")
     logs = {GLOBAL_POLICY} | {f"{d}/{f}" for d in folders for f in LOGS}
     derived = commit.get("derived", {})
     if not isinstance(derived, Mapping):

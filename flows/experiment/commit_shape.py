@@ -65,6 +65,18 @@ def _list(v: Any) -> bool:
     return isinstance(v, list)
 
 
+def _start(v: Any) -> bool:
+    """A trial's lineage start (``TrialRecord.start``)."""
+    return (
+        _object(v)
+        and set(v) == {"restore", "iteration", "results", "exploit"}
+        and _str(v["restore"])
+        and _count(v["iteration"])
+        and (v["results"] is None or _count(v["results"]))
+        and _count(v["exploit"])
+    )
+
+
 COUNT: Rule = (_count, "an int >= 0")
 TEXT: Rule = (_str, "a string")
 TEXT_OR_NULL: Rule = (_str_or_none, "a string or null")
@@ -100,13 +112,21 @@ OPTIONAL_TRIAL_FIELDS: dict[str, Rule] = {
     "name": TEXT_OR_NULL,
     "restore_results": _COUNT_OR_NULL,
     "replay_through": COUNT,
+    "start": (
+        lambda v: v is None or _start(v),
+        "null or an object of restore, iteration, results, exploit",
+    ),
 }
 CHECKPOINT_FIELDS: dict[str, Rule] = {"name": TEXT, "iteration": COUNT, "result": OBJECT}
 _SHA256_OR_NULL: Rule = (
     lambda v: v is None or (_str(v) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)),
     "a SHA-256 in hex or null",
 )
-OPTIONAL_CHECKPOINT_FIELDS: dict[str, Rule] = {"results": _COUNT_OR_NULL, "digest": _SHA256_OR_NULL}
+OPTIONAL_CHECKPOINT_FIELDS: dict[str, Rule] = {
+    "results": _COUNT_OR_NULL,
+    "digest": _SHA256_OR_NULL,
+    "exploit": _COUNT_OR_NULL,
+}
 
 #: ``experiment.json``'s fields, each optional (a reader falls back on the commit's).
 INFO_FIELDS: dict[str, Rule] = {

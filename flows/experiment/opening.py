@@ -29,7 +29,7 @@ from popflow.flows.experiment.commit_shape import check_commit
 from popflow.flows.experiment.log_repair import rebuild_tails, rewrite_policy_files
 from popflow.flows.experiment.new_trials import new_record
 from popflow.flows.experiment.trial_logs import last_result, params_text
-from popflow.flows.experiment.trial_table import TrialRecord, is_finished
+from popflow.flows.experiment.trial_table import TrialRecord, is_finished, pinned
 from popflow.flows.spec.run_args import save_code_origin, save_run_args
 from popflow.flows.spec.run_spec import RunSpec
 from popflow.infra.storage.folder import Storage
@@ -348,7 +348,7 @@ def remove_uncommitted(
     ``params.json`` a started trial lacks (the driver stopped before writing it).
     ``guard``: called before each write or deletion; ``names``: each trial folder's
     listing, if the caller has it."""
-    referenced = {r.restore for r in records if r.restore}
+    referenced = pinned(records)
     for rec in records:
         kept = {c.name for c in rec.checkpoints}
         listed = (names or {}).get(rec.dirname)

@@ -24,9 +24,48 @@ logger = logging.getLogger(__name__)
 
 
 def is_finished(commit: dict[str, Any]) -> bool:
-    """Every trial of ``commit``'s table ended (none pending, running or paused)."""
+    """The experiment ``commit`` leaves is over: its search algorithm (if any) adds no more
+    trials, and every trial of its table ended (none pending, running or paused). With a
+    search algorithm the table starts empty (the first commit has no trial), so an
+    empty or ended table alone says nothing."""
     live = (TrialStatus.PENDING, TrialStatus.RUNNING, TrialStatus.PAUSED)
-    return not any(TrialStatus(t["status"]) in live for t in commit["trials"])
+    ended = not any(TrialStatus(t["status"]) in live for t in commit["trials"])
+    return ended and not search_goes_on(commit)
+
+
+def search_goes_on(commit: dict[str, Any]) -> bool:
+    """``commit``'s search algorithm may still add trials (False without one)."""
+    search = commit.get("search")
+    if not isinstance(search, dict):
+        return False
+    if "more" in search:
+        return bool(search["more"])
+    # older commits lack "more": a searcher that said FINISHED has none, and one that
+    # suggested nothing yet has not begun (the commit before the first round)
+    return not search.get("finished", False) and not search.get("created", 0)
+
+
+@dataclass
+class LineageStart:
+    """Where a trial's current lineage began: the checkpoint its newest exploit cloned
+    (``restore``: its source's, or its own for an exploit of itself), at ``iteration``,
+    when ``results`` of its own results were logged; ``exploit``: how many exploits the
+    trial has had, that one included. A checkpoint the trial wrote since is newer state
+    of this lineage; one it wrote before is another lineage (other state, other config),
+    never a fallback (:func:`fall_back_from`)."""
+
+    restore: str
+    iteration: int
+    results: int | None
+    exploit: int
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "restore": self.restore,
+            "iteration": self.iteration,
+            "results": self.results,
+            "exploit": self.exploit,
+        }
 
 
 @dataclass
@@ -54,6 +93,8 @@ class TrialRecord:
     error: str | None = None
     lineage: list[list[Any]] = field(default_factory=list)  # PBT policy entries
     generation: int = 0  # how often another trial's state was cloned into this one
+    #: where its lineage began (its newest exploit); None: never exploited
+    start: LineageStart | None = None
     csv_header: list[str] | None = None
     #: (token, worker address) of the trainable parked on a worker; memory only,
     #: never committed: a lost live trainable just means a restore from storage
@@ -65,6 +106,11 @@ class TrialRecord:
     @property
     def trial_id(self) -> str:
         return self.trial.trial_id
+
+    @property
+    def exploits(self) -> int:
+        """How many exploits the trial has had (itself or another trial as the source)."""
+        return self.start.exploit if self.start is not None else 0
 
     @property
     def start_iteration(self) -> int:
@@ -106,6 +152,7 @@ class TrialRecord:
         the trial goes on from the newest; each notes how many results it accounts for."""
         for ckpt in checkpoints:
             ckpt.results = self.num_results + results_through(results, ckpt.iteration)
+            ckpt.exploit = self.exploits
         if checkpoints:
             last = checkpoints[-1]
             self.restore, self.restore_iteration = self.checkpoint_path(last.name), last.iteration
@@ -135,6 +182,7 @@ class TrialRecord:
                     "result": c.result,
                     "results": c.results,
                     "digest": c.digest,
+                    "exploit": c.exploit,
                 }
                 for c in self.checkpoints
             ],
@@ -142,6 +190,7 @@ class TrialRecord:
             "error": self.error,
             "lineage": self.lineage,
             "generation": self.generation,
+            "start": self.start.state() if self.start is not None else None,
             "csv_header": self.csv_header,
         }
 
@@ -166,6 +215,7 @@ class TrialRecord:
             custom_name=t.get("name"),
         )
         trial.last_result = last_result
+        start = t.get("start")  # older commits lack it
         return cls(
             trial=trial,
             index=t["index"],
@@ -180,6 +230,7 @@ class TrialRecord:
             error=t["error"],
             lineage=t["lineage"],
             generation=t["generation"],
+            start=LineageStart(**start) if start is not None else None,
             csv_header=t["csv_header"],
         )
 
@@ -204,6 +255,10 @@ def clone_into(target: TrialRecord, source: TrialRecord, exploit: Exploit) -> li
         target.generation += 1
     target.trial.config = exploit.new_config
     target.trial.experiment_tag = exploit.new_tag
+    if target.restore is not None:  # the state the new config goes on from
+        target.start = LineageStart(
+            target.restore, target.restore_iteration, target.restore_results, target.exploits + 1
+        )
     entry = jsonable(exploit.policy_entry())
     target.lineage = [*source.lineage, entry] if source is not target else [*target.lineage, entry]
     return entry
@@ -220,39 +275,96 @@ def restore_digest(by_dir: Mapping[str, TrialRecord], path: str | None) -> str |
     return found.digest if found else None
 
 
+def pinned(records: Iterable[TrialRecord]) -> set[str]:
+    """Checkpoints (paths relative to the experiment) that retention and clean-up keep:
+    those a trial restores from, and each unended trial's lineage start (its fallback
+    when all it wrote since is damaged)."""
+    out = {r.restore for r in records if r.restore}
+    out |= {
+        r.start.restore
+        for r in records
+        if r.start is not None and r.trial.status != TrialStatus.TERMINATED
+    }
+    return out
+
+
 def fall_back_from(records: list[TrialRecord], path: str) -> str | None:
-    """Stop using the checkpoint at ``path`` (it failed its check); the name of the one
-    its owner took before it, which every trial that would restore from ``path`` now
-    restores from (for a clone: an older state of the same source). None when the
-    owner has no earlier checkpoint: those trials cannot go on.
+    """Stop using the checkpoint at ``path`` (it failed its check); every trial that
+    would restore from it goes back along ``path``'s lineage instead, to the newest
+    state before it: its owner's earlier checkpoint written since the same exploit, else
+    that exploit's source checkpoint (the state the exploit cloned, which goes with the
+    config the exploit chose), never a checkpoint of another lineage (the owner's own
+    from before the exploit: other state, trained with another config). Returns that
+    state's path, or None when there is none: those trials cannot go on.
     """
     owner = next((r for r in records if path.startswith(f"{r.dirname}/")), None)
     if owner is None:
         return None
     bad = next((c for c in owner.checkpoints if owner.checkpoint_path(c.name) == path), None)
+    before = _state_before(records, owner, bad)
+    if bad is not None:
+        owner.checkpoints.remove(bad)
+    if before is None:
+        return None
+    to, iteration, results = before
+    for rec in records:
+        if rec.restore != path:
+            continue
+        rec.restore, rec.restore_iteration = to, iteration
+        if rec is owner:  # its results after the fallback's state are superseded
+            rec.restore_results = results
+        elif bad is not None and rec.lineage and rec.lineage[-1][2] == bad.iteration:
+            # a clone that went on from the iteration it had reached: so it does again,
+            # a few iterations back, and its results after that point are superseded
+            back = bad.iteration - iteration
+            if rec.restore_results is not None:
+                rec.restore_results = max(0, rec.restore_results - back)
+        if rec.start is not None and rec.start.restore == path:  # its lineage starts there now
+            rec.start = LineageStart(to, iteration, rec.restore_results, rec.start.exploit)
+    return to
+
+
+def _state_before(
+    records: list[TrialRecord], owner: TrialRecord, bad: CheckpointRecord | None
+) -> tuple[str, int, int | None] | None:
+    """The newest state on ``bad``'s lineage before it: (path, iteration, how many of
+    ``owner``'s results it accounts for), or None.
+
+    The owner's checkpoints written since the same exploit as ``bad`` (commits from
+    before this was kept: any of its checkpoints), older than ``bad``; else, for a
+    checkpoint of the owner's current lineage, where that lineage started if that
+    checkpoint is still there to restore from.
+    """
+    part = bad.exploit if bad is not None else None
     earlier = [
         c
         for c in owner.checkpoints
-        if c is not bad and (bad is None or c.iteration < bad.iteration)
+        if c is not bad
+        and (bad is None or c.iteration < bad.iteration)
+        and (part is None or c.exploit is None or c.exploit == part)
     ]
-    if bad is not None:
-        owner.checkpoints.remove(bad)
-    if not earlier:
+    if earlier:
+        fallback = max(earlier, key=lambda c: c.iteration)
+        return (
+            owner.checkpoint_path(fallback.name),
+            fallback.iteration,
+            _results_at(owner, fallback, bad),
+        )
+    start = owner.start
+    if start is None or part is None or part != start.exploit:
         return None
-    fallback = max(earlier, key=lambda c: c.iteration)
-    for rec in records:
-        if rec.restore == path:
-            rec.restore = owner.checkpoint_path(fallback.name)
-            rec.restore_iteration = fallback.iteration
-            if rec is owner:  # its results after the fallback's state are superseded
-                rec.restore_results = _results_at(owner, fallback, bad)
-            elif bad is not None and rec.lineage and rec.lineage[-1][2] == bad.iteration:
-                # a clone that went on from the iteration it had reached: so it does again,
-                # a few iterations back, and its results after that point are superseded
-                back = bad.iteration - fallback.iteration
-                if rec.restore_results is not None:
-                    rec.restore_results = max(0, rec.restore_results - back)
-    return fallback.name
+    if bad is not None and start.restore == owner.checkpoint_path(bad.name):
+        return None  # an exploit of itself from the damaged checkpoint
+    if not _listed(records, start.restore):
+        return None  # retired (a commit from before starts were kept) or damaged
+    return start.restore, start.iteration, start.results
+
+
+def _listed(records: list[TrialRecord], path: str) -> bool:
+    """A trial still lists the checkpoint at ``path`` (it was neither retired nor found
+    damaged)."""
+    dirname, _, name = path.rpartition("/")
+    return any(r.dirname == dirname and any(c.name == name for c in r.checkpoints) for r in records)
 
 
 def _results_at(
