@@ -31,7 +31,7 @@ from test_nothing_lost import damage  # noqa: E402
 from popflow.infra.storage.folder import Storage  # noqa: E402
 from popflow.infra.store.checkpoints import CheckpointError, verify_in_place  # noqa: E402
 from popflow.infra.store.commit_log import DamagedCommit, ExperimentLog, decode_commit  # noqa: E402
-from popflow.infra.store.layout import MANIFEST, commit_path  # noqa: E402
+from popflow.infra.store.layout import MANIFEST, commit_path, commit_seqs  # noqa: E402
 from popflow.infra.store.lease import lease_holder  # noqa: E402
 
 DRIVER = os.path.join(TESTS, "crash_driver.py")
@@ -145,7 +145,7 @@ def commits(experiment: str) -> list[int]:
         names = os.listdir(os.path.join(experiment, ".popflow", "commits"))
     except FileNotFoundError:
         return []
-    return sorted(int(n[:8]) for n in names if n.endswith(".json") and n[:8].isdigit())
+    return commit_seqs(names)
 
 
 def holder_pid(experiment: str) -> int | None:

@@ -92,6 +92,16 @@ def test_bad_storage_options_are_one_line_and_exit_code_2(tmp_path, capsys):
     assert err.startswith("popflow show: error: argument --storage-options: not JSON")
 
 
+def _interrupted_run(tmp_path: Path) -> tuple[Path, Path]:
+    """A project whose run of ``Counter`` stopped after one round: it and the experiment."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "counting.py").write_text(textwrap.dedent(MODULE))
+    (project / "driver.py").write_text(textwrap.dedent(DRIVER))
+    assert sh([sys.executable, "driver.py"], project).returncode == 0
+    return project, project / "results" / "counted"
+
+
 @pytest.mark.system
 def test_a_forged_lease_is_refused_until_force_takeover(prefect_server, tmp_path):
     """A lease written with an expiry years ahead (forged, or a clock far off) by a
@@ -101,17 +111,12 @@ def test_a_forged_lease_is_refused_until_force_takeover(prefect_server, tmp_path
 
     from popflow.infra.storage.folder import Storage
     from popflow.infra.store.layout import lease_path
+    from popflow.infra.store.lease import lease_epochs
 
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "counting.py").write_text(textwrap.dedent(MODULE))
-    (project / "driver.py").write_text(textwrap.dedent(DRIVER))
-    assert sh([sys.executable, "driver.py"], project).returncode == 0
-    experiment = project / "results" / "counted"
+    project, experiment = _interrupted_run(tmp_path)
     storage = Storage(str(experiment))
-    epochs = sorted(storage.listdir(".popflow/lease"))
     forged = {"host": "elsewhere", "pid": 4242, "id": "x", "epoch": 9, "expires": 4e9}
-    storage.write_text(json.dumps(forged), lease_path(int(epochs[-1][:8]) + 1))
+    storage.write_text(json.dumps(forged), lease_path(max(lease_epochs(storage)) + 1))
     refused = sh([str(POPFLOW), "resume", str(experiment), "--n-workers", "1"], project)
     assert refused.returncode == 2, (refused.stdout + refused.stderr)[-3000:]
     line = refused.stderr.strip().splitlines()[-1]
@@ -122,6 +127,27 @@ def test_a_forged_lease_is_refused_until_force_takeover(prefect_server, tmp_path
     assert forced.returncode == 0, (forced.stdout + forced.stderr)[-3000:]
     assert "took" in forced.stderr and "from pid 4242 on elsewhere" in forced.stderr
     assert "counted: finished, 1 trials, 0 errors" in forced.stdout
+
+
+@pytest.mark.system
+def test_force_takeover_gets_past_a_garbled_lease_at_epoch_99999999(prefect_server, tmp_path):
+    """The epoch after 99999999 is named with nine digits, 100000000.json, and is the newer:
+    `--force-takeover` takes it over the garbled lease, the resume the one after, and the
+    run finishes (not "took the lease ... at the same time (epoch 100000000)")."""
+    from popflow.infra.storage.folder import Storage
+    from popflow.infra.store.layout import lease_path
+    from popflow.infra.store.lease import lease_epochs, lease_holder
+
+    project, experiment = _interrupted_run(tmp_path)
+    storage = Storage(str(experiment))
+    storage.write_text("garbage", lease_path(99_999_999))
+    forced = sh(
+        [str(POPFLOW), "resume", str(experiment), "--n-workers", "1", "--force-takeover"], project
+    )
+    assert forced.returncode == 0, (forced.stdout + forced.stderr)[-3000:]
+    assert "counted: finished, 1 trials, 0 errors" in forced.stdout
+    assert lease_epochs(storage) == [10**8, 10**8 + 1]
+    assert lease_holder(storage) is None  # released at the end
 
 
 @pytest.mark.system

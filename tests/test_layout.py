@@ -156,6 +156,55 @@ def test_numbered_files_are_read_back_from_a_listing():
     assert not layout.is_parameters_path(".popflow/parameters/../x.pkl")
 
 
+@pytest.mark.parametrize("number", [0, 1, 12, 99_999_999, 10**8, 10**9 + 7, layout.MAX_NUMBER])
+def test_numbered_names_read_back_as_their_numbers_at_any_digit_count(number):
+    for path, read_back in (
+        (layout.lease_path(number), layout.lease_epochs_in),
+        (layout.commit_path(number), layout.commit_seqs),
+    ):
+        name = path.rsplit("/", 1)[1]
+        assert read_back([name]) == [number]
+        assert layout.stray_numbered_names([name]) == []
+
+
+def test_numbered_names_compare_as_numbers_not_as_text():
+    """Epoch 10**8's name has nine digits; it is newer than 99999999, not 10000000."""
+    names = ["99999999.json", "100000000.json", "100000001.json", "00000007.json"]
+    expected = [7, 99_999_999, 10**8, 10**8 + 1]
+    assert layout.lease_epochs_in(names) == expected
+    assert layout.commit_seqs(names) == expected
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "000000012.json",  # 12 padded to nine digits: commit 12 is 00000012.json
+        "0000001x.json",
+        "00000001abc.json",
+        "\u0660" * 7 + "\u0661.json",  # Arabic-Indic digits: str.isdigit and int take them
+        "00000001\u00b2.json",
+        "1234567.json",  # fewer than 8 digits
+        "999999999999999999999.json",  # beyond MAX_NUMBER: no run gets there
+        "1" + "0" * 5000 + ".json",  # int() refuses over 4,300 digits
+        "+0000001.json",
+        " 00000001.json",
+    ],
+)
+def test_names_no_popflow_wrote_are_skipped_by_every_reader(name):
+    names = ["00000003.json", name]
+    assert layout.lease_epochs_in(names) == [3]
+    assert layout.commit_seqs(names) == [3]
+    assert layout.stray_numbered_names(names) == [name]
+
+
+@pytest.mark.parametrize("number", [-1, layout.MAX_NUMBER + 1])
+def test_no_path_is_numbered_beyond_what_the_readers_read(number):
+    with pytest.raises(ValueError, match="numbers its files from 0 to 999999999999999"):
+        layout.lease_path(number)
+    with pytest.raises(ValueError, match="numbers its files"):
+        layout.commit_path(number)
+
+
 def test_scratch_names_are_new_each_time_and_recognised():
     made = [
         layout.staging_path("T/checkpoint_000001"),

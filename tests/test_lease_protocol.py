@@ -30,6 +30,7 @@ from support.examples import examples as budget
 from popflow.flows.experiment.opening import _take_over
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import CommitConflict, ExperimentLog
+from popflow.infra.store.layout import lease_path
 from popflow.infra.store.lease import Lease, LeaseHeldError, LeaseLost, fence, lease_epochs
 
 TTL = 60.0
@@ -269,10 +270,14 @@ def local_storage(tmp_path_factory):
     return lambda: Storage(str(tmp_path_factory.mktemp("lease")))
 
 
-def _run(machine: type[LeaseProtocol], make_storage, examples: int) -> None:
+def _run(machine: type[LeaseProtocol], make_storage, examples: int, first_epoch: int = 1) -> None:
+    """``first_epoch``: the first driver's (a garbled, so lapsed, lease file sits below it)."""
+
     class Machine(machine):
         def __init__(self) -> None:
             self.storage = make_storage()
+            if first_epoch > 1:
+                self.storage.write_text("garbled", lease_path(first_epoch - 1))
             super().__init__()
 
     Machine.TestCase.settings = settings(
@@ -287,6 +292,12 @@ def _run(machine: type[LeaseProtocol], make_storage, examples: int) -> None:
 @pytest.mark.unit
 def test_leases_and_commits_on_local_disk(local_storage):
     _run(LocalProtocol, local_storage, examples=300)
+
+
+@pytest.mark.unit
+def test_leases_and_commits_across_nine_digit_epochs_on_local_disk(local_storage):
+    """Takeovers from epoch 99999998 on reach 10**8, the first nine-digit name."""
+    _run(LocalProtocol, local_storage, examples=100, first_epoch=99_999_998)
 
 
 @pytest.mark.integration

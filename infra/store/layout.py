@@ -34,7 +34,11 @@ disk and object stores alike)::
         ├── code.json                      CODE_FILE: where the trainable's code was loaded from
         └── parameters/<sha256>.pkl        parameters_path(): with_parameters' objects
 
-``commit_seqs`` and ``lease_epochs_in`` read the numbers back from a listing.
+The numbered files' names are their numbers in decimal, zero-padded to at least 8 digits
+(``00000012.json``, ``100000000.json``); ``commit_seqs`` and ``lease_epochs_in`` read the
+numbers back from a listing, as numbers at any digit count up to :data:`MAX_NUMBER`, and
+skip every name :func:`commit_path` and :func:`lease_path` cannot have made
+(:func:`stray_numbered_names` lists those).
 """
 
 from __future__ import annotations
@@ -92,11 +96,25 @@ SCRATCH_MARKERS = (".tmp-", ".old-")
 _CHECKPOINT_NAME = re.compile(re.escape(CHECKPOINT_PREFIX) + r"[0-9]{6,}(_[0-9]+)?")
 #: What :func:`parameters_path` makes: the first 32 hex digits of the pickle's SHA-256.
 _PARAMETERS_PATH = re.compile(re.escape(PARAMETERS_DIR) + r"/([0-9a-f]{32})\.pkl")
-#: Digits of the numbered files of :data:`COMMITS` and :data:`LEASE_DIR`.
+#: The numbered files of :data:`COMMITS` and :data:`LEASE_DIR` are zero-padded to at least
+#: this many digits (earlier versions' names; numbers from 10**8 on take more).
 _NUMBER_DIGITS = 8
+#: The largest commit number or lease epoch (15 digits). A run reaches it only after
+#: 10**15 commits or takeovers, so a name above it was not written by popflow: readers skip
+#: it (an absurd epoch planted in the lease folder changes nothing), and no driver numbers
+#: a file beyond it (a file it would skip).
+MAX_NUMBER = 10**15 - 1
+#: A numbered file's name as a listing gives it: ASCII digits only (``str.isdigit`` and
+#: ``int`` also take other scripts' digits), at most as many as :data:`MAX_NUMBER` has.
+_NUMBERED_NAME = re.compile(rf"([0-9]{{{_NUMBER_DIGITS},{len(str(MAX_NUMBER))}}})\.json")
 
 
 def _numbered(folder: str, number: int) -> str:
+    if not 0 <= number <= MAX_NUMBER:
+        raise ValueError(
+            f"{folder} numbers its files from 0 to {MAX_NUMBER}, not {number}: "
+            "no run makes that many commits or takeovers"
+        )
     return f"{folder}/{number:0{_NUMBER_DIGITS}d}.json"
 
 
@@ -110,18 +128,36 @@ def lease_path(epoch: int) -> str:
     return _numbered(LEASE_DIR, epoch)
 
 
-def _is_numbered(name: str) -> bool:
-    return name.endswith(".json") and name[:_NUMBER_DIGITS].isdigit()
+def _number_of(name: str) -> int | None:
+    """The number a numbered file's ``name`` stands for, or None if no call of
+    :func:`_numbered` makes that name: numbers compare as numbers whatever their digit
+    count (``100000000.json`` is above ``99999999.json``), and one number has one name
+    (``000000012.json`` is not commit 12, whose name is ``00000012.json``)."""
+    match = _NUMBERED_NAME.fullmatch(name)
+    if match is None:
+        return None
+    number = int(match.group(1))
+    return number if name == f"{number:0{_NUMBER_DIGITS}d}.json" else None
+
+
+def _numbers_in(names: Iterable[str]) -> list[int]:
+    return sorted(n for n in map(_number_of, names) if n is not None)
 
 
 def commit_seqs(names: Iterable[str]) -> list[int]:
     """The commit numbers among the names a listing of :data:`COMMITS` gave, in order."""
-    return sorted(int(n.split(".")[0]) for n in names if _is_numbered(n))
+    return _numbers_in(names)
 
 
 def lease_epochs_in(names: Iterable[str]) -> list[int]:
     """The epochs among the names a listing of :data:`LEASE_DIR` gave, oldest first."""
-    return sorted(int(n[:_NUMBER_DIGITS]) for n in names if _is_numbered(n))
+    return _numbers_in(names)
+
+
+def stray_numbered_names(names: Iterable[str]) -> list[str]:
+    """The ``.json`` names in a listing of :data:`COMMITS` or :data:`LEASE_DIR` that
+    :func:`commit_seqs` and :func:`lease_epochs_in` skip: no popflow wrote them."""
+    return sorted(n for n in names if n.endswith(".json") and _number_of(n) is None)
 
 
 def trial_dir(trainable_name: str, trial_id: str) -> str:
