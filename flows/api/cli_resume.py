@@ -99,8 +99,11 @@ def resume(args: argparse.Namespace) -> int:
     run_args.update(cluster_choice(args, run_args), **budget_choice(args))
     url = before.storage.url
     if args.force_takeover:
-        with reading(before.storage):
-            broken = break_lease(before.storage)
+        try:
+            with reading(before.storage):
+                broken = break_lease(before.storage)
+        except LeaseHeldError as e:  # a driver took it meanwhile, or a planted lease file
+            raise UserError(str(e)) from e
         if broken is not None:
             print(
                 f"popflow: took {url} over from pid {broken.get('pid')} on "

@@ -26,11 +26,20 @@ listings). A driver that wins the create of an epoch that pruning had already
 removed (it listed, stalled, then created) sees the newer one in the listing
 it takes right after, and gives its lease back unused.
 
-A lease's expiry is capped when read: it lapses at most ``2 * ttl`` after the
+A lease's expiry is capped when read: it lapses at most ``2 * ttl_s`` after the
 lease file was last written, by the storage's clock (its modification time),
-so a holder whose clock runs ahead, or a lease file forged with an expiry far
-in the future, holds the experiment for minutes, not forever.
+where ``ttl_s`` is the *reader's* (the ``lease_ttl`` of the driver that would
+take over), whatever the file says its ttl or expiry is; so a holder whose clock
+runs ahead, or a lease file forged with an expiry far in the future, holds the
+experiment for minutes, not forever. A lease file that is not JSON, or whose
+expiry is missing, not a number or not finite, has lapsed.
 ``popflow resume --force-takeover`` takes over a lease that still looks held.
+
+Epochs are numbers (``100000000.json`` is newer than ``99999999.json``); names that
+:func:`~popflow.infra.store.layout.lease_path` cannot have made, an absurd epoch
+beyond :data:`~popflow.infra.store.layout.MAX_NUMBER` among them, are skipped by
+every reader (a warning names them). A lease file *at* that epoch leaves no epoch
+to take: acquiring refuses, naming the file to remove.
 
 On a store without conditional writes the lease falls back to write, then
 read back (two drivers starting within the same instant could both go on);
@@ -39,6 +48,7 @@ popflow says so in a warning.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
@@ -50,14 +60,22 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from popflow.infra.storage.errors import StorageError
 from popflow.infra.storage.folder import Storage
-from popflow.infra.store.layout import LEASE_DIR, lease_epochs_in, lease_path
+from popflow.infra.store.layout import (
+    LEASE_DIR,
+    MAX_NUMBER,
+    lease_epochs_in,
+    lease_path,
+    stray_numbered_names,
+)
 
 logger = logging.getLogger(__name__)
 
 #: Lease files older than the newest by more than this are removed.
 _KEEP_EPOCHS = 2
-#: A lease lapses at most this many ttls after its file was last written (see above).
+#: A lease lapses at most this many of the reader's ttls after its file was last written
+#: (see above).
 _EXPIRY_CAP_TTLS = 2.0
 #: :meth:`Lease.guard` looks in storage at most this often. A look is a listing, and one
 #: per file written lists the folder once for each of a large round's hundreds of files; a
@@ -136,6 +154,12 @@ def _number(value: Any, default: float) -> float:
     return float(value)
 
 
+def _shown(value: Any) -> str:
+    """A value from a lease file, fit for a message: short and printable."""
+    text = str(value)
+    return text if len(text) <= 64 and text.isprintable() else repr(text[:64])
+
+
 def _process_start(pid: int) -> str | None:
     """When ``pid`` started (clock ticks since boot), or None if there is no such live
     process; a zombie (killed, not yet reaped) counts as gone."""
@@ -193,21 +217,34 @@ class Lease:
 
     # -- reading -------------------------------------------------------------
     def _read(self, epoch: int) -> dict[str, Any] | None:
-        """Lease ``epoch`` as stored, its expiry capped (see the module's doc); {} for a
-        torn or garbled file (an expired lease), None if there is none."""
+        """Lease ``epoch`` as stored, its expiry capped by this reader's ttl (see the
+        module's doc); {} for a torn or garbled file (an expired lease), None if there is
+        none."""
         path = lease_path(epoch)
         try:
             lease = json.loads(self.storage.read_bytes(path))
             written = self.storage.modified(path)
         except FileNotFoundError:
             return None
-        except ValueError:
+        except StorageError as e:
+            if e.errno != errno.EISDIR:
+                raise
+            logger.warning("lease file %s is a folder: it counts as lapsed", path)
+            return {}
+        except (ValueError, RecursionError):  # not JSON; nested past the parser's limit
+            logger.warning("lease file %s is garbled: it counts as lapsed", path)
             return {}
         if not isinstance(lease, dict):
+            logger.warning("lease file %s is garbled: it counts as lapsed", path)
             return {}
-        ttl = _number(lease.get("ttl"), self.ttl_s)
-        expires = _number(lease.get("expires"), 0.0)
-        lease["expires"] = min(expires, written + _EXPIRY_CAP_TTLS * max(ttl, 0.0))
+        # the file's own "ttl" is not trusted: a forged 1e300 would hold the lease forever
+        expires = _number(lease.get("expires"), math.nan)
+        if math.isnan(expires):
+            logger.warning(
+                "lease file %s has no expiry that is a finite number: it counts as lapsed", path
+            )
+            expires = 0.0
+        lease["expires"] = min(expires, written + _EXPIRY_CAP_TTLS * self.ttl_s)
         return lease
 
     def lapsed(self, lease: dict[str, Any]) -> bool:
@@ -221,7 +258,8 @@ class Lease:
         if lease.get("host") != self.owner["host"]:
             return False  # another machine's process: only its expiry tells
         pid = lease.get("pid")
-        start = _process_start(pid) if isinstance(pid, int) and pid > 0 else None
+        # os.kill overflows past a C int: a forged pid is no process
+        start = _process_start(pid) if isinstance(pid, int) and 0 < pid < 2**31 else None
         return start is None or (lease.get("start") not in (None, start))
 
     def _body(self, **extra: Any) -> str:
@@ -247,23 +285,41 @@ class Lease:
     def plan(self) -> int:
         """The epoch to take (the newest lease's, plus one), or :class:`LeaseHeldError`
         while its holder still holds it. The first half of :meth:`acquire`."""
-        newest = max(lease_epochs(self.storage), default=0)
+        names = self.storage.listdir(LEASE_DIR)
+        if strays := stray_numbered_names(names):
+            logger.warning(
+                "%s: skipping %s in %s: no lease files popflow writes (epochs are numbered "
+                "00000001.json on, at most %d); remove them",
+                self.storage.url,
+                ", ".join(_shown(n) for n in strays),
+                LEASE_DIR,
+                MAX_NUMBER,
+            )
+        newest = max(lease_epochs_in(names), default=0)
+        if newest >= MAX_NUMBER:  # refused, not skipped: any largest epoch counted is here
+            raise LeaseHeldError(
+                f"{self.storage.full_url(lease_path(newest))} claims driver epoch {newest}, "
+                "the largest popflow numbers, so no driver can take the experiment over; no "
+                "run makes that many takeovers, so popflow did not write it: remove that "
+                "file (and see who else can write there), then resume"
+            )
         current = self._read(newest) if newest else None
         if current is not None and not self.is_gone(current):
             if not self.force:
                 left = _number(current.get("expires"), 0.0) - self.clock()
                 raise LeaseHeldError(
-                    f"experiment at {self.storage.url} is being run by pid {current.get('pid')} "
-                    f"on {current.get('host')} (lease valid for another {left:.0f} s); two "
-                    "drivers must never write one experiment (if that driver is known to be "
-                    "gone: popflow resume --force-takeover)"
+                    f"experiment at {self.storage.url} is being run by pid "
+                    f"{_shown(current.get('pid'))} on {_shown(current.get('host'))} (lease "
+                    f"valid for another {left:.0f} s); two drivers must never write one "
+                    "experiment (if that driver is known to be gone: popflow resume "
+                    "--force-takeover)"
                 )
             logger.warning(
                 "taking %s over from pid %s on %s, whose lease looks held (--force-takeover): "
                 "that driver stops at its next write",
                 self.storage.url,
-                current.get("pid"),
-                current.get("host"),
+                _shown(current.get("pid")),
+                _shown(current.get("host")),
             )
         return newest + 1
 
