@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 from support.polling import wait_for
 
-#: The test tiers (a test with none or two fails collection; a unit test cannot reach
-#: out) and the Hypothesis profile `make test-fast` loads.
-pytest_plugins = ["support.tiers", "support.examples"]
+#: The suite's own Prefect home, and nothing left behind (a run that leaves a process
+#: running or changes the user's ~/.prefect fails); the test tiers (a test with none or
+#: two fails collection; a unit test cannot reach out); the Hypothesis profile
+#: `make test-fast` loads.
+pytest_plugins = ["support.leftovers", "support.tiers", "support.examples"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -133,22 +135,17 @@ def using_prefect_server(url: str, home: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def prefect_home(tmp_path_factory) -> Iterator[str]:
-    """The session's ``PREFECT_HOME``: a run on the embedded default starts popflow's local
-    Prefect server there (never in the user's ``~/.prefect``), stopped at the end."""
+def prefect_home(pytestconfig) -> Iterator[str]:
+    """The session's ``PREFECT_HOME`` (``support.leftovers`` sets it before anything imports
+    Prefect): a run on the embedded default starts popflow's local Prefect server there
+    (never in the user's ``~/.prefect``), stopped at the end."""
+    from support.leftovers import suite_prefect_home
+
     from popflow.infra import local_server
 
-    home = str(tmp_path_factory.mktemp("prefect-home"))
-    before = os.environ.get("PREFECT_HOME")
-    os.environ["PREFECT_HOME"] = home
-    try:
-        yield home
-    finally:
-        local_server.stop(Path(home))
-        if before is None:
-            os.environ.pop("PREFECT_HOME", None)
-        else:
-            os.environ["PREFECT_HOME"] = before
+    home = suite_prefect_home(pytestconfig)
+    yield str(home)
+    local_server.stop(home)
 
 
 @pytest.fixture(autouse=True)

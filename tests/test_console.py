@@ -148,9 +148,8 @@ def run_make_demo(tmp_path) -> str:
     from popflow.infra import local_server
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = embedded_env()
     home = tmp_path / "prefect-home"
-    env["PREFECT_HOME"] = str(home)
+    env = embedded_env(home)
     try:
         proc = subprocess.run(
             ["make", "--no-print-directory", "-o", ".venv/.installed", "demo",

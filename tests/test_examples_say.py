@@ -24,7 +24,7 @@ def run_example(tmp_path, name: str, *args: str, env: dict[str, str] | None = No
 def test_the_torch_example_without_torch_names_the_extra_and_starts_nothing(tmp_path):
     """It used to start the cluster, print two worker tracebacks and "no trial reported a
     finite 'mean_accuracy'"; PyTorch is made unimportable here whether installed or not."""
-    env = hiding(tmp_path / "no_torch", {"torch"}, embedded_env())
+    env = hiding(tmp_path / "no_torch", {"torch"}, embedded_env(tmp_path / "prefect-home"))
     proc = run_example(tmp_path, "pytorch_cnn.py", "--smoke-test", env=env)
     assert proc.returncode != 0
     assert "pip install 'popflow[torch]'" in proc.stderr, proc.stderr
@@ -33,7 +33,8 @@ def test_the_torch_example_without_torch_names_the_extra_and_starts_nothing(tmp_
 
 
 def test_the_rl_example_without_its_libraries_names_the_extra_and_starts_nothing(tmp_path):
-    env = hiding(tmp_path / "no_rl", {"stable_baselines3", "gymnasium"}, embedded_env())
+    home = tmp_path / "prefect-home"
+    env = hiding(tmp_path / "no_rl", {"stable_baselines3", "gymnasium"}, embedded_env(home))
     proc = run_example(tmp_path, "ppo_pbt.py", "--smoke-test", env=env)
     assert proc.returncode != 0
     assert "pip install 'popflow[rl]'" in proc.stderr, proc.stderr

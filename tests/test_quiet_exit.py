@@ -56,7 +56,7 @@ SLOW_EXIT = textwrap.dedent(
 
 def test_an_idle_worker_is_given_the_time_it_needs_to_exit_under_load(tmp_path):
     (tmp_path / "slow_exit.py").write_text(SLOW_EXIT)
-    env = embedded_env()
+    env = embedded_env(tmp_path / "prefect-home")
     with busy_cores():
         proc = subprocess.run(
             [sys.executable, "slow_exit.py"],
@@ -111,7 +111,7 @@ def test_a_dead_workers_failed_call_is_not_an_error_line_from_dask(tmp_path):
     """popflow says a dead worker once (its runner pool); the embedded scheduler's
     ``distributed.scheduler - ERROR - broadcast to ... failed`` is not printed."""
     (tmp_path / "dying.py").write_text(DYING_WORKER)
-    env = embedded_env()
+    env = embedded_env(tmp_path / "prefect-home")
     proc = subprocess.run(
         [sys.executable, "dying.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
         timeout=120,

@@ -19,10 +19,11 @@ sys.path.insert(0, str(ROOT / "examples"))
 import ppo_pbt  # noqa: E402  (its BOUNDS; the example imports no RL library at the top)
 
 
-def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run(tmp_path: Path, home: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The example in ``tmp_path``, its Prefect server the one of the Prefect home ``home``."""
     return subprocess.run(
         [sys.executable, str(ROOT / "examples" / "ppo_pbt.py"), "--smoke-test", *args],
-        cwd=tmp_path, env=embedded_env(), capture_output=True, text=True, timeout=300,
+        cwd=tmp_path, env=embedded_env(home), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 
 
@@ -31,10 +32,12 @@ def rows(trial: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("scheduler", ["pbt", "pb2"])
-def test_the_smoke_run_trains_exploits_and_evaluates_the_best_member(tmp_path, scheduler):
+def test_the_smoke_run_trains_exploits_and_evaluates_the_best_member(
+    tmp_path, prefect_home, scheduler
+):
     # synchronous: asynchronous exploits depend on which member reports first, which a
     # busy machine changes (a clone may restore an older checkpoint, or none happen)
-    proc = run(tmp_path, "--scheduler", scheduler, "--synch")
+    proc = run(tmp_path, prefect_home, "--scheduler", scheduler, "--synch")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "2 trials, 0 errors" in proc.stdout + proc.stderr
     assert "1 evaluation episodes:" in proc.stdout and "RL Zoo's PPO" in proc.stdout

@@ -15,10 +15,11 @@ pytestmark = pytest.mark.system
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_smoke_run_trains_on_the_cpu_and_names_its_best_checkpoint(tmp_path):
+def test_the_smoke_run_trains_on_the_cpu_and_names_its_best_checkpoint(tmp_path, prefect_home):
     proc = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "pytorch_cnn.py"), "--smoke-test"],
-        cwd=tmp_path, env=embedded_env(), capture_output=True, text=True, timeout=300,
+        cwd=tmp_path, env=embedded_env(prefect_home), capture_output=True, text=True,
+        timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     (line,) = [x for x in proc.stdout.splitlines() if x.startswith("best validation accuracy")]
