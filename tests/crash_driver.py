@@ -187,6 +187,10 @@ def inject(kill_at: str | None) -> None:
         setattr(TrialLogs, name, cut)
     elif kind == "append":
         Storage.append_text = after_target(Storage.append_text)
+    elif kind == "stop-in-append":
+        # stalls (SIGSTOP) inside the first result.json append after commit N: its lease
+        # checked and the log opened, its bytes not yet written (the stale-driver break)
+        _stop_inside_appends(committed, target)
     elif kind == "remove":
         Storage.remove = after_target(Storage.remove)
     elif kind not in (
@@ -197,8 +201,40 @@ def inject(kill_at: str | None) -> None:
         "took-lease",
         "cut-made",
         "cut-back",
+        "stop-in-append",
     ):
         raise SystemExit(f"unknown kill point {kill_at}")
+
+
+def _stop_inside_appends(committed: dict, target: int) -> None:
+    """SIGSTOP this process once, just before the bytes of a ``result.json`` append after
+    commit ``target`` are written (after every check the append makes)."""
+    import popflow.infra.storage.log_writes as log_writes
+
+    original_write = log_writes._write_all
+    original_append = log_writes.LogWrites.append
+    state = {"in_append": None, "stopped": False}
+
+    def append(self, path, data):
+        state["in_append"] = path
+        try:
+            return original_append(self, path, data)
+        finally:
+            state["in_append"] = None
+
+    def write_all(fd, data):
+        log = committed.get("log")
+        path = state["in_append"]
+        if (
+            not state["stopped"] and path is not None and path.endswith("/result.json")
+            and log is not None and log.seq >= target
+        ):  # fmt: skip
+            state["stopped"] = True
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return original_write(fd, data)
+
+    log_writes.LogWrites.append = append
+    log_writes._write_all = write_all
 
 
 def _wait_until_recorded(name: str, timeout: float = 120.0) -> None:

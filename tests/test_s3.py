@@ -22,7 +22,7 @@ from support.trees import read_tree, write_tree
 import popflow.infra.storage.local_files as local_files
 from popflow.infra.storage.credentials import redact, secret_values
 from popflow.infra.storage.errors import StorageError, is_transient
-from popflow.infra.storage.folder import Storage
+from popflow.infra.storage.folder import LogChanged, Storage
 from popflow.infra.storage.retry import RetryPolicy, backoff_delay
 
 
@@ -227,8 +227,8 @@ class CountingFS:
 def test_appends_after_the_first_are_one_conditional_put(s3, reader):
     counting = CountingFS(s3.fs)
     s3._fs = counting
-    s3.append_text("a\n", "log")
-    assert counting.calls == [("cat_file", False), ("pipe_file", False)]
+    s3.append_text("a\n", "log")  # created: a PUT conditional on the name being free
+    assert counting.calls == [("pipe_file", False)]
     counting.calls.clear()
     for line in "bcd":
         s3.append_text(f"{line}\n", "log")
@@ -237,18 +237,44 @@ def test_appends_after_the_first_are_one_conditional_put(s3, reader):
 
 
 @pytest.mark.integration
-def test_append_after_another_writer_changed_the_log_loses_nothing(s3, reader):
+def test_an_append_over_another_writers_change_writes_nothing(s3, reader):
+    """The fencing break: a stale driver's append once re-read the log and wrote its line
+    on top of the newer driver's (iterations 1..8, 1..8). Now it is refused."""
     s3.append_text("mine 1\n", "log")
-    reader.pipe_file(s3.path("log"), reader.cat_file(s3.path("log")) + b"theirs\n")
-    assert s3.append_text("mine 2\n", "log") == len(b"mine 1\ntheirs\nmine 2\n")
-    assert reader.cat_file(s3.path("log")) == b"mine 1\ntheirs\nmine 2\n"
-    other = Storage(s3.url, s3.storage_options)  # e.g. a resume cutting the log back
-    other.truncate(len(b"mine 1\n"), "log")
-    s3.append_text("mine 3\n", "log")
-    assert reader.cat_file(s3.path("log")) == b"mine 1\nmine 3\n"
-    s3.write_text("new\n", "log")  # this object's own writes are remembered too
-    s3.append_text("x\n", "log")
-    assert reader.cat_file(s3.path("log")) == b"new\nx\n"
+    reader.pipe_file(s3.path("log"), b"mine 1\ntheirs\n")
+    with pytest.raises(LogChanged, match="another driver wrote it"):
+        s3.append_text("mine 2\n", "log")
+    assert reader.cat_file(s3.path("log")) == b"mine 1\ntheirs\n"
+    with pytest.raises(LogChanged, match="did not write it"):
+        s3.append_text("mine 2\n", "log")  # nor later: it no longer knows the log
+
+
+@pytest.mark.integration
+def test_a_resume_adopts_the_logs_and_the_earlier_writer_is_fenced_out(s3, reader):
+    old = s3
+    old.append_text("1\n2\n", "log")
+    old.append_text("3 (not committed)\n", "log")
+    new = Storage(s3.url, s3.storage_options)  # the resume, under its own lease
+    new.adopt_log(len(b"1\n2\n"), "log")  # cut back to the commit's size
+    new.append_text("3\n", "log")
+    for write in (lambda: old.append_text("4\n", "log"), lambda: old.truncate(0, "log")):
+        with pytest.raises(LogChanged):
+            write()
+    new.append_text("4\n", "log")
+    assert reader.cat_file(s3.path("log")) == b"1\n2\n3\n4\n"
+
+
+@pytest.mark.integration
+def test_an_adopted_log_the_earlier_writer_had_not_changed_is_still_fenced(s3, reader):
+    """A resume that did not need to cut a log leaves its ETag as it was; its first
+    append changes it, and the earlier writer's next append is refused."""
+    s3.append_text("1\n", "log")
+    new = Storage(s3.url, s3.storage_options)
+    new.adopt_log(100, "log")
+    new.append_text("2\n", "log")
+    with pytest.raises(LogChanged):
+        s3.append_text("2\n", "log")
+    assert reader.cat_file(s3.path("log")) == b"1\n2\n"
 
 
 @pytest.mark.integration
@@ -259,30 +285,36 @@ def test_conditional_put_applied_but_answer_lost_is_not_duplicated(s3, reader):
 
     s3.append_text("1\n", "log")
     s3._fs = CountingFS(s3.fs, on_conditional=applied_then_lost)
+    s3._logs._fs = s3._fs
     s3.append_text("2\n", "log")  # retried: 412 (it had applied), read back: it is there
     assert reader.cat_file(s3.path("log")) == b"1\n2\n"
 
 
 @pytest.mark.integration
-def test_store_without_conditional_puts_falls_back_to_rewrites(s3, reader):
+def test_store_without_conditional_puts_falls_back_to_size_checked_writes(s3, reader, caplog):
     def not_implemented(put: Any) -> Any:
         raise translate_boto_error(client_error(501, "NotImplemented"))
 
     s3.append_text("1\n", "log")
     counting = CountingFS(s3.fs, on_conditional=not_implemented)
     s3._fs = counting
+    s3._logs._fs = counting
     for line in "234":
         s3.append_text(f"{line}\n", "log")
     assert reader.cat_file(s3.path("log")) == b"1\n2\n3\n4\n"
     assert counting.calls[0] == ("pipe_file", True)  # tried once, then never again
-    assert counting.calls[1:] == [("cat_file", False), ("pipe_file", False)] * 3
+    assert counting.calls[1:] == [("pipe_file", False)] * 3  # no read: the size is checked
+    assert "no conditional PUT" in caplog.text
+    reader.pipe_file(s3.path("log"), b"1\n2\n3\n4\ntheirs\n")
+    with pytest.raises(LogChanged):  # still fenced, by size
+        s3.append_text("5\n", "log")
 
 
 @pytest.mark.integration
-def test_pickled_storage_does_not_carry_remembered_logs(s3):
+def test_pickled_storage_does_not_carry_what_it_knows_of_its_logs(s3):
     s3.append_text("x\n", "log")
-    assert s3._appends is not None and s3._appends.remembered == 1
-    assert pickle.loads(pickle.dumps(s3))._appends is None and s3.child("a")._appends is None
+    assert s3._logs is not None and s3._logs.known == 1
+    assert pickle.loads(pickle.dumps(s3))._logs is None and s3.child("a")._logs is None
 
 
 # -- listings see every write (s3fs caches listings) ------------------------------
@@ -388,7 +420,7 @@ def test_transient_failures_are_retried_and_nothing_is_duplicated_or_lost(s3, tm
     s3._fs = flaky
     with caplog.at_level(logging.WARNING, logger="popflow.infra.storage"):
         out = workload(s3, tmp_path)
-    assert flaky.injected >= 20  # the run really was flaky
+    assert flaky.injected >= 15  # the run really was flaky (19 with this seed)
     assert flaky.applied_then_failed >= 5  # including writes that happened but "failed"
     assert out["log"] == EXPECTED_LOG  # every append once, in order, cut back exactly
     assert out["sizes"] == [sum(len(f"line {j}\n") for j in range(i + 1)) for i in range(20)]

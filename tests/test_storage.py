@@ -148,9 +148,11 @@ def test_append_text_returns_sizes_and_truncate_cuts_back(storage):
 
 def test_truncate_never_extends_and_ignores_missing_files(storage):
     storage.write_text("abc", "f")
+    storage.adopt_log(10, "f")  # a log written before: taken over, never extended
     storage.truncate(10, "f")
     assert storage.read_bytes("f") == b"abc"
     storage.truncate(0, "missing")
+    storage.adopt_log(0, "missing")
     assert not storage.exists("missing")
 
 

@@ -114,6 +114,7 @@ class Controller(RoundDispatch, RoundReduction, RoundCommits):
             derived=resumed.get("derived"),
             policy_total=resumed.get("policy_total", 0),
             may_write=self.lease.guard() if self.lease is not None else None,
+            lease_check=self.lease.check if self.lease is not None else None,
         )
         self.janitor = Janitor(self.storage)
         #: a synchronous round on an object store commits while the next one trains

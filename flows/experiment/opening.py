@@ -310,9 +310,11 @@ def restore_records(
 ) -> list[TrialRecord]:
     """Trial records as of ``commit``, with storage cleaned of anything uncommitted.
 
-    Derived logs are cut back to their committed sizes (a log the commit does not
-    size was written after it: cut to nothing), then any committed lines they lack
-    are appended from the commits; ``commit["derived"]`` is updated to match.
+    Derived logs are adopted (:meth:`~popflow.infra.storage.folder.Storage.adopt_log`:
+    from now on only this driver's appends land on them) and cut back to their committed
+    sizes (a log the commit does not size was written after it: cut to nothing), then
+    any committed lines they lack are appended from the commits; ``commit["derived"]`` is
+    updated to match.
     Lineage files are rewritten unless ``scheduler`` does not log them.
     ``remove_orphans``: delete checkpoints ``commit`` does not know (False when a
     damaged newer commit may have referenced them). ``guard``: called before each
@@ -323,8 +325,8 @@ def restore_records(
     names = {t["dirname"]: storage.listdir(t["dirname"]) for t in commit["trials"]}
     unsized = [f"{d}/{f}" for d, there in names.items() for f in LOGS if f in there]
     for path in dict.fromkeys([*derived, GLOBAL_POLICY, *unsized]):
-        guard()
-        storage.truncate(derived.get(path, 0), path)
+        guard()  # adopted: a stalled earlier driver's late appends land on no log read
+        storage.adopt_log(derived.get(path, 0), path)
     rebuild_tails(storage, commit, log, guard)
     records = [
         TrialRecord.from_state(t, last_result(storage, t["dirname"], t["num_results"], strict=True))

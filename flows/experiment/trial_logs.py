@@ -2,8 +2,10 @@
 ``progress.csv``, ``pbt_global.txt`` and ``pbt_policy_<trial_id>.txt``.
 
 They are derived: every commit holds its round's results and exploit lines,
-and the trial table holds each trial's lineage. Local files are appended at
-once. Object stores have no append (every appended line rewrites the
+and the trial table holds each trial's lineage. Each write is fenced: it lands only on
+the log this driver left (:mod:`popflow.infra.storage.log_writes`), so a driver that
+wakes after a newer one took over adds nothing to the newer one's logs. Local files are
+appended at once. Object stores have no append (every appended line rewrites the
 object), so there the lines are written every ``flush_interval`` seconds,
 and a resume appends whatever committed lines a log lacks
 (:func:`popflow.flows.experiment.log_repair.rebuild_tails`).
@@ -25,7 +27,7 @@ from typing import Any
 from popflow.flows.experiment.trial_table import TrialRecord
 from popflow.infra.helper_threads import helper_pool
 from popflow.infra.jsonutil import dumps
-from popflow.infra.storage.folder import Storage
+from popflow.infra.storage.folder import LogChanged, Storage
 from popflow.infra.store.json_delta import Changed
 from popflow.infra.store.layout import GLOBAL_POLICY, PARAMS, PROGRESS, RESULTS, policy_file
 
@@ -92,10 +94,15 @@ class TrialLogs:
         derived: dict[str, int] | None = None,
         policy_total: int = 0,
         may_write: Callable[[], None] | None = None,
+        lease_check: Callable[[], None] | None = None,
     ) -> None:
         """``may_write``: raises if this driver may no longer write (its lease was lost;
         the writer's thread calls it before each file on local disk, before each batch
-        on object stores: :meth:`~popflow.infra.store.lease.Lease.guard`)."""
+        on object stores: :meth:`~popflow.infra.store.lease.Lease.guard`).
+        ``lease_check``: looks in storage now (:meth:`~popflow.infra.store.lease.Lease.check`),
+        called when a log is not as this driver left it
+        (:class:`~popflow.infra.storage.log_writes.LogChanged`): a driver taken over stops
+        with ``LeaseLost``, one that still holds the lease with the ``LogChanged``."""
         self.storage = storage
         self.flush_interval = 0.0 if storage.is_local else flush_interval
         self.log_policy = log_policy
@@ -110,6 +117,7 @@ class TrialLogs:
         self._deferred_through = 0  # the newest commit whose lines are deferred
         self._last_flush = time.monotonic()
         self._may_write = may_write
+        self._lease_check = lease_check
         self._writer = helper_pool(1, "popflow-logs")  # inline in a simulation
         self._batches: list[Future[None]] = []  # submitted, not yet seen done
         self._lock = threading.Lock()  # guards the four below (the writer sets them)
@@ -339,12 +347,30 @@ class TrialLogs:
                 with ThreadPoolExecutor(max_workers=min(16, len(writes))) as pool:
                     for future in [pool.submit(fn, *args) for fn, args in writes]:
                         future.result()
+        except LogChanged as changed:  # fenced: nothing was written; who changed it?
+            with self._lock:
+                self._failure = self._lease_lost_or(changed)
+            return
         except BaseException as exc:
             with self._lock:
                 self._failure = exc
             return
         with self._lock:
             self._written_through = seq
+
+    def _lease_lost_or(self, changed: LogChanged) -> BaseException:
+        """``LeaseLost`` if a newer driver took over (it wrote the log), else ``changed``."""
+        if self._lease_check is not None:
+            try:
+                self._lease_check()
+            except Exception as lost:
+                return lost
+        logger.error(
+            "%s; this driver still holds the lease, so something else wrote there: it stops, "
+            "and `popflow resume` cuts the logs back to the commits and appends what they hold",
+            changed,
+        )
+        return changed
 
     def _raise_failure(self) -> None:
         with self._lock:

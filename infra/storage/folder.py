@@ -12,8 +12,8 @@ Every write that others may read is published atomically:
 Every filesystem call goes through one helper,
 :meth:`~popflow.infra.storage.calls.StorageCalls._call`, which retries transient
 failures and reports the rest as :class:`StorageError` naming the operation and
-the URL (:mod:`popflow.infra.storage.calls`). Appends on object stores are a
-read, then one PUT of the whole new content (:mod:`popflow.infra.storage.object_writes`).
+the URL (:mod:`popflow.infra.storage.calls`). Appends to the derived logs are fenced:
+each lands only on the log its writer left (:mod:`popflow.infra.storage.log_writes`).
 
 Credentials in ``storage_options`` never appear in reprs, log records or
 error messages (:mod:`popflow.infra.storage.credentials` masks them wherever a message
@@ -37,11 +37,12 @@ from popflow.infra.storage import local_files
 from popflow.infra.storage.calls import StorageCalls
 from popflow.infra.storage.credentials import Hidden
 from popflow.infra.storage.errors import StorageError
+from popflow.infra.storage.log_writes import LogChanged, LogWrites
 from popflow.infra.storage.object_writes import ObjectWrites
 from popflow.infra.storage.retry import RetryPolicy
 from popflow.infra.storage.safe_paths import UnsafePath, escapes
 
-__all__ = ["RetryPolicy", "Storage", "StorageError", "UnsafePath"]
+__all__ = ["LogChanged", "RetryPolicy", "Storage", "StorageError", "UnsafePath"]
 
 
 #: An object-store transfer's part size and parts in flight (:meth:`Storage._parts`)
@@ -81,6 +82,7 @@ class Storage(StorageCalls):
         self._read_kwargs = {"max_concurrency": 1} if s3 else {}
         self._conditional_puts = s3  # If-Match on PUT: appends skip the read
         self._appends: ObjectWrites | None = None  # made per process, on first use
+        self._logs: LogWrites | None = None  # the logs this object wrote, per process
         self.root = os.path.abspath(root) if self.is_local else root.rstrip("/")
         self._fs: fsspec.AbstractFileSystem | None = fs
         self._rng: random.Random | None = None
@@ -102,7 +104,8 @@ class Storage(StorageCalls):
         state = self.__dict__.copy()
         state["_fs"] = None
         state["_rng"] = None  # each process jitters on its own
-        state["_appends"] = None  # remembered logs stay with this process
+        state["_appends"] = None
+        state["_logs"] = None  # what a writer knows of its logs stays with it
         return state
 
     @property
@@ -283,20 +286,33 @@ class Storage(StorageCalls):
         return self.create_bytes(text.encode("utf-8"), *parts, durable=durable)
 
     def append_text(self, text: str, *parts: str) -> int:
-        """Append ``text`` and return the new size in bytes.
+        """Append ``text`` to a derived log and return its new size in bytes.
 
-        Local files are appended in place (not retried: a repeated append could
-        duplicate). Object stores have no append: the object is rewritten whole
-        by one PUT (:mod:`popflow.infra.storage.object_writes`; fine for the small logs
-        we append to).
+        Fenced (:mod:`popflow.infra.storage.log_writes`): it lands only on the log this
+        Storage object left (or creates it where nothing is), else
+        :class:`~popflow.infra.storage.log_writes.LogChanged` and nothing is written. A log
+        written before (by an earlier driver) is taken over first with :meth:`adopt_log`.
+        Local appends are not retried (a repeated append could duplicate); an object
+        store's append is one conditional PUT of the whole new content.
         """
-        data = text.encode("utf-8")
-        target = self.path(*parts)
-        if self.is_local:
-            return self._call(
-                "append", target, lambda: local_files.append_file(target, data), retry=False
-            )
-        return self._object_writes().append(target, data)
+        return self._log_writes().append(self.path(*parts), text.encode("utf-8"))
+
+    def truncate(self, length: int, *parts: str) -> None:
+        """Cut a derived log this Storage object wrote back to ``length`` bytes (used to drop
+        uncommitted appends); never extends; fenced as :meth:`append_text`."""
+        self._log_writes().cut(self.path(*parts), length)
+
+    def adopt_log(self, keep: int, *parts: str) -> None:
+        """Take over a derived log, cut back to at most ``keep`` bytes: later appends and
+        cuts through this Storage object land on it, and a stalled earlier writer's do not
+        (a resume calls it for every log it goes on with, under its new lease)."""
+        self._log_writes().adopt(self.path(*parts), keep)
+
+    def _log_writes(self) -> LogWrites:
+        if self._logs is None:
+            fs = None if self.is_local else self.fs
+            self._logs = LogWrites(self._call, self._url_of, fs, self._conditional_puts)
+        return self._logs
 
     def _object_writes(self) -> ObjectWrites:
         if self._appends is None:
@@ -311,24 +327,10 @@ class Storage(StorageCalls):
         return self._appends
 
     def _forget_tails(self, path: str) -> None:
-        """Drop remembered log contents at or under ``path`` (it is being changed)."""
-        if self._appends is not None:
-            self._appends.forget(path)
-
-    def truncate(self, length: int, *parts: str) -> None:
-        """Cut a file back to ``length`` bytes (used to drop uncommitted appends); never extends."""
-        target = self.path(*parts)
-        self._forget_tails(target)
-        if self.is_local:
-            with contextlib.suppress(FileNotFoundError):
-                self._call("truncate", target, lambda: local_files.truncate_file(target, length))
-            return
-        try:
-            data = self._call("truncate", target, lambda: self._read_object(target))
-        except FileNotFoundError:
-            return
-        if len(data) > length:
-            self._call("truncate", target, lambda: self.fs.pipe_file(target, data[:length]))
+        """Drop what this writer knows of the logs at or under ``path`` (it is being
+        replaced or removed by a write that is not an append)."""
+        if self._logs is not None:
+            self._logs.forget(path)
 
     def put_file(self, local_path: str, *parts: str) -> None:
         """Upload one local file (one PUT on object stores; not atomic on local disk)."""
