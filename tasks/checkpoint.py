@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from popflow.infra.storage.credentials import Hidden, without_secrets
+from popflow.infra.storage.credentials import StorageOptions, without_secrets
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.checkpoints import fetch_checkpoint, verify_in_place
 from popflow.infra.store.layout import DICT_CHECKPOINT_FILE, MANIFEST
@@ -36,7 +36,7 @@ class Checkpoint:
         path = os.fspath(path)
         # like Ray (pyarrow's from_uri): a file:// URL is kept as the plain local path
         self.path = path[len("file://") :] if path.startswith("file://") else path
-        self._options = Hidden(dict(storage_options or {}))  # credentials: never in the clear
+        self._options = StorageOptions(storage_options)  # credentials: never in the clear
 
     @property
     def storage_options(self) -> dict[str, Any]:
@@ -51,7 +51,7 @@ class Checkpoint:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.path = state["path"]
-        self._options = Hidden(dict(state["options"]))
+        self._options = StorageOptions(state["options"])
 
     @classmethod
     def from_directory(cls, path: str | os.PathLike[str]) -> Checkpoint:

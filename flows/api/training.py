@@ -38,6 +38,7 @@ from popflow.flows.record.run_feed import CURRENT, Line, RunEnd, RunFeed
 from popflow.flows.record.run_log import run_logger
 from popflow.flows.spec.config import check_verbose
 from popflow.flows.spec.run_spec import RunSpec
+from popflow.infra.cluster.credentials_plugin import credentials_on_workers
 from popflow.infra.cluster.dask_cluster import ClusterStart, dask_client
 from popflow.schedulers import PopulationBasedTraining, PopulationBasedTrainingReplay
 
@@ -93,6 +94,8 @@ def _train(
             return Trained(grid, f"{experiment.name} had already finished: nothing to run", None)
         with (
             dask_client(cluster, spec.n_workers, spec.resources) as client,
+            # before anything of the run reaches a worker: its storage pickles without them
+            credentials_on_workers(client, experiment.storage.storage_options),
             shown(_live_table(spec, experiment), client) as table,
         ):
             feed.training.set()

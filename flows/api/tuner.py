@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ from popflow.flows.spec.ray_configs import (
 )
 from popflow.flows.spec.run_args import load_run_args
 from popflow.infra.cluster.dask_cluster import use_cores
+from popflow.infra.storage.credentials import StorageOptions
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import ExperimentLog
 
@@ -113,6 +115,7 @@ class Tuner:
         self.tune_config = tune_config or TuneConfig()
         self.run_config = run_config or RunConfig()
         self._restore: dict[str, Any] | None = None  # run()'s arguments, after restore()
+        self._restore_options: StorageOptions | None = None  # and its storage_options
         self._resume = ResumeSpec()  # tune.run(resume=...): continue, and what errored trials do
 
     def fit(self) -> ResultGrid:
@@ -122,13 +125,14 @@ class Tuner:
             cluster = cluster_arguments()  # popflow.init's, else the run's own scheduler
             if cluster["dask_address"] is None:
                 cluster["dask_address"] = self._restore.get("dask_address")
-            return run(**{**self._restore, **cluster}, verbose=rc.verbose)
+            options = plain(self._restore_options)
+            return run(**{**self._restore, **cluster}, storage_options=options, verbose=rc.verbose)
         return run_grouped(
             self.trainable,
             self.param_space,
             self.tune_config,
             rc,
-            StorageSpec(Storage(rc.storage_path or DEFAULT_STORAGE, rc.storage_options)),
+            StorageSpec(Storage(rc.storage_path or DEFAULT_STORAGE, plain(rc.storage_options))),
             ClusterSpec(**cluster_arguments()),
             resuming=self._resume,
         )
@@ -164,15 +168,21 @@ class Tuner:
             "trainable": trainable,
             "param_space": param_space if param_space is not None else saved["param_space"],
             "storage": parent,
-            "storage_options": storage_options,
             "name": name,
             "resume": True,
             # Ray: resume_errored wins when both are set
             "errored": "resume" if resume_errored else "restart" if restart_errored else "skip",
         }
+        # credentials: kept where they never print nor pickle
+        tuner._restore_options = StorageOptions(storage_options) if storage_options else None
         return tuner
 
     @classmethod
     def can_restore(cls, path: str, storage_options: dict[str, Any] | None = None) -> bool:
         """Whether ``path`` holds a committed experiment to restore."""
         return ExperimentLog(Storage(path, storage_options)).latest() is not None
+
+
+def plain(options: StorageOptions | Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``options`` as the dict ``Storage`` and ``run`` take (credentials included)."""
+    return StorageOptions(options).value if options is not None else None

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from popflow.flows.experiment.reading import CommittedExperiment, read_committed
 from popflow.flows.experiment.trial_logs import result_lines
 from popflow.flows.experiment.trial_table import TrialRecord
-from popflow.infra.storage.credentials import Hidden, without_secrets
+from popflow.infra.storage.credentials import StorageOptions, without_secrets
 from popflow.infra.storage.folder import Storage, StorageError
 from popflow.infra.store.layout import RESULTS
 from popflow.tasks.checkpoint import Checkpoint
@@ -65,7 +65,7 @@ class ResultLog:
     def __init__(self, storage: Storage, dirname: str, count: int, strict: bool) -> None:
         self._storage: Storage | None = storage
         self._url = storage.url
-        self._options = Hidden(dict(storage.storage_options))
+        self._options = StorageOptions(storage.storage_options)
         self.dirname, self.count, self.strict = dirname, count, strict
         self._stripped = False  # credentials were left out of the pickle it came from
 
@@ -83,7 +83,7 @@ class ResultLog:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._storage = None  # made on first use, with the credentials found there
-        self._url, self._options = state["url"], Hidden(dict(state["options"]))
+        self._url, self._options = state["url"], StorageOptions(state["options"])
         self.dirname, self.count, self.strict = state["dirname"], state["count"], state["strict"]
         self._stripped = state["stripped"]
 

@@ -22,6 +22,7 @@ from typing import Any
 from popflow.flows.events.callbacks import check_callbacks
 from popflow.flows.spec.config import CheckpointConfig, check_verbose
 from popflow.flows.spec.experiment_name import check_name
+from popflow.infra.storage.credentials import StorageOptions
 from popflow.schedulers import TrialScheduler
 from popflow.schedulers.search import check_searcher
 from popflow.schedulers.validation import check_real, is_int
@@ -113,7 +114,13 @@ class TuneConfig:
 class RunConfig:
     """Ray's ``RunConfig``: the experiment's name, where it goes, when trials stop, what
     the console shows. Results go to ``<storage_path>/<name>/`` (a folder or an fsspec
-    URL such as ``s3://bucket/prefix``, with ``storage_options`` for fsspec)."""
+    URL such as ``s3://bucket/prefix``, with ``storage_options`` for fsspec).
+
+    ``storage_options`` is kept as a
+    :class:`~popflow.infra.storage.credentials.StorageOptions` (``.value``: the dict):
+    its credentials never show in a repr, and a pickled RunConfig (a ``Tuner``'s, a
+    Prefect flow's parameter or result) carries none; Prefect records a RunConfig
+    parameter that holds storage options as ``"<RunConfig>"``."""
 
     name: str | None = None
     storage_path: str | None = None
@@ -127,9 +134,11 @@ class RunConfig:
     progress_reporter: Any = None
     log_to_file: bool | str | tuple[str, str] = False
     local_dir: str | None = None
-    storage_options: dict[str, Any] | None = field(default=None, repr=False)
+    storage_options: dict[str, Any] | StorageOptions | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        if self.storage_options is not None:  # credentials: never printed nor pickled
+            object.__setattr__(self, "storage_options", StorageOptions(self.storage_options))
         refuse(
             "storage_filesystem",
             self.storage_filesystem,
