@@ -150,6 +150,9 @@ def test_storage_outside_the_allowlist_is_refused_before_anything_is_read(tmp_pa
         ("file:///data/x", ["/data"], True),
         ("/anything", ["*"], True),
         ("/data/x", [], False),
+        ("simplecache::/tmp/evil", ["."], False),  # fsspec would open /tmp/evil
+        ("/data/x::/tmp/evil", ["/data"], False),
+        ("s3://b/exp::file:///tmp/evil", ["s3://b/exp"], False),
     ],
 )
 def test_storage_roots_match_whole_names(storage, roots, allowed):

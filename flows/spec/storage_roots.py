@@ -33,7 +33,10 @@ def allowlist() -> tuple[str, ...]:
 def _where(url: str) -> tuple[str, str] | None:
     """``url`` as (protocol, absolute path) to compare by whole parts: a local path
     resolved (``..`` and links followed, so a link inside a root that leads out of it
-    is out), a URL's path normalised; None for a URL that climbs with ``..``."""
+    is out), a URL's path normalised; None for a URL that climbs with ``..``, and for
+    a chained one (``simplecache::/elsewhere``: fsspec opens its last part, wherever)."""
+    if "::" in url:
+        return None
     if url.startswith("file://"):
         url = url[len("file://") :]
     if "://" not in url:
