@@ -211,6 +211,8 @@ class HyperBandScheduler(TrialScheduler):
     """
 
     synchronous = True
+    #: a cohort's paused trials leave their slots, then resume from their checkpoints
+    needs_checkpoints = True
     #: the brackets' class (HyperBandForBOHB's wait until they are filled)
     _bracket_type: type[_Bracket] = _Bracket
 

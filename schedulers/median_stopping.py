@@ -136,6 +136,9 @@ class MedianStoppingRule(TrialScheduler):
         self._min_samples_required = min_samples_required
         self._min_time_slice = min_time_slice
         self._hard_stop = hard_stop
+        # a soft stop pauses the trial, to resume later from its checkpoint; a hard stop
+        # ends it, and a yield to waiting trials keeps an unsaved trainable live
+        self.needs_checkpoints = not hard_stop
         # (time, score) per trial, score negated for mode=min; insertion-ordered.
         self._results: dict[str, list[tuple[float, float]]] = {}
         self._stopped: list[str] = []

@@ -124,6 +124,7 @@ class PopulationBasedTraining(TrialScheduler):
         self.synchronous = synch
         self.pause_is_barrier = synch
         self.time_shares_slots = not synch
+        self.needs_checkpoints = True  # an exploit clones the source's checkpoint
         self.log_config = log_config
         self._perturbation_interval = perturbation_interval
         self._burn_in_period = burn_in_period

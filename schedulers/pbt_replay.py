@@ -88,6 +88,8 @@ class PopulationBasedTrainingReplay(TrialScheduler):
     """
 
     time_attr = "training_iteration"
+    #: a config change the live trainable declines (``reset_config``) restores its checkpoint
+    needs_checkpoints = True
 
     def __init__(
         self,

@@ -188,6 +188,12 @@ class TrialScheduler:
     #: Ray pauses a trial at its perturbation point when others wait, so exploits compare
     #: trials trained alike.
     time_shares_slots: bool = False
+    #: Its decisions restore trials from saved state: an exploit clones a trial's
+    #: checkpoint (PBT, PB2, PBT replay), or a pause frees the trial's slot until its
+    #: cohort is decided (HyperBand). A class trainable without ``save_checkpoint`` is
+    #: refused before the run starts under such a scheduler (Ray errors each trial at
+    #: its first save instead). FIFO and ASHA only continue or stop trials.
+    needs_checkpoints: bool = False
     #: The result key this scheduler measures time in (None: no milestones).
     time_attr: str | None = None
     #: The positional and keyword arguments it was built with: a run keeps its scheduler

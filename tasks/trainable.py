@@ -54,8 +54,9 @@ class Trainable:
     def save_checkpoint(self, checkpoint_dir: str) -> dict[str, Any] | None:
         """Write state into ``checkpoint_dir``, or return a picklable dict of it."""
         raise NotImplementedError(
-            f"{type(self).__name__} must implement save_checkpoint() for schedulers that pause, "
-            "clone or checkpoint trials (PBT, ASHA, HyperBand, checkpoint_frequency)"
+            f"{type(self).__name__} must implement save_checkpoint() to save a checkpoint "
+            "(checkpoint_at_end=True, checkpoint_frequency, a result's should_checkpoint, or "
+            "a scheduler that pauses or clones trials: PBT, PB2, HyperBand)"
         )
 
     def load_checkpoint(self, checkpoint: dict[str, Any] | str) -> None:
@@ -86,6 +87,15 @@ class Trainable:
 def is_function_trainable(trainable: object) -> bool:
     """A function trainable (Ray's function API), not a :class:`Trainable` subclass."""
     return not (inspect.isclass(trainable) and issubclass(trainable, Trainable))
+
+
+def saves_checkpoints(trainable: object) -> bool:
+    """Whether ``trainable`` can save its state: a class trainable that implements
+    ``save_checkpoint`` (Ray's default, which raises, does not count). A function
+    trainable reports its own checkpoints, which is not known before it runs: True."""
+    if is_function_trainable(trainable):
+        return True
+    return getattr(trainable, "save_checkpoint", None) is not Trainable.save_checkpoint
 
 
 def trainable_name(trainable: Any) -> str:

@@ -118,11 +118,15 @@ def test_setup_mlflow_opens_a_run_per_trial_with_its_config_and_ends_it(
         assert losses == [x, x / 2]
 
 
+def _save_fails(self: Any, checkpoint_dir: str) -> None:
+    raise RuntimeError("the disk is gone")
+
+
 def test_a_failed_trials_run_ends_failed(tmp_path, tracking):
     space = {"x": tune.grid_search([1.0, 2.0]), "mlflow": {"tracking_uri": tracking}}
     space["mlflow"] |= {"experiment_name": "exp", "create_experiment_if_not_exists": True}
-    no_save = type("NoSave", (Logging,), {"save_checkpoint": tune.Trainable.save_checkpoint})
-    simulate(tmp_path, no_save, space)  # checkpoint_at_end cannot save: both trials fail
+    fails = type("SaveFails", (Logging,), {"save_checkpoint": _save_fails})
+    simulate(tmp_path, fails, space)  # its save at the end raises: both trials fail
     client = MlflowClient(tracking_uri=tracking)
     runs = client.search_runs([client.get_experiment_by_name("exp").experiment_id])
     assert [r.info.status for r in runs] == ["FAILED", "FAILED"]

@@ -17,6 +17,7 @@ from popflow.flows.experiment.results import checkpoint_of
 from popflow.flows.experiment.trial_table import TrialRecord, clone_into
 from popflow.schedulers import Action, Exploit, Trial, TrialStatus
 from popflow.tasks.specs import EndReason, SegmentOutcome
+from popflow.tasks.trainable import saves_checkpoints
 
 if TYPE_CHECKING:
     from popflow.flows.driver.controller import Controller
@@ -105,7 +106,10 @@ class RoundReduction:
         self.table.end_segment(rec.trial, action, terminal)
         if self.suggestions is not None and rec.trial.status == TrialStatus.PAUSED:
             self.suggestions.paused(rec.trial_id)
-        held = rec.trial.status == TrialStatus.PAUSED and self.scheduler.pause_is_barrier
+        # a class trainable that cannot save keeps its state only live: a trial that yields
+        # (median stopping) keeps it, rather than train again from scratch when it resumes
+        keeps = self.scheduler.pause_is_barrier or not saves_checkpoints(self.spec.trainable)
+        held = rec.trial.status == TrialStatus.PAUSED and keeps
         if rec.trial.status != TrialStatus.PENDING and not held:
             self.discard_live(rec)  # paused for long or ended: free the worker's memory
 

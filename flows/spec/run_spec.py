@@ -30,10 +30,15 @@ from popflow.flows.spec.groups import BudgetSpec, ClusterSpec, ResumeSpec, Stora
 from popflow.flows.spec.ray_configs import FailureConfig, RunConfig, TuneConfig
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.layout import LOG_DIR, PARAMS
-from popflow.schedulers import FIFOScheduler
+from popflow.schedulers import FIFOScheduler, TrialScheduler
 from popflow.schedulers.domains import Categorical
 from popflow.schedulers.search_space import has_search_spaces
-from popflow.tasks.trainable import Trainable, is_function_trainable, trainable_name
+from popflow.tasks.trainable import (
+    Trainable,
+    is_function_trainable,
+    saves_checkpoints,
+    trainable_name,
+)
 
 __all__ = ["RUN_ARGUMENTS", "RunSpec", "expand_name", "run_spec"]
 
@@ -134,10 +139,11 @@ class RunSpec:
 
     @property
     def checkpoint_at_end(self) -> bool:
-        """Ray's default: class trainables save at the end, function trainables report theirs."""
+        """By default class trainables that implement ``save_checkpoint`` save at the end;
+        one without it runs with no checkpoint, as in Ray; function trainables report theirs."""
         if self.checkpoint_config.checkpoint_at_end is not None:
             return self.checkpoint_config.checkpoint_at_end
-        return not is_function_trainable(self.trainable)
+        return not is_function_trainable(self.trainable) and saves_checkpoints(self.trainable)
 
     def run_args(self, seed: int) -> dict[str, Any]:
         """What ``popflow resume`` passes to ``run`` again (no storage, so no secrets;
@@ -189,6 +195,36 @@ def _check_function_checkpoints(config: CheckpointConfig) -> None:
             "report a checkpoint every `checkpoint_frequency` iterations within your training "
             "loop using `tune.report(metrics=..., checkpoint=...)` to get this behavior."
         )
+
+
+def _check_class_saves(
+    trainable: Any, config: CheckpointConfig | None, scheduler: TrialScheduler
+) -> None:
+    """A class trainable without ``save_checkpoint`` is refused before anything starts
+    where the run would ask it for a checkpoint (Ray errors each trial at its first save
+    instead); anywhere else it runs, as in Ray."""
+    if saves_checkpoints(trainable):
+        return
+    config = config or CheckpointConfig()
+    if config.checkpoint_at_end:
+        asks = "`checkpoint_at_end=True` asks for a checkpoint at each trial's end"
+    elif config.checkpoint_frequency:
+        asks = (
+            f"`checkpoint_frequency={config.checkpoint_frequency}` asks for a checkpoint every "
+            f"{config.checkpoint_frequency} iterations"
+        )
+    elif scheduler.needs_checkpoints:
+        asks = (
+            f"the scheduler {type(scheduler).__name__} pauses or clones trials, which "
+            "restores them from their checkpoints"
+        )
+    else:
+        return
+    raise ValueError(
+        f"`trainable` {trainable_name(trainable)} does not implement save_checkpoint(), but "
+        f"{asks}: implement save_checkpoint() and load_checkpoint(), or run it without "
+        "(FIFO, ASHA or median stopping, and no checkpoint_frequency or checkpoint_at_end)"
+    )
 
 
 def _check_param_space(param_space: Any) -> None:
@@ -296,6 +332,7 @@ def run_spec(
             "`metric`/`mode` were passed to run() but the scheduler already has its own; "
             "set them in one place only"
         )
+    _check_class_saves(trainable, run_config.checkpoint_config, scheduler)
     if tune_config.search_alg is not None:
         check_search_alg(tune_config.search_alg, tune_config.metric, tune_config.mode, param_space)
     name = run_config.name
