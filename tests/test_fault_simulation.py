@@ -191,8 +191,25 @@ def test_shrink_keeps_only_the_faults_the_failure_needs():
 #:   on resume from its config then, after an exploit (Ray's holds the first config);
 #: - one writer: a stale driver's commit lands under a number the new driver's log
 #:   pruning freed (create-only is no fence for pruned numbers);
-#: - identical: HyperBand whose trial's newest checkpoint is damaged ends differently.
+#: - identical: HyperBand whose trial's newest checkpoint is damaged ends differently;
+#:   synchronous PBT whose clone's source checkpoint is damaged ends differently.
+#: - exactly once, only where the schedule tears an append or damages a checkpoint: a
+#:   torn progress.csv line with a crash and a stall (searcher/4x4/s1:32=torn,36=
+#:   crash_after,58=stall: its progress.csv left empty) and a clone's fallback after a
+#:   damaged checkpoint (pbt/2x5/s2:18=torn,49=damage_checkpoint: iterations [1, 2, 5]).
+#: A stale driver's duplicated lines (issue 46, break 1) are not among them: a schedule
+#: of stalls, crashes and failures alone that breaks "exactly once" fails this test.
 OPEN_FINDINGS = {"params", "one writer", "identical"}
+OPEN_WITH_DAMAGE = {"exactly once"}
+DAMAGING_FAULTS = ("=torn", "=damage_checkpoint")
+
+
+def known_open(schedule: str, broke: set[str]) -> bool:
+    """``broke`` is among the open findings above, for this schedule's faults."""
+    allowed = set(OPEN_FINDINGS)
+    if any(fault in schedule for fault in DAMAGING_FAULTS):
+        allowed |= OPEN_WITH_DAMAGE
+    return broke <= allowed
 
 
 def test_a_thousand_schedules_break_no_invariant_but_the_open_findings():
@@ -205,7 +222,7 @@ def test_a_thousand_schedules_break_no_invariant_but_the_open_findings():
     unexpected = [
         f"seed {s}: {ran.schedule}: {ran.problems}"
         for s, ran in found.failures
-        if not ran.broke <= OPEN_FINDINGS
+        if not known_open(str(ran.schedule), set(ran.broke))
     ]
     assert unexpected == []
     assert found.schedules == 1000

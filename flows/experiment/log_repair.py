@@ -12,6 +12,8 @@ results kept, and how many the commit before counted), follow the first of those
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +29,16 @@ def _count_lines(storage: Storage, *parts: str) -> int:
         return storage.read_text(*parts).count("\n")
     except FileNotFoundError:
         return 0
+
+
+def _count_records(storage: Storage, *parts: str) -> int:
+    """Results in a ``progress.csv``: its CSV records after the header (a quoted value
+    may hold a line break, so records are parsed, not lines counted)."""
+    try:
+        text = storage.read_text(*parts)
+    except FileNotFoundError:
+        return 0
+    return max(0, sum(1 for _ in csv.reader(io.StringIO(text))) - 1)
 
 
 class _Tail:
@@ -105,9 +117,15 @@ def rebuild_tails(
     """Append committed results and policy lines that the derived logs do not hold yet;
     ``commit["derived"]`` is updated. ``guard``: called before each write."""
     trials = {t["trial_id"]: t for t in commit["trials"]}
-    tails = {}
+    tails, held = {}, {}
     for tid, t in trials.items():
-        have = _count_lines(storage, t["dirname"], RESULTS)
+        # each log counted on its own: one may lack lines the other holds (a driver
+        # stopped between the two appends, or a stale driver's adoption cut one back)
+        held[tid] = (
+            _count_lines(storage, t["dirname"], RESULTS),
+            _count_records(storage, t["dirname"], PROGRESS),
+        )
+        have = min(held[tid])
         if t["num_results"] > have:
             tails[tid] = _Tail(have, t["num_results"])
     policy_missing = commit.get("policy_total", 0) - _count_lines(storage, GLOBAL_POLICY)
@@ -117,15 +135,20 @@ def rebuild_tails(
     derived = commit["derived"]
     for tid, tail in tails.items():
         t, rows = trials[tid], tail.lines()
+        in_json, in_csv = held[tid]
         guard()
         result_path = (t["dirname"], RESULTS)
-        derived["/".join(result_path)] = storage.append_text(lines_of(rows), *result_path)
+        if rows[in_json - tail.have :]:
+            json_rows = lines_of(rows[in_json - tail.have :])
+            derived["/".join(result_path)] = storage.append_text(json_rows, *result_path)
         csv_path = (t["dirname"], PROGRESS)
         header = t["csv_header"]
-        text = "".join(csv_row([r.get(k, "") for k in header]) for r in rows)
+        csv_rows = rows[in_csv - tail.have :]
+        text = "".join(csv_row([r.get(k, "") for k in header]) for r in csv_rows)
         if _count_lines(storage, *csv_path) == 0:
             text = csv_row(header) + text
-        derived["/".join(csv_path)] = storage.append_text(text, *csv_path)
+        if text:
+            derived["/".join(csv_path)] = storage.append_text(text, *csv_path)
     if policy_missing > 0:
         guard()
         lines = lines_of(policy[-policy_missing:])

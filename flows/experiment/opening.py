@@ -33,6 +33,7 @@ from popflow.flows.experiment.trial_table import TrialRecord, is_finished, pinne
 from popflow.flows.spec.run_args import save_code_origin, save_run_args
 from popflow.flows.spec.run_spec import RunSpec
 from popflow.infra.storage.folder import Storage
+from popflow.infra.storage.safe_paths import is_name
 from popflow.infra.store.commit_log import CommitConflict, ExperimentLog
 from popflow.infra.store.layout import (
     CHECKPOINT_PREFIX,
@@ -300,6 +301,10 @@ def sample_population(spec: RunSpec, seed: int) -> list[TrialRecord]:
 # -- reading an experiment back ---------------------------------------------------
 
 
+#: endings of the files at an experiment's top (not trial folders: not listed at a resume)
+ROOT_FILES = (".txt", ".json", ".csv", ".pkl", ".log")
+
+
 def restore_records(
     storage: Storage,
     commit: dict[str, Any],
@@ -324,6 +329,11 @@ def restore_records(
     derived = commit["derived"]
     names = {t["dirname"]: storage.listdir(t["dirname"]) for t in commit["trials"]}
     unsized = [f"{d}/{f}" for d, there in names.items() for f in LOGS if f in there]
+    # a trial the commit does not know (a searcher's, suggested after it) may have logs:
+    # adopted too, cut to nothing, so that the trial's first append here is this driver's
+    for folder in storage.listdir():
+        if folder not in names and is_name(folder) and not folder.endswith(ROOT_FILES):
+            unsized += [f"{folder}/{f}" for f in LOGS if f in storage.listdir(folder)]
     for path in dict.fromkeys([*derived, GLOBAL_POLICY, *unsized]):
         guard()  # adopted: a stalled earlier driver's late appends land on no log read
         storage.adopt_log(derived.get(path, 0), path)

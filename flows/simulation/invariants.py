@@ -78,15 +78,15 @@ def violations(
     for d, t in seen["trials"].items():
         iterations = [r.get("training_iteration") for r in t["rows"]]
         if iterations != list(range(1, len(iterations) + 1)):
-            out.append(f"exactly once: {d}/result.json has iterations {iterations}")
+            out.append(f"exactly once: {d}/{RESULTS} has iterations {iterations}")
         if t["csv_iterations"] != iterations:
             out.append(
-                f"exactly once: {d}/progress.csv has iterations {t['csv_iterations']}, "
-                f"result.json {iterations}"
+                f"exactly once: {d}/{PROGRESS} has iterations {t['csv_iterations']}, "
+                f"{RESULTS} {iterations}"
             )
         first = t["rows"][0].get("config") if t["rows"] else None
         if first is not None and t["config"] != first:
-            out.append(f"params: {d}/params.json holds {t['config']}, its first result {first}")
+            out.append(f"params: {d}/{PARAMS} holds {t['config']}, its first result {first}")
         if len(iterations) != t["committed"]:
             out.append(
                 f"exactly once: {d} has {len(iterations)} results, its commit {t['committed']}"

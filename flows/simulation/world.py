@@ -44,7 +44,14 @@ from popflow.flows.simulation.faults import (
 from popflow.flows.spec.run_spec import RunSpec
 from popflow.infra.storage.errors import StorageError
 from popflow.infra.storage.folder import Storage
-from popflow.infra.store.layout import COMMITS, LEASE_DIR, MANIFEST, lease_path
+from popflow.infra.store.layout import (
+    CHECKPOINT_PREFIX,
+    COMMITS,
+    LEASE_DIR,
+    MANIFEST,
+    is_scratch,
+    lease_path,
+)
 from popflow.infra.store.lease import LeaseHeldError, LeaseLost, lease_epochs
 
 logger = logging.getLogger(__name__)
@@ -218,12 +225,12 @@ class World:
         found += [
             posixpath.join(p, MANIFEST)
             for p in reversed(self.written)
-            if posixpath.basename(p).startswith("checkpoint_")
+            if posixpath.basename(p).startswith(CHECKPOINT_PREFIX)
         ]
         for manifest in found:
             folder = posixpath.dirname(manifest)
             rel = self.relative(folder)
-            if ".tmp-" in rel or not self.experiment.exists(rel, MANIFEST):
+            if is_scratch(rel) or not self.experiment.exists(rel, MANIFEST):
                 continue
             data = [n for n in self.experiment.listdir(rel) if n != MANIFEST]
             if data:

@@ -10,12 +10,17 @@ import uuid
 from collections.abc import Iterator
 
 
+def staging_name(target: str) -> str:
+    """A new temporary sibling of ``target`` (a resume's clean-up removes leftovers)."""
+    return f"{target}.tmp-{uuid.uuid4().hex[:8]}"
+
+
 @contextlib.contextmanager
 def _staged(target: str, data: bytes, durable: bool) -> Iterator[str]:
     """``data`` in a temporary sibling of ``target`` (fsynced if ``durable``), removed
     afterwards whatever happens (a full disk included)."""
     os.makedirs(os.path.dirname(target), exist_ok=True)
-    tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp = staging_name(target)
     try:
         with open(tmp, "wb") as f:
             f.write(data)

@@ -33,13 +33,13 @@ import errno
 import logging
 import os
 import stat
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from fsspec.asyn import sync
 
+from popflow.infra.storage import local_files
 from popflow.infra.storage.errors import StorageError, error_code
 from popflow.infra.storage.safe_paths import UnsafePath
 
@@ -233,7 +233,7 @@ class LogWrites:
             data = _read_prefix(fd, keep)
         finally:
             os.close(fd)
-        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        tmp = local_files.staging_name(path)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
         try:
             _write_all(fd, data)
