@@ -91,9 +91,17 @@ def test_a_link_at_a_logs_name_is_never_written_through(tmp_path):
     s = Storage(str(exp))
     with pytest.raises(UnsafePath, match="link"):
         s.adopt_log(1014, "t", "progress.csv")  # a resume cutting it back
-    with pytest.raises(LogChanged):
+    with pytest.raises(UnsafePath, match="link"):
         s.append_text("a,b\n", "t", "progress.csv")
     assert victim.read_text() == "x" * 4200
+    inside = exp / "t" / "kept.csv"  # a link that stays inside: still never written through
+    inside.write_text("kept\n")
+    os.symlink(inside, exp / "t" / "result.json")
+    with pytest.raises(UnsafePath, match="link"):
+        s.adopt_log(0, "t", "result.json")
+    with pytest.raises(LogChanged):
+        s.append_text("{}\n", "t", "result.json")
+    assert inside.read_text() == "kept\n"
 
 
 def test_a_link_swapped_in_after_the_writer_owned_the_log_is_refused(tmp_path):
@@ -104,9 +112,15 @@ def test_a_link_swapped_in_after_the_writer_owned_the_log_is_refused(tmp_path):
     path = tmp_path / "exp" / "t" / "result.json"
     os.remove(path)
     os.symlink(victim, path)
+    with pytest.raises(UnsafePath, match="link"):  # out of the folder: refused as a path
+        s.append_text("2\n", "t", "result.json")
+    inside = tmp_path / "exp" / "t" / "other.json"
+    inside.write_text("other\n")
+    os.remove(path)
+    os.symlink(inside, path)  # inside the folder: refused as not the writer's file
     with pytest.raises(LogChanged, match="link"):
         s.append_text("2\n", "t", "result.json")
-    assert victim.read_text() == "victim\n"
+    assert victim.read_text() == "victim\n" and inside.read_text() == "other\n"
 
 
 def test_the_log_writer_stops_with_lease_lost_when_a_newer_driver_changed_its_log(tmp_path):

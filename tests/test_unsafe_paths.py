@@ -223,3 +223,74 @@ def test_a_manifest_naming_files_outside_its_checkpoint_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match="names files outside the checkpoint"):
         fetch_checkpoint(storage, "T/checkpoint_000001", str(target))
     assert not (tmp_path / "outside.txt").exists()
+
+
+# -- links inside a local experiment folder never lead out of it (issue 46, break 5) --
+
+
+@pytest.mark.unit
+def test_a_trial_folder_planted_as_a_link_is_never_written_through(tmp_path):
+    """A trial folder replaced by a link to another folder: popflow wrote checkpoints into
+    that folder and deleted its files. Every path through the link is refused."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("precious")
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    os.symlink(victim, exp / "trial_0")
+    s = Storage(str(exp))
+    for act in (
+        lambda: s.write_text("x", "trial_0", "params.json"),
+        lambda: s.remove("trial_0", "keep.txt"),
+        lambda: s.remove_files(["trial_0/keep.txt"]),
+        lambda: s.append_text("{}\n", "trial_0", "result.json"),
+        lambda: s.read_text("trial_0", "keep.txt"),
+        lambda: s.rename(("trial_0", "keep.txt"), ("moved.txt",)),
+        lambda: s.child("trial_0"),
+    ):
+        with pytest.raises(UnsafePath, match="link"):
+            act()
+    assert sorted(os.listdir(victim)) == ["keep.txt"]
+    assert (victim / "keep.txt").read_text() == "precious"
+
+
+@pytest.mark.unit
+def test_links_inside_the_experiment_and_a_linked_root_are_fine(tmp_path):
+    real = tmp_path / "real"
+    (real / "a").mkdir(parents=True)
+    os.symlink(real, tmp_path / "root-link")  # the user's own link to the root
+    s = Storage(str(tmp_path / "root-link"))
+    os.symlink(real / "a", real / "b")  # a link that stays inside
+    s.write_text("ok", "b", "f.txt")
+    assert (real / "a" / "f.txt").read_text() == "ok"
+
+
+@pytest.mark.unit
+def test_a_resume_over_a_trial_folder_linked_out_stops_and_changes_nothing(tmp_path):
+    """The whole resume path (the simulated backend: no cluster): an experiment whose
+    trial folder an attacker swapped for a link to a victim folder."""
+    from popflow import simulate
+
+    kwargs = dict(
+        param_space={"a": 1.0},
+        metric="score",
+        mode="max",
+        num_samples=2,
+        stop={"training_iteration": 3},
+        storage=str(tmp_path / "results"),
+        name="exp",
+    )
+    simulate(ParityTrainable, **kwargs)
+    exp = tmp_path / "results" / "exp"
+    trial = next(p for p in exp.iterdir() if p.is_dir() and not p.name.startswith("."))
+    victim = tmp_path / "victim"
+    os.rename(trial, victim)  # the victim holds what looks like the trial's files
+    os.symlink(victim, trial)
+    before = {p.name: p.read_bytes() for p in victim.rglob("*") if p.is_file()}
+    log = ExperimentLog(Storage(str(exp)))
+    latest = log.latest()
+    log.commit(latest | {"trials": [t | {"status": "PENDING"} for t in latest["trials"]]})
+    with pytest.raises(UnsafePath, match="link"):
+        simulate(ParityTrainable, **kwargs, resume=True)
+    after = {p.name: p.read_bytes() for p in victim.rglob("*") if p.is_file()}
+    assert after == before
