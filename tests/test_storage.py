@@ -225,7 +225,12 @@ def test_repr_never_shows_storage_options(tmp_path):
         assert secret not in text
         assert text.startswith("Storage(") or text.startswith("[Storage(")
     assert repr(s) == f"Storage({str(tmp_path)!r})"
-    assert pickle.loads(pickle.dumps(s)).storage_options["secret"] == secret  # workers need it
+    # back in this process only (workers get it from the run's credentials plugin)
+    assert pickle.loads(pickle.dumps(s)).storage_options["secret"] == secret
+    from popflow.infra.storage.credentials import StorageOptions
+
+    from_run_config = Storage(str(tmp_path), StorageOptions({"secret": secret}))
+    assert from_run_config.storage_options["secret"] == secret
 
 
 # -- object-store path (fsspec's in-memory filesystem) ---------------------------

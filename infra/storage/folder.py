@@ -28,7 +28,7 @@ import os
 import posixpath
 import random
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import fsspec
@@ -64,7 +64,7 @@ class Storage(StorageCalls):
     def __init__(
         self,
         url: str | os.PathLike[str],
-        storage_options: dict[str, Any] | None = None,
+        storage_options: Mapping[str, Any] | Hidden | None = None,
         retry: RetryPolicy | None = None,
     ):
         url = os.fspath(url)
@@ -72,7 +72,7 @@ class Storage(StorageCalls):
             raise ValueError(
                 "`storage` is empty; give a local folder or a URL such as s3://bucket/prefix"
             )
-        self._options = Hidden(dict(storage_options or {}))
+        self._options = Hidden(storage_options)  # a RunConfig's StorageOptions too
         self.retry = retry or RetryPolicy()
         fs, root = fsspec.core.url_to_fs(url, **self.storage_options)
         self.protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
