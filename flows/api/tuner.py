@@ -24,7 +24,7 @@ from popflow.flows.spec.ray_configs import (
     refuse,
 )
 from popflow.flows.spec.run_args import load_run_args
-from popflow.infra.cluster.dask_cluster import use_cores
+from popflow.infra.cluster.dask_cluster import check_embedded_workers, check_gpus, use_cores
 from popflow.infra.storage.credentials import StorageOptions
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import ExperimentLog
@@ -77,6 +77,10 @@ def init(
         isinstance(num_gpus, bool) or not isinstance(num_gpus, int) or num_gpus < 0
     ):
         raise ValueError(f"`num_gpus` is {num_gpus!r}, but must be an int >= 0")
+    if num_cpus is not None:  # one embedded worker process per CPU
+        check_embedded_workers("num_cpus", num_cpus)
+    if num_gpus is not None:
+        check_gpus("num_gpus", num_gpus)
     if ignored:
         logger.info("popflow.init: ignoring %s (Ray-only)", sorted(ignored))
     _CLUSTER.address = address

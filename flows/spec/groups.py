@@ -12,7 +12,13 @@ from dataclasses import dataclass, field
 from distributed import Client
 
 from popflow.flows.spec.config import check_resources
-from popflow.infra.cluster.dask_cluster import dask_resources
+from popflow.infra.cluster.dask_cluster import (
+    check_embedded_workers,
+    dask_resources,
+    default_workers,
+    embedded_size,
+    gpus_available,
+)
 from popflow.infra.storage.folder import Storage
 from popflow.schedulers.validation import check_real, is_int
 
@@ -67,6 +73,33 @@ class ClusterSpec:
         if self.resources_per_trial is not None:
             check_resources("resources_per_trial", self.resources_per_trial)
         object.__setattr__(self, "resources", dask_resources(self.resources_per_trial))
+        if self.dask_address is None:  # the embedded cluster: this machine's
+            if self.n_workers is not None:
+                check_embedded_workers("n_workers", self.n_workers)
+            self._check_fits()
+
+    def _check_fits(self) -> None:
+        """A trial must fit one embedded worker (as in Ray, where a trial bigger than the
+        machine is refused): said now, before anything is written or started, rather
+        than once the workers are up."""
+        trial = self.resources or {}
+        if not trial:
+            return
+        gpus = gpus_available() if trial.get("GPU") else 0
+        size = embedded_size(
+            default_workers(), trial.get("CPU"), self.n_workers, gpus, trial.get("GPU")
+        )
+        for name, amount in trial.items():
+            offered = size.resources.get(name, 0.0)
+            if amount > offered:
+                ray_name = {"CPU": "cpu", "GPU": "gpu"}.get(name, name)
+                raise ValueError(
+                    f"`resources_per_trial[{ray_name!r}]` is {amount:g}, but the embedded "
+                    f"cluster's {size.n_workers} workers offer {offered:g} {name} each "
+                    f"(workers offer {size.resources}): ask for at most that, use fewer "
+                    "embedded workers (n_workers), popflow.init(num_cpus=..., num_gpus=...), "
+                    "or a Dask cluster of your own (dask_address)"
+                )
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from popflow.infra.store.layout import LOG_DIR, PARAMS
 from popflow.schedulers import FIFOScheduler, TrialScheduler
 from popflow.schedulers.domains import Categorical
 from popflow.schedulers.search_space import has_search_spaces
+from popflow.schedulers.variants import count_variants
 from popflow.tasks.trainable import (
     Trainable,
     is_function_trainable,
@@ -286,6 +287,32 @@ def check_search_alg(
         )
 
 
+#: Trials sampled up front at most (no ``search_alg``): each is a record in memory and a
+#: row of every commit (~1 KB and ~0.3 ms each, measured), so a billion would exhaust
+#: memory before the first segment. A searcher makes its trials one at a time.
+MAX_EAGER_TRIALS = 100_000
+
+
+def check_eager_trials(param_space: Mapping[str, Any], num_samples: int) -> None:
+    """ValueError naming ``num_samples`` if ``param_space`` sampled ``num_samples`` times
+    (each grid point ``num_samples`` times) is more than :data:`MAX_EAGER_TRIALS` trials."""
+    per_sample = count_variants(param_space, 1)
+    if per_sample > MAX_EAGER_TRIALS:
+        raise ValueError(
+            f"`param_space`'s grid_search values make {per_sample} trials, but at most "
+            f"{MAX_EAGER_TRIALS} are sampled up front; search fewer grid points, or pass a "
+            "`search_alg`, which suggests trials one at a time"
+        )
+    if per_sample * num_samples > MAX_EAGER_TRIALS:
+        grid = f" times {per_sample} grid points" if per_sample > 1 else ""
+        raise ValueError(
+            f"`num_samples` is {num_samples}, but must be between 1 and "
+            f"{max(1, MAX_EAGER_TRIALS // per_sample)} here: {num_samples}{grid} is more "
+            f"than the {MAX_EAGER_TRIALS} trials popflow samples up front; a `search_alg` "
+            "suggests trials one at a time, with no such bound"
+        )
+
+
 def _check_reachable(storage: Storage, name: str) -> None:
     """On an object store, one listing of the experiment's log folder, the last check:
     a missing bucket, credentials or endpoint fail here, as a StorageError naming what
@@ -333,6 +360,8 @@ def run_spec(
             "set them in one place only"
         )
     _check_class_saves(trainable, run_config.checkpoint_config, scheduler)
+    if tune_config.search_alg is None:  # the trials are sampled up front: bounded
+        check_eager_trials(param_space or {}, tune_config.num_samples)
     if tune_config.search_alg is not None:
         check_search_alg(tune_config.search_alg, tune_config.metric, tune_config.mode, param_space)
     name = run_config.name

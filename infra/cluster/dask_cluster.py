@@ -45,9 +45,75 @@ def default_workers() -> int:
     """The cores the embedded cluster uses: :func:`use_cores`'s, else this machine's."""
     if _CORES is not None:
         return _CORES
-    return max(
-        1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    )
+    return machine_cores()
+
+
+#: Embedded worker processes per core, at most: more only wait for the cores, each one
+#: a process of its own (Dask's LocalCluster would start any number, until memory ran out).
+MAX_WORKERS_PER_CORE = 4
+#: Memory one embedded worker process needs before any trial (measured: ~70 MB for
+#: Python, Dask and popflow's runner); the machine's memory bounds the workers by it.
+WORKER_MEMORY = 128 * 2**20
+#: GPUs ``popflow.init(num_gpus=...)`` may declare beyond those this machine has
+#: (logical GPUs, as Ray's: a test of the pinning needs none).
+MAX_LOGICAL_GPUS = 16
+
+
+def machine_cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def machine_memory() -> int:
+    """Bytes of memory this process's workers may use: Dask's limit (the machine's, a
+    cgroup's or ``RLIMIT_RSS``), less if ``RLIMIT_AS`` is lower."""
+    from distributed.system import MEMORY_LIMIT
+
+    limit = int(MEMORY_LIMIT)
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, OSError, ValueError):
+        return limit
+    return min(limit, soft) if soft > 0 else limit
+
+
+def max_embedded_workers() -> int:
+    """The most worker processes the embedded cluster starts on this machine: at most
+    :data:`MAX_WORKERS_PER_CORE` per core, and :data:`WORKER_MEMORY` each in memory."""
+    by_cores = machine_cores() * MAX_WORKERS_PER_CORE
+    return max(1, min(by_cores, machine_memory() // WORKER_MEMORY))
+
+
+def check_embedded_workers(argument: str, n: int) -> None:
+    """ValueError naming ``argument`` unless the embedded cluster can start ``n``
+    worker processes here (:func:`max_embedded_workers`); checked before the run
+    writes anything or starts a process."""
+    limit = max_embedded_workers()
+    if n > limit:
+        raise ValueError(
+            f"`{argument}` is {n}, but must be between 1 and {limit} on this machine: the "
+            f"embedded cluster starts one process per worker, at most {MAX_WORKERS_PER_CORE} "
+            f"per core ({machine_cores()} cores) and {WORKER_MEMORY // 2**20} MiB each "
+            f"({machine_memory() / 2**30:.1f} GiB of memory); for more, start a Dask "
+            "cluster of your own and pass its address as `dask_address`"
+        )
+
+
+def check_gpus(argument: str, gpus: int) -> None:
+    """ValueError naming ``argument`` if ``gpus`` is more than this machine's GPUs and more
+    than :data:`MAX_LOGICAL_GPUS` (each is a device name handed to workers)."""
+    if gpus > MAX_LOGICAL_GPUS:
+        found = detect_gpus()
+        if gpus > found:
+            raise ValueError(
+                f"`{argument}` is {gpus}, but must be between 0 and "
+                f"{max(found, MAX_LOGICAL_GPUS)}: this machine has {found} GPUs, and at most "
+                f"{MAX_LOGICAL_GPUS} may be declared beyond them"
+            )
 
 
 class EmbeddedSize(NamedTuple):

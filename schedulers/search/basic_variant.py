@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from popflow.schedulers.search.searcher import FINISHED, Searcher
-from popflow.schedulers.variants import Variant, resolve_variants
+from popflow.schedulers.variants import Variant, count_variants, resolve_variants
 
 
 class BasicVariantGenerator(Searcher):
@@ -48,8 +48,10 @@ class BasicVariantGenerator(Searcher):
         self._space: dict[str, Any] = {}
         self._num_samples = 1
         self._seed: int | None = None
-        self._variants: list[Variant] | None = None
-        self._next = 0
+        self._sampler: np.random.Generator | None = None  # made at the first suggestion
+        self._sample = 0  # samples (each a pass over the grid) begun
+        self._pending: list[Variant] = []  # the grid of the current sample, not yet suggested
+        self._made = 0
         self._tags: dict[str, str] = {}
         self._live: set[str] = set()
 
@@ -67,32 +69,39 @@ class BasicVariantGenerator(Searcher):
         seed = self._random_state if self._random_state is not None else self._seed
         return np.random.default_rng(seed)
 
-    def _generate(self) -> list[Variant]:
-        rng = self._rng()
-        variants: list[Variant] = []
-        for i in range(self._num_samples):
+    def _next_variant(self) -> Variant | None:
+        """The next variant, made when it is asked for (None: all were made): a
+        ``num_samples`` of a billion costs nothing up front, and the variants come in the
+        order, and with the values, of sampling them all at once."""
+        while not self._pending:
+            if self._sample >= self._num_samples:
+                return None
+            if self._sampler is None:
+                self._sampler = self._rng()
             space = self._space
-            if i < len(self.points_to_evaluate):
-                space = with_point(space, self.points_to_evaluate[i])
-            for v in resolve_variants(space, 1, rng):
-                variants.append(Variant(len(variants), v.config, v.resolved_vars))
-        return variants
+            if self._sample < len(self.points_to_evaluate):
+                space = with_point(space, self.points_to_evaluate[self._sample])
+            self._pending = resolve_variants(space, 1, self._sampler)
+            self._sample += 1
+        v = self._pending.pop(0)
+        self._made += 1
+        return Variant(self._made - 1, v.config, v.resolved_vars)
 
     def total(self) -> int:
-        """How many trials this generator makes."""
-        if self._variants is None:
-            self._variants = self._generate()
-        return len(self._variants)
+        """How many trials this generator makes (counted, not made)."""
+        points = self.points_to_evaluate[: self._num_samples]
+        rest = self._num_samples - len(points)
+        return sum(count_variants(with_point(self._space, p), 1) for p in points) + (
+            rest * count_variants(self._space, 1) if rest else 0
+        )
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
-        if self._variants is None:
-            self._variants = self._generate()
-        if self._next >= len(self._variants):
-            return FINISHED
-        if self.max_concurrent and len(self._live) >= self.max_concurrent:
+        more = bool(self._pending) or self._sample < self._num_samples
+        if more and self.max_concurrent and len(self._live) >= self.max_concurrent:
             return None
-        variant = self._variants[self._next]
-        self._next += 1
+        variant = self._next_variant()
+        if variant is None:
+            return FINISHED
         self._tags[trial_id] = variant.tag
         self._live.add(trial_id)
         return variant.config
