@@ -147,3 +147,37 @@ def test_the_log_writer_stops_with_lease_lost_when_a_newer_driver_changed_its_lo
     logs.close()
     logs2.close()
     assert (tmp_path / "t" / "result.json").read_text() == "1\n2\n"
+
+
+def test_a_resume_stalled_inside_its_adoption_changes_nothing_when_it_wakes(tmp_path):
+    """A resumer looked at a log and checked its lease, then stopped; a newer driver took
+    over, adopted the log and appended. The stale resumer's adoption, a rename of its cut
+    copy over the log, once truncated the newer driver's lines (and with the commits
+    that held them pruned, no resume could go on)."""
+    old, new = Storage(str(tmp_path)), Storage(str(tmp_path))
+    first = Storage(str(tmp_path))
+    first.append_text("1\n2\n", "t", "result.json")
+
+    def stall_then_newer_driver_runs() -> None:  # the stale resumer's lease check passed
+        new.adopt_log(4, "t", "result.json")
+        new.append_text("3\n", "t", "result.json")
+
+    with pytest.raises(LogChanged, match="adopted or replaced it"):
+        old.adopt_log(2, "t", "result.json", guard=stall_then_newer_driver_runs)
+    assert (tmp_path / "t" / "result.json").read_text() == "1\n2\n3\n"
+    new.append_text("4\n", "t", "result.json")  # the newer driver goes on
+    assert (tmp_path / "t" / "result.json").read_text() == "1\n2\n3\n4\n"
+    assert sorted(os.listdir(tmp_path / "t")) == ["result.json"]
+
+
+def test_an_adoption_whose_lease_check_fails_changes_nothing(tmp_path):
+    s = Storage(str(tmp_path))
+    s.append_text("1\n2\n", "t", "result.json")
+
+    def lost() -> None:
+        raise LeaseLost("a newer driver holds it")
+
+    with pytest.raises(LeaseLost):
+        Storage(str(tmp_path)).adopt_log(0, "t", "result.json", guard=lost)
+    assert (tmp_path / "t" / "result.json").read_text() == "1\n2\n"
+    s.append_text("3\n", "t", "result.json")  # still its writer's file

@@ -28,7 +28,7 @@ import os
 import posixpath
 import random
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import fsspec
@@ -326,11 +326,13 @@ class Storage(StorageCalls):
         uncommitted appends); never extends; fenced as :meth:`append_text`."""
         self._log_writes().cut(self.path(*parts), length)
 
-    def adopt_log(self, keep: int, *parts: str) -> None:
+    def adopt_log(self, keep: int, *parts: str, guard: Callable[[], None] = lambda: None) -> None:
         """Take over a derived log, cut back to at most ``keep`` bytes: later appends and
         cuts through this Storage object land on it, and a stalled earlier writer's do not
-        (a resume calls it for every log it goes on with, under its new lease)."""
-        self._log_writes().adopt(self.path(*parts), keep)
+        (a resume calls it for every log it goes on with, under its new lease). ``guard``
+        (the lease check) runs between looking at the log and replacing it, and the log
+        is replaced only if it is still the one looked at."""
+        self._log_writes().adopt(self.path(*parts), keep, guard)
 
     def _log_writes(self) -> LogWrites:
         if self._logs is None:

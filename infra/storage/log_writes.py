@@ -29,10 +29,12 @@ process: what a writer knows of its logs never travels to another process.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import logging
 import os
 import stat
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -142,15 +144,31 @@ class LogWrites:
             self._known.pop(path, None)
             raise LogChanged("truncate", self._url_of(path), str(c)) from None
 
-    def adopt(self, path: str, keep: int) -> None:
+    def adopt(self, path: str, keep: int, guard: Callable[[], None] = lambda: None) -> None:
         """Take the log at ``path`` over for this writer, cut back to at most ``keep``
         bytes (a resume, under the lease it just took): from now on only this writer's
-        writes land on it. Missing is fine (a later append creates it)."""
+        writes land on it. Missing is fine (a later append creates it).
+
+        In two steps around ``guard`` (the lease check): the log is looked at first, then
+        the lease checked, then the log replaced only if it is still the one looked at
+        (local disk: an atomic exchange, undone if it was not; object stores: a PUT
+        conditional on the ETag read). A driver stalled after its check, woken after a
+        newer driver adopted the log, so changes nothing.
+        """
         self._known.pop(path, None)
-        if self._local:
-            self._call("adopt", path, lambda: self._adopt_local(path, keep), retry=False)
-        else:
-            self._adopt_object(path, keep)
+        try:
+            if self._local:
+                seen = self._call("adopt", path, lambda: _look_local(path, keep), retry=False)
+                guard()
+                if seen is not None:
+                    self._call("adopt", path, lambda: self._replace_local(path, seen), retry=False)
+            else:
+                got = self._get(path)
+                guard()
+                if got is not None:
+                    self._adopt_object(path, keep, *got)
+        except _Conflict as c:
+            raise LogChanged("adopt", self._url_of(path), str(c)) from None
 
     # -- local disk ------------------------------------------------------------------
     def _append_local(self, path: str, data: bytes) -> int:
@@ -218,25 +236,13 @@ class LogWrites:
         finally:
             os.close(fd)
 
-    def _adopt_local(self, path: str, keep: int) -> None:
-        try:
-            fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
-        except FileNotFoundError:
-            return
-        except OSError as e:
-            if e.errno == errno.ELOOP:  # a link planted at a log's name: never followed
-                raise _Refused(path) from None
-            raise
-        try:
-            if not _is_file(fd):
-                raise _Refused(path)
-            data = _read_prefix(fd, keep)
-        finally:
-            os.close(fd)
+    def _replace_local(self, path: str, seen: _Seen) -> None:
+        """Put a new file holding ``seen.data`` at ``path`` if ``path`` is still the file
+        ``seen`` looked at; record it as this writer's."""
         tmp = local_files.staging_name(path)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
         try:
-            _write_all(fd, data)
+            _write_all(fd, seen.data)
             st = os.fstat(fd)
         except BaseException:
             os.close(fd)
@@ -245,12 +251,11 @@ class LogWrites:
             raise
         os.close(fd)
         try:
-            os.replace(tmp, path)
-        except BaseException:
+            _swap_if(tmp, path, (seen.dev, seen.ino))
+        finally:
             with contextlib.suppress(OSError):
-                os.remove(tmp)
-            raise
-        self._known[path] = _Local(st.st_dev, st.st_ino, len(data))
+                os.remove(tmp)  # the old file, exchanged out (or ours, not swapped in)
+        self._known[path] = _Local(st.st_dev, st.st_ino, len(seen.data))
 
     # -- object stores -----------------------------------------------------------------
     def _append_object(self, path: str, data: bytes) -> int:
@@ -279,11 +284,7 @@ class LogWrites:
         old = known.content if known.content is not None else self._read_known(path, known)
         self._put_if(path, old[:length], known.etag, "truncate")
 
-    def _adopt_object(self, path: str, keep: int) -> None:
-        got = self._get(path)
-        if got is None:
-            return
-        data, etag = got
+    def _adopt_object(self, path: str, keep: int, data: bytes, etag: str) -> None:
         if len(data) > keep:
             self._known[path] = _Object(etag, len(data), None)  # the expectation of the cut
             self._put_if(path, data[:keep], etag, "adopt")
@@ -441,16 +442,76 @@ class _Refused(UnsafePath):
         )
 
 
+@dataclass
+class _Seen:
+    """A local log as a resume looked at it: its file and the part it keeps."""
+
+    dev: int
+    ino: int
+    data: bytes
+
+
+def _look_local(path: str, keep: int) -> _Seen | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # a link planted at a log's name: never followed
+            raise _Refused(path) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _Refused(path)
+        return _Seen(st.st_dev, st.st_ino, _read_prefix(fd, keep))
+    finally:
+        os.close(fd)
+
+
+#: renameat2's flag: swap two names atomically (Linux 3.15+; ext4, tmpfs, xfs, btrfs)
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+_libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swap the files at ``a`` and ``b`` in one step; False where the system cannot."""
+    fn = getattr(_libc, "renameat2", None)
+    if fn is None:
+        return False
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    if err == errno.ENOENT:
+        raise _Conflict("it was removed")
+    raise OSError(err, os.strerror(err), b)
+
+
+def _swap_if(new: str, path: str, expected: tuple[int, int]) -> None:
+    """Put ``new`` at ``path`` only if ``path`` is the file ``expected`` (device, inode);
+    the old file ends at ``new``'s name. Where the system has no atomic exchange, a check
+    and a rename (a stall between them is not fenced there)."""
+    if not _exchange(new, path):
+        st = os.lstat(path)
+        if (st.st_dev, st.st_ino) != expected:
+            raise _Conflict("another driver adopted or replaced it since this one looked")
+        os.rename(new, path)
+        return
+    old = os.lstat(new)
+    if (old.st_dev, old.st_ino) != expected:  # swapped out a newer driver's log: undo
+        _exchange(new, path)
+        raise _Conflict("another driver adopted or replaced it since this one looked")
+
+
 _Missing = object()
 _NoConditional = object()
 
 
 def _etag(put_response: Any) -> str:
     return str(put_response.get("ETag", "")) if isinstance(put_response, Mapping) else ""
-
-
-def _is_file(fd: int) -> bool:
-    return stat.S_ISREG(os.fstat(fd).st_mode)
 
 
 def _read_prefix(fd: int, limit: int) -> bytes:
