@@ -335,8 +335,9 @@ def restore_records(
         if folder not in names and is_name(folder) and not folder.endswith(ROOT_FILES):
             unsized += [f"{folder}/{f}" for f in LOGS if f in storage.listdir(folder)]
     for path in dict.fromkeys([*derived, GLOBAL_POLICY, *unsized]):
-        guard()  # adopted: a stalled earlier driver's late appends land on no log read
-        storage.adopt_log(derived.get(path, 0), path)
+        # adopted: a stalled earlier driver's late appends land on no log read; the lease
+        # is checked between looking at the log and replacing it
+        storage.adopt_log(derived.get(path, 0), path, guard=guard)
     rebuild_tails(storage, commit, log, guard)
     records = [
         TrialRecord.from_state(t, last_result(storage, t["dirname"], t["num_results"], strict=True))
