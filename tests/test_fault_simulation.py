@@ -5,6 +5,7 @@ exploration of many schedules with the invariants checked after each."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Callable
@@ -20,12 +21,14 @@ from popflow.flows.simulation import (
     Schedule,
     SimulatedCrash,
     explore,
+    random_schedule,
     run_schedule,
     shrink,
 )
 from popflow.flows.simulation import world as simulated_world
 from popflow.flows.simulation.faults import FaultStorage
 from popflow.flows.simulation.scenarios import Accumulator
+from popflow.infra.storage import log_writes
 from popflow.infra.storage.folder import Storage
 from popflow.schedulers import PopulationBasedTraining, uniform
 from popflow.tasks.progress import VOLATILE_FIELDS
@@ -212,6 +215,33 @@ def known_open(schedule: str, broke: set[str]) -> bool:
     return broke <= allowed
 
 
+#: Open too (found once the simulator looked at a finished experiment before the next
+#: resume repairs it): a resumer stopped just before it adopts a log, past its lease check,
+#: wakes after a newer driver finished and renames the part it kept over the finished log:
+#: a reader sees it cut short (hyperband/4x4/s1:38=crash,59=stall: result.json [] under
+#: a commit of 4; pbt/2x4/s2:29=crash_after,49=stall_force: progress.csv []). Lines added
+#: (break 1) are never among them.
+_ITERATIONS = re.compile(r"\[([0-9, ]*)\]")
+
+
+def cut_short(ran: Ran) -> bool:
+    """Every "exactly once" that ``ran`` broke is a log cut short, seen when a stale
+    driver stopped: no line repeated, none more than its commit counts."""
+    for problem in ran.problems:
+        if not problem.startswith("exactly once"):
+            continue
+        if not problem.startswith("exactly once: when driver"):
+            return False
+        for listed in _ITERATIONS.findall(problem):
+            numbers = [int(n) for n in listed.split(",") if n.strip()]
+            if numbers != list(range(1, len(numbers) + 1)):
+                return False
+        counts = re.search(r"has (\d+) results, its commit (\d+)", problem)
+        if counts and int(counts[1]) > int(counts[2]):
+            return False
+    return True
+
+
 def test_a_thousand_schedules_break_no_invariant_but_the_open_findings():
     """>= 1,000 seeded schedules (every fault kind, two drivers and more) in <= 2 minutes;
     each checked for exactly-once results, one writer, nothing outside the experiment,
@@ -223,7 +253,69 @@ def test_a_thousand_schedules_break_no_invariant_but_the_open_findings():
         f"seed {s}: {ran.schedule}: {ran.problems}"
         for s, ran in found.failures
         if not known_open(str(ran.schedule), set(ran.broke))
+        and not (known_open(str(ran.schedule), ran.broke - {"exactly once"}) and cut_short(ran))
     ]
     assert unexpected == []
     assert found.schedules == 1000
     assert seconds <= 120, f"{found.schedules} schedules took {seconds:.0f} s"
+
+
+def _unfenced_append(self: log_writes.LogWrites, path: str, data: bytes) -> int:
+    """A local append as before issue 46's fix: ``open("ab")``, no fence."""
+    with open(path, "ab") as f:
+        f.write(data)
+    return os.path.getsize(path)
+
+
+def test_a_stale_drivers_append_on_top_of_a_finished_experiment_is_found(monkeypatch):
+    """Issue 46, break 1, as the simulator finds it on the code before the fix (seed 2):
+    driver 0 stops at a result.json append of its final flush, past its lease check;
+    driver 1 takes over and finishes; driver 0 wakes and appends on top. A reader looks
+    before anyone resumes the experiment again (a resume repairs the logs and hid it)."""
+    monkeypatch.setattr(log_writes.LogWrites, "_append_local", _unfenced_append)
+    ran = run_schedule(Schedule.parse("pbt/2x3/s2:42=stall"))
+    assert ran.drivers[:2] == ["0:lost(LeaseLost)", "1:finished"]
+    assert (
+        "exactly once: when driver 0 stopped (lost), Accumulator_81322_00000/result.json has "
+        "iterations [1, 2, 3, 3]"
+    ) in ran.problems
+
+
+@pytest.mark.parametrize("fault", ["stall", "stall_inside"])
+def test_the_same_schedule_leaves_a_fenced_log_as_the_newer_driver_left_it(fault):
+    """On the code as it is, the stale driver's append (stalled before the call, or inside
+    it past the fence's check, before its bytes land) changes nothing a reader sees."""
+    ran = run_schedule(Schedule.parse(f"pbt/2x3/s2:42={fault}"))
+    assert ran.drivers[:2] == ["0:lost(LeaseLost)", "1:finished"]
+    assert ran.fired == [(42, Fault(fault))]
+    assert ran.problems == []
+
+
+def test_stall_inside_parks_the_driver_past_the_fences_check_before_its_bytes(monkeypatch):
+    """A STALL_INSIDE at a local append stops the driver after the append looked at the
+    log (its device, inode and size) and before the bytes are written."""
+    events: list[str] = []
+    check = log_writes.LogWrites._open_known
+    stall = simulated_world.World.stall
+
+    def checked(self: log_writes.LogWrites, path: str, *args: Any) -> int:
+        events.append(f"checked {os.path.basename(path)}")
+        return check(self, path, *args)
+
+    def stalled(world: simulated_world.World, driver: simulated_world.Driver, force: bool) -> None:
+        events.append(f"stalled {driver.number}")
+        stall(world, driver, force)
+
+    monkeypatch.setattr(log_writes.LogWrites, "_open_known", checked)
+    monkeypatch.setattr(simulated_world.World, "stall", stalled)
+    ran = run_schedule(Schedule.parse("pbt/2x3/s2:42=stall_inside"))
+    assert events[events.index("stalled 0") - 1] == "checked result.json"
+    assert ran.problems == []
+
+
+def test_random_stalls_stop_inside_their_call_without_changing_the_seeds_schedules():
+    """Half the drawn stalls are STALL_INSIDE, chosen apart from the seed's other draws."""
+    drawn = [random_schedule(seed) for seed in range(300)]
+    faults = [f for schedule in drawn for _, f in schedule.faults]
+    assert Fault.STALL_INSIDE in faults and Fault.STALL in faults
+    assert random_schedule(2) == Schedule.parse("pbt/2x3/s2:42=stall_inside")

@@ -29,7 +29,7 @@ from popflow.flows.experiment.trial_table import is_finished
 from popflow.flows.simulation.faults import Fault, Scenario, Schedule
 from popflow.flows.simulation.invariants import outcome, violations
 from popflow.flows.simulation.scenarios import LEASE_TTL, NAME, spec_for
-from popflow.flows.simulation.world import World
+from popflow.flows.simulation.world import Driver, World
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import ExperimentLog
 
@@ -48,6 +48,8 @@ WEIGHTS: dict[Fault, float] = {
     Fault.GARBLE_LEASE: 1,
     Fault.DAMAGE_CHECKPOINT: 2,
 }
+#: The share of drawn stalls that stop inside their call (Fault.STALL_INSIDE)
+STALL_INSIDE_SHARE = 0.5
 #: What sits beside the experiment: it must be left as it is
 BESIDE = ("other", "victim.txt")
 BESIDE_TEXT = "nobody writes here\n"
@@ -112,6 +114,10 @@ def _run(schedule: Schedule, reference: dict[str, Any] | None) -> tuple[Ran, dic
             latest = ExperimentLog(experiment).latest()
             return latest is not None and is_finished(latest)
 
+        def look(ended: Driver) -> list[str]:
+            return _as_a_reader_sees(experiment, ended)
+
+        world.look = look
         world.run(finished)
         problems = list(world.problems)
         try:
@@ -132,6 +138,22 @@ def _run(schedule: Schedule, reference: dict[str, Any] | None) -> tuple[Ran, dic
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _as_a_reader_sees(experiment: Storage, ended: Driver) -> list[str]:
+    """The invariants a reader of the finished ``experiment`` finds broken right after
+    ``ended`` stopped (each line says when)."""
+    when = f"when driver {ended.number} stopped ({ended.outcome}), "
+    try:
+        seen = outcome(experiment)
+    except Exception as e:  # a folder no reader can read is a finding too
+        return [f"readable: {when}{type(e).__name__}: {e}"]
+    found = []
+    for problem in violations(seen, [], None):
+        invariant, _, what = problem.partition(": ")
+        if invariant != "ends":
+            found.append(f"{invariant}: {when}{what}")
+    return found
+
+
 def _unique(items: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
@@ -142,7 +164,8 @@ def random_schedule(
     weights: dict[Fault, float] | None = None,
 ) -> Schedule:
     """The schedule of ``seed``: a scenario of ``kinds`` and 1-3 faults drawn by
-    ``weights`` (default :data:`WEIGHTS`) at calls an undisturbed run makes."""
+    ``weights`` (default :data:`WEIGHTS`) at calls an undisturbed run makes; of the
+    stalls, :data:`STALL_INSIDE_SHARE` stop inside their call."""
     rng = random.Random(seed)
     scenario = Scenario(rng.choice(kinds), rng.randint(2, 4), rng.randint(3, 5), rng.randint(1, 2))
     calls = undisturbed(scenario).calls
@@ -151,6 +174,12 @@ def random_schedule(
     chosen: dict[int, Fault] = {}
     for _ in range(rng.choice((1, 1, 2, 2, 3))):
         chosen[rng.randrange(calls)] = rng.choices(faults, [table[f] for f in faults])[0]
+    # Half the stalls stop inside their call (past its checks, before its bytes): drawn
+    # from a stream of their own, so every seed keeps the scenario and faults it had
+    inside = random.Random(f"stall_inside/{seed}")
+    for index in sorted(chosen):
+        if chosen[index] is Fault.STALL and inside.random() < STALL_INSIDE_SHARE:
+            chosen[index] = Fault.STALL_INSIDE
     return Schedule(scenario, tuple(sorted(chosen.items(), key=lambda p: p[0])))
 
 

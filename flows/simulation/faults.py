@@ -54,6 +54,10 @@ class Fault(enum.Enum):
     STALL = "stall"
     #: as STALL, but the other driver forces a takeover at once (--force-takeover)
     STALL_FORCE = "stall_force"
+    #: as STALL, but inside the call: past the call's own checks, just before its bytes
+    #: land (a derived log's append or adoption on local disk, where the check and the
+    #: write are two steps of one call); at other calls, as STALL
+    STALL_INSIDE = "stall_inside"
     #: a lease file is planted for the next epoch with ttl and expiry 1e300, an hour old
     FORGE_LEASE = "forge_lease"
     #: a garbled lease file ``99999999.json`` is planted

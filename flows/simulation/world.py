@@ -13,6 +13,10 @@ schedule alone, so a schedule replays exactly:
   (until it stops: it lost its lease); with none parked, an experiment not yet finished
   is resumed by a new driver (a crash, a failure, a stale driver's stop), a held lease
   waited out first;
+- when a driver ends and the experiment is finished but the world goes on (a parked
+  driver wakes, or a new one starts after a stale one stopped), a reader looks at the
+  experiment first (``look``): what a stale driver wrote on top of a finished
+  experiment shows there, before a later resume repairs it;
 - at most :data:`MAX_DRIVERS` drivers and :data:`MAX_CALLS` storage calls each: past
   either, the schedule fails as "did not end".
 
@@ -42,6 +46,7 @@ from popflow.flows.simulation.faults import (
     SimulatedCrash,
 )
 from popflow.flows.spec.run_spec import RunSpec
+from popflow.infra.storage import log_writes
 from popflow.infra.storage.errors import StorageError
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.layout import (
@@ -70,8 +75,47 @@ WATCHDOG_S = 60.0
 DELAY_S = 3.0
 #: Calls that change what is stored
 WRITES = frozenset(
-    {"write", "create", "append", "truncate", "upload", "rename", "copy", "remove", "mkdir"}
+    {
+        "write",
+        "create",
+        "append",
+        "truncate",
+        "adopt",
+        "upload",
+        "rename",
+        "copy",
+        "remove",
+        "mkdir",
+    }
 )
+
+
+#: Calls inside which a STALL_INSIDE parks the driver: a local log's append, its adoption
+INSIDE_OPS = frozenset({"append", "adopt"})
+
+#: A STALL_INSIDE in progress: what the next log write in this thread does first
+_inside = threading.local()
+#: log_writes' own byte writer
+_write_all: Callable[[int, bytes], None] = getattr(
+    log_writes._write_all, "__wrapped__", log_writes._write_all
+)
+
+
+def _write_after_stall(fd: int, data: bytes) -> None:
+    """log_writes' byte writer, that first parks the driver when a STALL_INSIDE is due."""
+    stall = getattr(_inside, "stall", None)
+    if stall is not None:
+        _inside.stall = None
+        stall()
+    _write_all(fd, data)
+
+
+# The seam a STALL_INSIDE stops at: every byte of a derived log written on local disk (an
+# append past its fence check; an adoption's copy, before it is renamed over the log) goes
+# through log_writes._write_all. Wrapped once, for every thread; the wrapper does nothing
+# unless this thread's driver is due to stall.
+_write_after_stall.__wrapped__ = _write_all  # type: ignore[attr-defined]
+log_writes._write_all = _write_after_stall
 
 
 class Runaway(BaseException):
@@ -119,6 +163,18 @@ class Driver:
         if op in WRITES and not world.inside(path):
             world.outside.append(f"driver {self.number} {op} {path}")
         fault = world.faults.get(index)
+        if fault is Fault.STALL_INSIDE and op in INSIDE_OPS and storage.is_local:
+            world.fired.append((index, fault))
+            _inside.stall = lambda: world.stall(self, force=False)
+            try:
+                out = run()  # a fence that refuses the call raises before any byte: no stall
+            finally:
+                stalled = _inside.stall is None
+                _inside.stall = None
+            if not stalled:  # it wrote no bytes (an adoption of a log that is not there)
+                world.stall(self, force=False)
+            world.wrote(self, op, path, out)
+            return out
         if fault is not None:
             world.fired.append((index, fault))
             world.apply(self, fault, storage)
@@ -165,6 +221,10 @@ class World:
     drivers: list[Driver] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     intercepting: Driver | None = None
+    #: the invariants a reader of the experiment finds broken now (given the driver that
+    #: just ended): asked when a driver ends with the experiment finished and the world
+    #: goes on, its answers kept as problems
+    look: Callable[[Driver], list[str]] | None = None
     _baton: int | None = None  # the driver number that may run; None: the world
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _stalled: list[Driver] = field(default_factory=list)
@@ -204,8 +264,8 @@ class World:
     def apply(self, driver: Driver, fault: Fault, storage: FaultStorage) -> None:
         if fault is Fault.DELAY:
             self.clock.sleep(DELAY_S)
-        elif fault in (Fault.STALL, Fault.STALL_FORCE):
-            self._stall(driver, force=fault is Fault.STALL_FORCE)
+        elif fault in (Fault.STALL, Fault.STALL_FORCE, Fault.STALL_INSIDE):
+            self.stall(driver, force=fault is Fault.STALL_FORCE)
         elif fault is Fault.FORGE_LEASE:
             newest = max(lease_epochs(self.experiment), default=0)
             forged = {"host": "elsewhere", "pid": 1, "epoch": newest + 1, "ttl": 1e300}
@@ -247,7 +307,8 @@ class World:
             if not self._cond.wait_for(lambda: self._baton == me, timeout=WATCHDOG_S):
                 raise Deadlock(f"the baton never came back to {me} (it is with {self._baton})")
 
-    def _stall(self, driver: Driver, force: bool) -> None:
+    def stall(self, driver: Driver, force: bool) -> None:
+        """Park ``driver`` (its thread waits here) until the world wakes it."""
         driver.parked = True
         self._stalled.append(driver)
         self._next = ("stalled", force)
@@ -319,9 +380,13 @@ class World:
                 if ended.thread is not None:
                     ended.thread.join(WATCHDOG_S)
                 held = held + 1 if ended.outcome == "held" else 0
+                done = finished()
+                last = done and ended.outcome == "finished" and not self._stalled
+                if done and not last and self.look is not None:
+                    self.problems += self.look(ended)  # what a reader sees before anyone repairs
                 if self._stalled:
                     driver = self._stalled.pop()  # the newest parked one wakes
-                elif finished() and ended.outcome == "finished":
+                elif last:
                     return
                 elif held >= MAX_HELD:
                     self.problems.append(
