@@ -31,7 +31,12 @@ from test_nothing_lost import damage  # noqa: E402
 from popflow.infra.storage.folder import Storage  # noqa: E402
 from popflow.infra.store.checkpoints import CheckpointError, verify_in_place  # noqa: E402
 from popflow.infra.store.commit_log import DamagedCommit, ExperimentLog, decode_commit  # noqa: E402
-from popflow.infra.store.layout import MANIFEST, commit_path, commit_seqs  # noqa: E402
+from popflow.infra.store.layout import (  # noqa: E402
+    MANIFEST,
+    commit_path,
+    commit_seqs,
+    pruned_seqs,
+)
 from popflow.infra.store.lease import lease_holder  # noqa: E402
 
 DRIVER = os.path.join(TESTS, "crash_driver.py")
@@ -140,12 +145,13 @@ def poll(condition: Any, driver: Driver | None, timeout: float = 300.0) -> bool:
 
 
 def commits(experiment: str) -> list[int]:
-    """The experiment's commit numbers now (pruned ones gone)."""
+    """The experiment's commit numbers now (not the pruned ones, gone or tombstones)."""
     try:
         names = os.listdir(os.path.join(experiment, ".popflow", "commits"))
     except FileNotFoundError:
         return []
-    return commit_seqs(names)
+    pruned = set(pruned_seqs(names))
+    return [n for n in commit_seqs(names) if n not in pruned]
 
 
 def holder_pid(experiment: str) -> int | None:

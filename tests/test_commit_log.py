@@ -14,13 +14,15 @@ from support.examples import examples
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store import commit_log as experiment_log
 from popflow.infra.store.commit_log import (
+    CommitConflict,
     DamagedLog,
     ExperimentLog,
+    PrunedCommit,
     decode_commit,
     encode_commit,
 )
 from popflow.infra.store.json_delta import Changed, diff, patch
-from popflow.infra.store.layout import commit_path
+from popflow.infra.store.layout import COMMITS, commit_path
 from popflow.infra.store.state_text import StateText
 
 json_values = st.recursive(
@@ -218,6 +220,121 @@ def test_commits_whose_lines_wait_for_a_flush_are_kept_until_the_logs_hold_them(
     log.commit(payload(42), logs_through=0)
     assert log.commit_numbers() == list(range(newest_snapshot, 43))
     committed(ExperimentLog(storage).latest(), 42)
+
+
+# -- a pruned number stays taken: a stale driver's commit cannot land there ---------------
+
+
+def take_over_and_prune(
+    storage: Storage, epoch: int, first_round: int, number: int
+) -> ExperimentLog:
+    """A newer driver (``epoch``) resumes the log and commits until commit ``number`` is
+    pruned (its commits start at round ``first_round``)."""
+    new = ExperimentLog(storage)
+    new.find_latest()
+    new.epoch = epoch
+    for r in range(first_round, first_round + 200):
+        new.commit(payload(r))
+        if number not in new.commit_numbers():
+            return new
+    raise AssertionError(f"commit {number} was never pruned")
+
+
+def stale_commit_refused(storage: Storage, stale: ExperimentLog, by: int) -> None:
+    """``stale`` (woken after a takeover) cannot commit; what a reader sees is unchanged."""
+    numbers = ExperimentLog(storage).commit_numbers()
+    latest = ExperimentLog(storage).latest()
+    with pytest.raises(CommitConflict) as refused:
+        stale.commit(payload(stale.seq + 1))
+    assert refused.value.epoch == by
+    reader = ExperimentLog(storage)
+    assert reader.commit_numbers() == numbers and reader.latest() == latest
+    epochs = [reader.read_record(n)["epoch"] for n in numbers]
+    assert set(epochs) == {by}  # every commit a reader lists is the new driver's
+
+
+@pytest.mark.unit
+def test_a_stale_driver_cannot_commit_under_a_number_the_new_driver_pruned(tmp_path):
+    """Driver A (epoch 1) committed 1..3 and stopped before 4; B (epoch 2) took over, wrote
+    4 (its first) and more, and pruned 4. A wakes: its commit 4 is refused (before, it was
+    created: create-only is no fence for a deleted number)."""
+    storage = Storage(str(tmp_path))
+    stale = ExperimentLog(storage)
+    stale.epoch = 1
+    for r in range(1, 4):
+        stale.commit(payload(r))
+    take_over_and_prune(storage, epoch=2, first_round=4, number=4)
+    stale_commit_refused(storage, stale, by=2)
+    with pytest.raises(PrunedCommit):  # its file is a tombstone, never listed
+        ExperimentLog(storage).read_record(4)
+    assert "00000004.pruned" in storage.listdir(COMMITS)
+
+
+@pytest.mark.unit
+def test_a_stale_driver_that_never_committed_cannot_write_commit_one_after_it_was_pruned(
+    tmp_path,
+):
+    """A (epoch 1) took the lease of a new experiment and stopped before its first commit;
+    B (epoch 2) started it afresh and pruned commit 1; A wakes."""
+    storage = Storage(str(tmp_path))
+    stale = ExperimentLog(storage)
+    stale.epoch = 1
+    take_over_and_prune(storage, epoch=2, first_round=1, number=1)
+    stale_commit_refused(storage, stale, by=2)
+
+
+@pytest.mark.unit
+def test_each_takeover_keeps_its_first_number_and_only_that(tmp_path):
+    """Three drivers in a row: each one's first commit is kept as a tombstone when pruned,
+    every other pruned commit is deleted; a stale driver of each earlier epoch is refused."""
+    storage = Storage(str(tmp_path))
+    a = ExperimentLog(storage)
+    a.epoch = 1
+    for r in range(1, 4):
+        a.commit(payload(r))
+    b = ExperimentLog(storage)
+    b.find_latest()
+    b.epoch = 2
+    for r in range(4, 7):
+        b.commit(payload(r))
+    c = take_over_and_prune(storage, epoch=3, first_round=7, number=7)
+    pruned = sorted(n for n in storage.listdir(COMMITS) if n.endswith(".pruned"))
+    assert pruned == ["00000001.pruned", "00000004.pruned", "00000007.pruned"]
+    stale_commit_refused(storage, a, by=3)  # A's 4 is a tombstone B's first left
+    stale_commit_refused(storage, b, by=3)
+    c.commit(payload(c.seq + 1))
+    assert c.state["fences"] == []  # all three pruned: a state names the kept ones only
+
+
+@pytest.mark.unit
+def test_a_log_written_before_fences_keeps_every_commit_it_had_when_pruned(tmp_path):
+    """Commits of an older version carry no ``fences``: the driver that resumes them takes
+    every kept commit as one, so a stale driver of that version is refused at any of them."""
+    storage = Storage(str(tmp_path))
+    for seq in range(1, 4):
+        state = {k: v for k, v in payload(seq).items() if k in experiment_log.STATE_KEYS}
+        record = {k: v for k, v in payload(seq).items() if k not in state}
+        data = encode_commit({**record, "seq": seq, "epoch": 1}, json.dumps(state))
+        assert storage.create_bytes(data, commit_path(seq))
+    assert ExperimentLog(storage).latest()["round"] == 3  # readable as it is
+    stale = ExperimentLog(storage)
+    stale.epoch, stale.seq = 1, 1  # stopped before its commit 2
+    take_over_and_prune(storage, epoch=2, first_round=4, number=4)
+    stale_commit_refused(storage, stale, by=2)
+
+
+@pytest.mark.integration
+def test_a_stale_driver_cannot_commit_under_a_pruned_number_on_s3(s3_url, s3_server):
+    """The same on S3: the tombstone's name is taken, so the conditional PUT
+    (``If-None-Match: *``) of A's commit is refused by the store."""
+    _, options = s3_server
+    storage = Storage(f"{s3_url}/stale-prune", options)
+    stale = ExperimentLog(storage)
+    stale.epoch = 1
+    for r in range(1, 4):
+        stale.commit(payload(r))
+    take_over_and_prune(storage, epoch=2, first_round=4, number=4)
+    stale_commit_refused(storage, stale, by=2)
 
 
 # -- commits of what changed (StateText, Changed) ------------------------------------------

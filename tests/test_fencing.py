@@ -16,6 +16,7 @@ from support.driving import DRIVER, drive, read_experiment
 from support.lease_holder import hold_lease
 from support.polling import wait_for
 
+from popflow.flows.experiment.opening import _take_over
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import CommitConflict, ExperimentLog
 from popflow.infra.store.layout import lease_path
@@ -88,6 +89,27 @@ def test_a_commit_is_never_written_twice(tmp_path):
         first.commit({"trials": [], "round": 0})
     assert info.value.epoch == 2
     assert ExperimentLog(storage).latest()["epoch"] == 2
+
+
+@pytest.mark.unit
+def test_a_driver_woken_inside_its_takeover_after_a_newer_one_finished_commits_nothing(tmp_path):
+    """Driver epoch 2 took the lease and stopped inside its takeover, before it read the
+    newest commit; driver epoch 3 took over and finished. Epoch 2 wakes and reads epoch
+    3's commit as the newest: it stops (LeaseLost). Before, it published its takeover
+    marker after it (nothing conflicted: the newer driver wrote no more commits)."""
+    storage = Storage(str(tmp_path))
+    first, newer = ExperimentLog(storage), ExperimentLog(storage)
+    first.epoch, newer.epoch = 1, 3
+    commit = {"trials": [], "round": 1, "scheduler": {}, "derived": {}, "results": {}}
+    first.commit(commit)
+    newer.find_latest()
+    newer.commit({**commit, "round": 2})
+    stale = ExperimentLog(storage)
+    stale.epoch = 2
+    with pytest.raises(LeaseLost, match="commit 2 was written by driver epoch 3"):
+        _take_over(stale)
+    assert ExperimentLog(storage).commit_numbers() == [1, 2]
+    assert ExperimentLog(storage).latest()["epoch"] == 3
 
 
 @pytest.mark.unit

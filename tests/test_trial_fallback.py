@@ -1,10 +1,12 @@
-"""The trial table's two rules about what survives a fault: a damaged checkpoint's fallback
+"""The trial table's rules about what survives a fault: a damaged checkpoint's fallback
 follows the trial's lineage (never a state from before an exploit under the config the
-exploit chose), and an experiment is finished only when its search is exhausted and
-every trial ended (a searcher's first commit holds no trial)."""
+exploit chose), a trial's first config outlives its exploits (its params.json), and an
+experiment is finished only when its search is exhausted and every trial ended (a
+searcher's first commit holds no trial)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -12,6 +14,7 @@ import pytest
 from popflow.flows.driver.retention import retire_checkpoints
 from popflow.flows.experiment.commit_paths import UnsafePath, check_commit_paths
 from popflow.flows.experiment.commit_shape import problem_of_commit
+from popflow.flows.experiment.opening import remove_uncommitted
 from popflow.flows.experiment.trial_table import (
     TrialRecord,
     clone_into,
@@ -20,7 +23,8 @@ from popflow.flows.experiment.trial_table import (
     pinned,
 )
 from popflow.flows.spec.config import CheckpointConfig
-from popflow.infra.store.layout import checkpoint_path
+from popflow.infra.storage.folder import Storage
+from popflow.infra.store.layout import PARAMS, checkpoint_path
 from popflow.schedulers import Exploit, Trial, TrialStatus
 from popflow.tasks.specs import CheckpointRecord
 
@@ -164,6 +168,32 @@ def test_the_cloned_state_is_kept_and_committed_with_the_trial():
     forged = {**state, "start": {**state["start"], "restore": "../../victim/checkpoint_000001"}}
     with pytest.raises(UnsafePath, match="lineage"):
         check_commit_paths({**commit, "trials": [src.state(), forged]}, "mem://exp")
+
+
+def test_a_params_json_written_on_resume_holds_the_config_the_trial_started_with(tmp_path):
+    """The driver died after the commit that started the trial and then exploited it, before
+    it wrote its params.json: the resume writes the first config (Ray's), not the exploit's
+    (it wrote a=40 for a trial that started with a=20). The first config is committed with
+    the trial once an exploit changes its config; older commits lack it."""
+    _, clone = synch_pair()  # clone started with a=20, took a=40 at its exploit
+    exploit(clone, clone)  # a second exploit (its own state, resampled): still a=20 first
+    state = json.loads(json.dumps(clone.state()))  # as a commit stores it
+    assert state["config"] == {"a": 40} and state["first_config"] == {"a": 20}
+    assert (
+        problem_of_commit({"round": 1, "trials": [state], "scheduler": {}, "derived": {}}) is None
+    )
+    again = TrialRecord.from_state(state, {})
+    assert again.params == {"a": 20} and again.trial.config == {"a": 40}
+    (tmp_path / again.dirname).mkdir()
+    remove_uncommitted(Storage(str(tmp_path)), [again])
+    assert json.loads((tmp_path / again.dirname / PARAMS).read_text()) == {"a": 20}
+
+    older = {k: v for k, v in state.items() if k != "first_config"}
+    assert TrialRecord.from_state(older, {}).params == {"a": 40}  # as before: its config
+    wrong = {**state, "first_config": [1]}
+    assert "first_config" in problem_of_commit(
+        {"round": 1, "trials": [wrong], "scheduler": {}, "derived": {}}
+    )
 
 
 def test_old_checkpoints_without_a_lineage_mark_fall_back_by_iteration():

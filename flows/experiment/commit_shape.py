@@ -116,6 +116,7 @@ OPTIONAL_TRIAL_FIELDS: dict[str, Rule] = {
         lambda v: v is None or _start(v),
         "null or an object of restore, iteration, results, exploit",
     ),
+    "first_config": (lambda v: v is None or _object(v), "null or an object"),
 }
 CHECKPOINT_FIELDS: dict[str, Rule] = {"name": TEXT, "iteration": COUNT, "result": OBJECT}
 _SHA256_OR_NULL: Rule = (

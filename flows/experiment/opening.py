@@ -159,6 +159,14 @@ def _take_over(log: ExperimentLog, why: str | None = None) -> tuple[dict[str, An
         found = log.find_latest()
         assert found is not None  # the caller saw a commit, and commits are never deleted
         previous = found.commit
+        newer = previous.get("epoch")
+        if isinstance(newer, int) and newer > log.epoch:
+            # a newer driver committed: this one's marker after it would be a stale write
+            # (the newer driver may be done and write no commit this one would conflict with)
+            raise LeaseLost(
+                f"{log.storage.url}: commit {previous['seq']} was written by driver epoch "
+                f"{newer}, newer than this one ({log.epoch}): another driver took it over"
+            )
         # a newer one than the caller checked
         check_commit(previous, log.storage.full_url(commit_path(previous["seq"])), log.storage.url)
         marker = {k: v for k, v in previous.items() if k not in ("seq", "epoch")}
@@ -377,4 +385,4 @@ def remove_uncommitted(
             storage.remove(rec.dirname, ERROR_FILE)
         if (rec.num_results or rec.restore) and PARAMS not in names_here:
             guard()
-            storage.write_text(params_text(rec.trial.config), rec.dirname, PARAMS)
+            storage.write_text(params_text(rec.params), rec.dirname, PARAMS)

@@ -142,7 +142,7 @@ class TrialLogs:
     def add_params(self, rec: TrialRecord) -> None:
         """The trial starts for the first time: its ``params.json`` (its config; Ray writes
         it when a trial starts), written before its first results."""
-        self._deferred_params[rec.dirname] = params_text(rec.trial.config)
+        self._deferred_params[rec.dirname] = params_text(rec.params)
 
     def add_exploit(self, entry: list[Any], target: TrialRecord) -> None:
         """An exploit's ``pbt_global.txt`` line; ``target``'s lineage changed."""

@@ -96,6 +96,9 @@ class TrialRecord:
     #: where its lineage began (its newest exploit); None: never exploited
     start: LineageStart | None = None
     csv_header: list[str] | None = None
+    #: the config it started with (Ray's ``params.json``) once an exploit changed it;
+    #: None: ``trial.config`` (commits written before it was kept lack it)
+    first_config: dict[str, Any] | None = None
     #: (token, worker address) of the trainable parked on a worker; memory only,
     #: never committed: a lost live trainable just means a restore from storage
     live: tuple[str, str] | None = None
@@ -124,6 +127,12 @@ class TrialRecord:
         """Its next segment may run on any worker: no trainable is parked, or the parked
         one's state is in its latest checkpoint (else only that worker has it)."""
         return self.live is None or self.restore_iteration >= self.start_iteration
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The config it started with: its ``params.json`` (Ray's), whatever exploits
+        changed since."""
+        return self.trial.config if self.first_config is None else self.first_config
 
     def checkpoint_path(self, name: str) -> str:
         return checkpoint_path(self.dirname, name)
@@ -192,6 +201,7 @@ class TrialRecord:
             "generation": self.generation,
             "start": self.start.state() if self.start is not None else None,
             "csv_header": self.csv_header,
+            "first_config": self.first_config,
         }
 
     @classmethod
@@ -232,6 +242,7 @@ class TrialRecord:
             generation=t["generation"],
             start=LineageStart(**start) if start is not None else None,
             csv_header=t["csv_header"],
+            first_config=t.get("first_config"),  # older commits lack it
         )
 
 
@@ -253,6 +264,8 @@ def clone_into(target: TrialRecord, source: TrialRecord, exploit: Exploit) -> li
         target.restore_results = target.num_results  # its own results stay, as in Ray
         target.replay_through = 0  # a new lineage: all its results are new to the scheduler
         target.generation += 1
+    if target.first_config is None:
+        target.first_config = target.trial.config
     target.trial.config = exploit.new_config
     target.trial.experiment_tag = exploit.new_tag
     if target.restore is not None:  # the state the new config goes on from

@@ -20,6 +20,18 @@ A round is committed or it did not happen: anything written for an
 uncommitted round is cut back or ignored when the experiment is read again.
 Retention keeps what the commit before the newest references, so reading
 falls back over one damaged newest commit; more than that is an error.
+
+A pruned number is never free again where a stale driver could reach it. Create-only
+fences a driver that was taken over only while the number it would write next exists:
+such a driver's next commit is numbered right after the commit it last wrote or
+resumed from, which is always some driver's *first* commit (the number the driver
+that took over wrote first). So each driver's first commit number is a *fence*
+(the state's ``fences``, while it is kept): pruned, its file is overwritten with a
+tombstone (a commit that says ``"pruned": true``) and marked
+(:func:`~popflow.infra.store.layout.pruned_path`), never deleted, and a stale
+driver's create there fails, on local disk and on S3 alike (``If-None-Match``).
+Readers list only the unmarked numbers. Commits written before fences existed carry
+none: a driver that resumes such a log takes every commit it finds as a fence.
 """
 
 from __future__ import annotations
@@ -34,7 +46,14 @@ from typing import Any
 from popflow.infra.jsonutil import dumps
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.json_delta import patch
-from popflow.infra.store.layout import COMMITS, EXPERIMENT_FILE, commit_path, commit_seqs
+from popflow.infra.store.layout import (
+    COMMITS,
+    EXPERIMENT_FILE,
+    commit_path,
+    commit_seqs,
+    pruned_path,
+    pruned_seqs,
+)
 from popflow.infra.store.lease import LeaseLost
 from popflow.infra.store.state_text import StateText
 
@@ -52,6 +71,7 @@ STATE_KEYS = (
     "callbacks",
     "search",
     "search_calls",
+    "fences",
 )
 #: Deltas after which a snapshot is written even if they are small: bounds the
 #: objects a resume reads.
@@ -74,6 +94,14 @@ class DamagedCommit(ValueError):
         self.seq = seq
 
 
+class PrunedCommit(DamagedCommit):
+    """The commit was pruned: its file is a tombstone that keeps its number taken."""
+
+    def __init__(self, seq: int, epoch: int | None) -> None:
+        super().__init__("it was pruned (a tombstone)", seq)
+        self.epoch = epoch  # the lease epoch of the driver that pruned it
+
+
 class DamagedLog(RuntimeError):
     """The commit log cannot be read back to a state to resume from."""
 
@@ -88,9 +116,15 @@ def encode_commit(commit: dict[str, Any], state: str | None = None) -> bytes:
     return f"{body}\n{digest}\n".encode()
 
 
+def tombstone(seq: int, epoch: int) -> bytes:
+    """What a pruned fence's file holds (see the module's doc); ``epoch``: the pruner's."""
+    return encode_commit({"seq": seq, "epoch": epoch, "pruned": True})
+
+
 def decode_commit(data: bytes) -> dict[str, Any]:
     """The commit object in ``data`` (a snapshot or a delta, see :meth:`ExperimentLog.read`
-    for the state); :class:`DamagedCommit` if it fails its check."""
+    for the state); :class:`DamagedCommit` if it fails its check, :class:`PrunedCommit`
+    if it is a tombstone."""
     try:
         body, digest = data.decode("utf-8").rstrip("\n").rsplit("\n", 1)
     except (UnicodeDecodeError, ValueError):
@@ -103,6 +137,9 @@ def decode_commit(data: bytes) -> dict[str, Any]:
         raise DamagedCommit(f"not JSON: {e}") from None
     if not isinstance(commit, dict) or not isinstance(commit.get("seq"), int):
         raise DamagedCommit("not a commit")
+    if commit.get("pruned") is True:
+        epoch = commit.get("epoch")
+        raise PrunedCommit(commit["seq"], epoch if isinstance(epoch, int) else None)
     state = commit.get("state")
     snapshot = isinstance(state, dict) and isinstance(state.get("trials"), list)
     if not snapshot and not (isinstance(commit.get("base"), int) and "delta" in commit):
@@ -133,6 +170,9 @@ class ExperimentLog:
         self._known: set[int] = set()  # commit numbers in storage (not yet pruned)
         self._snapshot = 0  # the newest snapshot
         self._logs_through = 0  # the derived logs hold the lines of the commits up to this
+        #: kept commits that are a driver's first: pruned to tombstones, never deleted
+        self._fences: set[int] = set()
+        self._wrote = False  # this log has written a commit (its first is a fence)
 
     @property
     def state(self) -> dict[str, Any] | None:
@@ -167,6 +207,8 @@ class ExperimentLog:
         """
         seq = self.seq + 1
         given = {k: payload[k] for k in STATE_KEYS if k in payload}
+        fences = self._fences if self._wrote else self._fences | {seq}
+        given["fences"] = sorted(fences)
         if self._state is None:
             state, delta = StateText(STATE_KEYS, given), None
         else:
@@ -188,6 +230,7 @@ class ExperimentLog:
             )
         self.seq, self._state = seq, state
         self._known.add(seq)
+        self._fences, self._wrote = fences, True
         # with what held before this commit: a resume may fall back to the one before it
         self._prune()
         self._logs_through = max(self._logs_through, seq if logs_through is None else logs_through)
@@ -210,26 +253,39 @@ class ExperimentLog:
         doomed = sorted(s for s in self._known if s < self._snapshot and s <= self._logs_through)
         if not doomed:
             return
+        fenced = [s for s in doomed if s in self._fences]
         try:
-            self.storage.remove_files([commit_path(s) for s in doomed])
+            for s in fenced:  # marked first: a reader never lists a tombstone
+                self.storage.write_bytes(b"", pruned_path(s))
+                self.storage.write_bytes(tombstone(s, self.epoch), commit_path(s))
+            self.storage.remove_files([commit_path(s) for s in doomed if s not in self._fences])
         except Exception as exc:  # old commits are garbage, not data: the run goes on
             logger.warning("could not delete old commits of %s: %s", self.storage.url, exc)
             return
         self._known.difference_update(doomed)
+        self._fences = self._fences.difference(fenced)
 
     def _epoch_of(self, seq: int) -> int | None:
         try:
             return self.read_record(seq).get("epoch")
+        except PrunedCommit as e:
+            return e.epoch
         except (DamagedCommit, FileNotFoundError):
             return None
 
     def commit_numbers(self) -> list[int]:
-        return commit_seqs(self.storage.listdir(COMMITS))
+        """The numbers of the commits in storage, oldest first (not the pruned ones whose
+        tombstones keep their numbers taken)."""
+        names = self.storage.listdir(COMMITS)
+        pruned = set(pruned_seqs(names))
+        return [n for n in commit_seqs(names) if n not in pruned]
 
     def read_record(self, seq: int) -> dict[str, Any]:
         """Commit ``seq`` as stored: its round's own fields, and its state or delta."""
         try:
             record = decode_commit(self.storage.read_bytes(commit_path(seq)))
+        except PrunedCommit:
+            raise
         except DamagedCommit as e:
             raise DamagedCommit(str(e), seq) from None
         if record["seq"] != seq:
@@ -278,7 +334,7 @@ class ExperimentLog:
         for _ in range(3):
             try:
                 return self._find_latest()
-            except FileNotFoundError:  # the writer pruned old commits meanwhile: list again
+            except (FileNotFoundError, PrunedCommit):  # pruned meanwhile: list again
                 continue
         return self._find_latest()
 
@@ -290,10 +346,13 @@ class ExperimentLog:
         newest = numbers[-1]
         try:
             commit = self.read(newest)
+        except PrunedCommit:
+            raise
         except DamagedCommit as e:
             first = e
         else:
             self.seq = newest
+            self._fences = _fences_of(commit, numbers)
             return Latest(commit)
         if first.seq != newest:
             raise DamagedLog(
@@ -309,6 +368,8 @@ class ExperimentLog:
         previous = numbers[-2]
         try:
             commit = self.read(previous)
+        except PrunedCommit:
+            raise
         except DamagedCommit as e:
             raise DamagedLog(
                 f"commits {previous} and {newest} of {self.storage.url} are both damaged "
@@ -323,4 +384,15 @@ class ExperimentLog:
             previous,
         )
         self.seq = newest  # the next commit goes after the damaged one
+        # the damaged one may have been a driver's first, its fences unreadable
+        self._fences = _fences_of(commit, numbers) | {newest}
         return Latest(commit, damaged=newest)
+
+
+def _fences_of(commit: dict[str, Any], numbers: list[int]) -> set[int]:
+    """The fences among the kept commit ``numbers`` that ``commit`` (resumed from) names;
+    a commit written before fences existed names none: every kept commit counts as one."""
+    fences = commit.get("fences")
+    if not isinstance(fences, list):
+        return set(numbers)
+    return set(numbers).intersection(fences)

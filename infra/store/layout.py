@@ -27,6 +27,8 @@ disk and object stores alike)::
     └── .popflow/                          LOG_DIR: popflow's own state
         ├── experiment.json                EXPERIMENT_FILE: name, scheduler, seed, metric, mode
         ├── commits/00000001.json          commit_path(seq): the commit log (COMMITS)
+        ├── commits/00000001.pruned        pruned_path(seq): a pruned commit whose name is
+        │                                  kept (its file a tombstone): no reader lists it
         ├── lease/00000001.json            lease_path(epoch): the driver's lease (LEASE_DIR)
         ├── run_args.json                  RUN_ARGS_FILE: the run's arguments, for resume
         ├── run_args.pkl                   PICKLED_ARGS_FILE: the arguments JSON cannot hold
@@ -106,16 +108,18 @@ _NUMBER_DIGITS = 8
 MAX_NUMBER = 10**15 - 1
 #: A numbered file's name as a listing gives it: ASCII digits only (``str.isdigit`` and
 #: ``int`` also take other scripts' digits), at most as many as :data:`MAX_NUMBER` has.
-_NUMBERED_NAME = re.compile(rf"([0-9]{{{_NUMBER_DIGITS},{len(str(MAX_NUMBER))}}})\.json")
+_NUMBERED_NAME = re.compile(rf"([0-9]{{{_NUMBER_DIGITS},{len(str(MAX_NUMBER))}}})(\.json|\.pruned)")
+#: The mark beside a commit that was pruned but whose name stays taken (:func:`pruned_path`)
+_PRUNED = ".pruned"
 
 
-def _numbered(folder: str, number: int) -> str:
+def _numbered(folder: str, number: int, suffix: str = ".json") -> str:
     if not 0 <= number <= MAX_NUMBER:
         raise ValueError(
             f"{folder} numbers its files from 0 to {MAX_NUMBER}, not {number}: "
             "no run makes that many commits or takeovers"
         )
-    return f"{folder}/{number:0{_NUMBER_DIGITS}d}.json"
+    return f"{folder}/{number:0{_NUMBER_DIGITS}d}{suffix}"
 
 
 def commit_path(seq: int) -> str:
@@ -123,30 +127,44 @@ def commit_path(seq: int) -> str:
     return _numbered(COMMITS, seq)
 
 
+def pruned_path(seq: int) -> str:
+    """The mark that commit ``seq`` was pruned (``.popflow/commits/00000012.pruned``): its
+    file stays as a tombstone, so that no stale driver can create a commit of that number
+    again (:meth:`~popflow.infra.store.commit_log.ExperimentLog.commit_numbers` skips it)."""
+    return _numbered(COMMITS, seq, _PRUNED)
+
+
 def lease_path(epoch: int) -> str:
     """The lease file of driver epoch ``epoch`` (``.popflow/lease/00000003.json``)."""
     return _numbered(LEASE_DIR, epoch)
 
 
-def _number_of(name: str) -> int | None:
+def _number_of(name: str, suffix: str = ".json") -> int | None:
     """The number a numbered file's ``name`` stands for, or None if no call of
     :func:`_numbered` makes that name: numbers compare as numbers whatever their digit
     count (``100000000.json`` is above ``99999999.json``), and one number has one name
     (``000000012.json`` is not commit 12, whose name is ``00000012.json``)."""
     match = _NUMBERED_NAME.fullmatch(name)
-    if match is None:
+    if match is None or match.group(2) != suffix:
         return None
     number = int(match.group(1))
-    return number if name == f"{number:0{_NUMBER_DIGITS}d}.json" else None
+    return number if name == f"{number:0{_NUMBER_DIGITS}d}{suffix}" else None
 
 
-def _numbers_in(names: Iterable[str]) -> list[int]:
-    return sorted(n for n in map(_number_of, names) if n is not None)
+def _numbers_in(names: Iterable[str], suffix: str = ".json") -> list[int]:
+    return sorted(n for n in (_number_of(name, suffix) for name in names) if n is not None)
 
 
 def commit_seqs(names: Iterable[str]) -> list[int]:
-    """The commit numbers among the names a listing of :data:`COMMITS` gave, in order."""
+    """The commit numbers among the names a listing of :data:`COMMITS` gave, in order
+    (pruned ones too: their files are tombstones; see :func:`pruned_seqs`)."""
     return _numbers_in(names)
+
+
+def pruned_seqs(names: Iterable[str]) -> list[int]:
+    """The numbers of the pruned commits (:func:`pruned_path`) among the names a listing of
+    :data:`COMMITS` gave, in order."""
+    return _numbers_in(names, _PRUNED)
 
 
 def lease_epochs_in(names: Iterable[str]) -> list[int]:
