@@ -205,6 +205,33 @@ def test_a_damaged_first_checkpoint_after_an_exploit_falls_back_to_the_cloned_st
     assert read_experiment(experiment) == read_experiment(f"{storage}-ref/exp")
 
 
+def test_a_clone_whose_cloned_checkpoint_is_damaged_ends_as_an_undisturbed_run(
+    prefect_server, tmp_path
+):
+    """Synchronous PBT: the driver dies right after a round that exploited; the checkpoint
+    the clone restores from (its source's, which its exploit cloned) is damaged before the
+    resume. The source falls back and trains again; the clone gets the state it cloned
+    made again (the source's training from its checkpoint before, with the source's
+    config and seeds, not logged) and goes on from it with its new config: the run ends
+    as an undisturbed one. It went on from the source's older state under its new config
+    and logged that over its own result at the exploit's iteration."""
+    storage, experiment = str(tmp_path), str(tmp_path / "exp")
+    assert drive(storage, "exp", "pbt_synch", "commit-after:8", extra=KEEP_2) != 0
+    trials = ExperimentLog(Storage(experiment)).latest()["trials"]
+    cloned = [
+        t["restore"]
+        for t in trials
+        if t["restore"]
+        and not t["restore"].startswith(t["dirname"] + "/")
+        and (t.get("start") or {}).get("restore") == t["restore"]
+    ]
+    assert cloned, trials
+    flip(experiment, cloned[0])
+    drive(storage, "exp", "pbt_synch", extra=KEEP_2)
+    drive(f"{storage}-ref", "exp", "pbt_synch", extra=KEEP_2)
+    assert read_experiment(experiment) == read_experiment(f"{storage}-ref/exp")
+
+
 def _state(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/stat") as f:

@@ -16,6 +16,7 @@ from popflow.flows.experiment.commit_paths import UnsafePath, check_commit_paths
 from popflow.flows.experiment.commit_shape import problem_of_commit
 from popflow.flows.experiment.opening import remove_uncommitted
 from popflow.flows.experiment.trial_table import (
+    Rebuild,
     TrialRecord,
     clone_into,
     fall_back_from,
@@ -117,17 +118,18 @@ def test_a_clone_of_a_clone_falls_back_to_its_own_source():
     records = [src, mid, last]
     assert fall_back_from(records, path(last, 4)) == path(mid, 3)
     assert last.restore_results == 3
-    # mid's checkpoint 3 turns out damaged too: last follows mid's lineage back to the
-    # state mid cloned from src, and starts its own lineage there
+    # mid's checkpoint 3 turns out damaged too: mid follows its lineage back to the state
+    # it cloned from src; last gets mid's state at 3 made again from there (mid's config
+    # and seeds), never src's state at 2 under its own config
     assert fall_back_from(records, path(mid, 3)) == path(src, 2)
-    assert last.restore == mid.restore == path(src, 2)
-    assert last.start is not None and last.start.restore == path(src, 2)
+    assert mid.restore == path(src, 2)
+    assert last.rebuild == Rebuild("d1", 1, 3, {"a": 40}, 1, 1, path(src, 2), 2)
 
 
 def test_a_clone_of_a_damaged_source_checkpoint_follows_the_source_back():
-    """The source's checkpoint the clone restores from is damaged: both go on from the
-    source's state before it (asynchronous PBT too: by lineage, not by the clone's
-    iteration)."""
+    """The source's checkpoint the clone restores from is damaged: the source goes on
+    from its state before it, and the clone gets the cloned state made again from there
+    (asynchronous PBT too: by lineage, not by the clone's iteration)."""
     src, clone = record(0, 40), record(1, 20)
     for it in range(1, 7):
         train(src, it)
@@ -136,8 +138,8 @@ def test_a_clone_of_a_damaged_source_checkpoint_follows_the_source_back():
     exploit(clone, src)  # at iteration 10, from src's 6
     assert clone.restore == path(src, 6)
     assert fall_back_from([src, clone], path(src, 6)) == path(src, 5)
-    assert clone.restore == src.restore == path(src, 5)
-    assert clone.start is not None and clone.start.restore == path(src, 5)
+    assert src.restore == path(src, 5)
+    assert clone.rebuild == Rebuild("d0", 0, 6, {"a": 40}, 0, 0, path(src, 5), 5)
     assert clone.restore_results == 10  # asynchronous: its own 10 results stay
 
 

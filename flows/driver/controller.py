@@ -193,7 +193,11 @@ class Controller(RoundDispatch, RoundReduction, RoundCommits):
                     break
                 returned = self.backend.returned()
                 self.publishing.note(returned, self.by_id)
-                outcomes.extend(o for o in returned if not self.endings.falls_back(o))
+                outcomes.extend(
+                    o
+                    for o in returned
+                    if not self.endings.rebuilt(o) and not self.endings.falls_back(o)
+                )
                 if self.backend and self.early_end.over_budget():
                     return self.endings.out_of_time()  # the round runs again on resume
             if not outcomes:

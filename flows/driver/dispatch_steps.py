@@ -74,7 +74,17 @@ class RoundDispatch:
             planned.append(rec)
         return planned
 
+    def _taken(self: Controller, rec: TrialRecord) -> frozenset[str]:
+        """Checkpoint names ``rec``'s next segment may not use."""
+        return (
+            frozenset(c.name for c in rec.checkpoints)
+            | self.janitor.deleting(rec.dirname)
+            | self._retiring(rec.dirname)
+        )
+
     def _spec(self: Controller, rec: TrialRecord) -> SegmentSpec:
+        if rec.rebuild is not None:
+            return self._rebuild_spec(rec)
         target = self.scheduler.next_milestone(rec.trial)
         freq = self.spec.checkpoint_config.checkpoint_frequency
         stopper = self.early_end.stopper
@@ -99,13 +109,38 @@ class RoundDispatch:
             stop=None if stopper is not None else self.spec.stop,
             checkpoint_frequency=freq,
             checkpoint_at_end=self.spec.checkpoint_at_end,
-            taken=frozenset(c.name for c in rec.checkpoints)
-            | self.janitor.deleting(rec.dirname)
-            | self._retiring(rec.dirname),
+            taken=self._taken(rec),
             live_token=rec.live[0] if rec.live else None,
             lease_epoch=self.lease.epoch if self.lease is not None else 0,
             progress_topic=self.progress_topic,
             defer_publish=self._pipelining,
+        )
+
+    def _rebuild_spec(self: Controller, rec: TrialRecord) -> SegmentSpec:
+        """The segment that makes again the state ``rec``'s exploit cloned
+        (:class:`~popflow.flows.experiment.trial_table.Rebuild`): the source's training
+        from its earlier state to the exploit's iteration, with its config and its
+        segments' seed, saved in ``rec``'s folder; nothing else (no stop condition, no
+        other checkpoint, no progress shown, published before it returns)."""
+        r = rec.rebuild
+        assert r is not None
+        self.discard_live(rec)  # its trainable holds no state of the rebuild's
+        rec.rebuilding = True
+        return SegmentSpec(
+            trainable=self.spec.trainable,
+            trial_id=rec.trial_id,
+            trial_dir=rec.dirname,
+            trial_name=str(rec.trial),
+            experiment_name=self.spec.name,
+            config=r.config,
+            storage=self.storage,
+            seed=segment_seed(self.seed, r.index, r.iteration, r.generation),
+            restore=r.restore,
+            restore_digest=restore_digest(self.by_dir, r.restore),
+            max_iterations=r.through - r.iteration,
+            checkpoint_at_end=False,
+            taken=self._taken(rec),
+            lease_epoch=self.lease.epoch if self.lease is not None else 0,
         )
 
     @property

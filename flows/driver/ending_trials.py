@@ -14,15 +14,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from popflow.flows.driver.backend import Backend
 from popflow.flows.driver.early_end import EarlyEnd
-from popflow.flows.driver.guards import Retries
+from popflow.flows.driver.guards import Retries, raise_storage_failure
 from popflow.flows.driver.trial_index import TrialIndex
 from popflow.flows.events.callbacks import Hooks
 from popflow.flows.events.run_events import EventBus, TrialErrored
-from popflow.flows.experiment.trial_table import TrialRecord, TrialTable, fall_back_from
+from popflow.flows.experiment.trial_table import (
+    TrialRecord,
+    TrialTable,
+    fall_back_from,
+    rebuild_again,
+    rebuilt,
+)
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.layout import ERROR_FILE
 from popflow.schedulers import TrialScheduler, TrialStatus
-from popflow.tasks.specs import SegmentOutcome
+from popflow.tasks.specs import EndReason, SegmentOutcome
 
 if TYPE_CHECKING:
     from popflow.flows.spec.run_spec import RunSpec
@@ -72,6 +78,8 @@ class RoundState(Protocol):
 class TrialEndings:
     def __init__(self, state: RoundState) -> None:
         self.state = state
+        #: checkpoints found damaged and dropped (each once, whichever trial found it)
+        self._dropped: set[str] = set()
 
     def pending(self, trial_id: str) -> bool:
         return self.state.by_id[trial_id].trial.status == TrialStatus.PENDING
@@ -90,12 +98,66 @@ class TrialEndings:
         """The segment could not restore: its checkpoint failed its check. True if an
         earlier one is used instead (storage's fault, not the trial's: it runs again, in a
         synchronous round within the round, so results reach the scheduler in order)."""
-        if not outcome.bad_checkpoint:
+        path = outcome.bad_checkpoint
+        if not path:
             return False
-        if not self._drop_bad_checkpoint(outcome.bad_checkpoint, outcome.error):
-            return False
-        self.state.by_id[outcome.trial_id].trial.status = TrialStatus.PENDING
+        rec = self.state.by_id[outcome.trial_id]
+        if path not in self._dropped:  # once: in a synchronous round it is asked again
+            self._drop_bad_checkpoint(path, outcome.error)
+        if rec.restore == path and rec.rebuild is None:
+            return False  # nothing to go back to: it cannot go on
+        rec.trial.status = TrialStatus.PENDING
         return True
+
+    def rebuilt(self, outcome: SegmentOutcome) -> bool:
+        """A rebuild's segment returned (the state a trial's exploit cloned, made again:
+        :class:`~popflow.flows.experiment.trial_table.Rebuild`). Its results are the
+        source's, run again: never logged. True if it is settled here: the trial goes
+        on from the state it made, or from a rebuild that starts further back (its
+        start was damaged too); False for an error the trial's own rules handle."""
+        s = self.state
+        rec = s.by_id[outcome.trial_id]
+        if not rec.rebuilding:
+            return False
+        rec.rebuilding = False
+        s.index.touch(rec)
+        raise_storage_failure(outcome)
+        if outcome.live_token and outcome.worker:  # it holds the source's config
+            rec.live = (outcome.live_token, outcome.worker)
+            s.discard_live(rec)
+        outcome.live_token = outcome.worker = None
+        results, outcome.results = outcome.results, []
+        rebuild, bad, outcome.bad_checkpoint = rec.rebuild, outcome.bad_checkpoint, None
+        if rebuild is None:  # it went on from the cloned state meanwhile (a worker's copy)
+            for ckpt in outcome.checkpoints:
+                s.storage.remove(rec.checkpoint_path(ckpt.name))
+            rec.trial.status = TrialStatus.PENDING
+            return True
+        made = next((c for c in outcome.checkpoints if c.iteration == rebuild.through), None)
+        if outcome.reason != EndReason.ERROR and made is not None:
+            for ckpt in outcome.checkpoints:
+                if ckpt is not made:
+                    s.storage.remove(rec.checkpoint_path(ckpt.name))
+            rebuilt(rec, made)
+            s.notes.append(
+                f"[rebuilt] {rec.trial_id}: the state it cloned at iteration {rebuild.through}"
+            )
+            rec.trial.status = TrialStatus.PENDING
+            return True
+        if bad and bad == rebuild.restore:
+            if bad not in self._dropped:
+                self._drop_bad_checkpoint(bad, outcome.error)
+            if rebuild_again(s.records, rec):
+                rec.trial.status = TrialStatus.PENDING
+                return True
+        elif outcome.reason != EndReason.ERROR:  # deterministic code ran differently
+            reached = results[-1].get("training_iteration") if results else rebuild.iteration
+            outcome.reason = EndReason.ERROR
+            outcome.error = (
+                f"making again the state trial {rec.trial_id} cloned at iteration "
+                f"{rebuild.through}: the source's training ended at iteration {reached}"
+            )
+        return False
 
     def on_error(self, rec: TrialRecord, outcome: SegmentOutcome) -> None:
         s = self.state
@@ -164,6 +226,7 @@ class TrialEndings:
 
     def _drop_bad_checkpoint(self, path: str, error: str | None) -> bool:
         """Stop using a checkpoint that failed its check (False: no earlier one to use)."""
+        self._dropped.add(path)
         reason = last_line(error)
         fallback = fall_back_from(self.state.records, path)
         self.state.index.touch_all()  # any trial may have restored from that checkpoint

@@ -45,6 +45,8 @@ class RoundReduction:
         return asked
 
     def _reduce(self: Controller, outcome: SegmentOutcome) -> None:
+        if self.endings.rebuilt(outcome):  # the state an exploit cloned, made again
+            return
         rec = self.by_id[outcome.trial_id]
         self.index.touch(rec)
         self.events.emit(SegmentReturned(rec.trial_id))

@@ -77,6 +77,13 @@ def check_commit_paths(commit: Mapping[str, Any], url: str) -> None:
             isinstance(start, Mapping) and is_checkpoint_path(start.get("restore"))
         ):
             raise refuse(f"starts trial {t['trial_id']}'s lineage at {start!r}")
+        rebuild = t.get("rebuild")  # the state an exploit cloned, made again from there
+        if rebuild is not None and not (
+            isinstance(rebuild, Mapping)
+            and (rebuild.get("restore") is None or is_checkpoint_path(rebuild.get("restore")))
+            and rebuild.get("source") in folders
+        ):
+            raise refuse(f"rebuilds trial {t['trial_id']}'s cloned state from {rebuild!r}")
     logs = {GLOBAL_POLICY} | {f"{d}/{f}" for d in folders for f in LOGS}
     derived = commit.get("derived", {})
     if not isinstance(derived, Mapping):

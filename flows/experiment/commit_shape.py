@@ -77,6 +77,24 @@ def _start(v: Any) -> bool:
     )
 
 
+def _rebuild(v: Any) -> bool:
+    """A pending rebuild of the state a trial's exploit cloned (``TrialRecord.rebuild``)."""
+    return (
+        _object(v)
+        and set(v)
+        == {"source", "lineage", "through", "config", "index", "generation", "restore", "iteration"}
+        and _str(v["source"])
+        and (v["lineage"] is None or _count(v["lineage"]))
+        and _count(v["through"])
+        and _object(v["config"])
+        and _count(v["index"])
+        and _count(v["generation"])
+        and _str_or_none(v["restore"])
+        and _count(v["iteration"])
+        and v["iteration"] < v["through"]
+    )
+
+
 COUNT: Rule = (_count, "an int >= 0")
 TEXT: Rule = (_str, "a string")
 TEXT_OR_NULL: Rule = (_str_or_none, "a string or null")
@@ -115,6 +133,11 @@ OPTIONAL_TRIAL_FIELDS: dict[str, Rule] = {
     "start": (
         lambda v: v is None or _start(v),
         "null or an object of restore, iteration, results, exploit",
+    ),
+    "rebuild": (
+        lambda v: v is None or _rebuild(v),
+        "null or an object of source, lineage, through, config, index, generation, restore, "
+        "iteration (before through)",
     ),
     "first_config": (lambda v: v is None or _object(v), "null or an object"),
 }

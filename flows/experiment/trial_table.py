@@ -69,6 +69,41 @@ class LineageStart:
 
 
 @dataclass
+class Rebuild:
+    """The state a trial's exploit cloned, made again: that checkpoint failed its check
+    before the trial trained on from it, and no other copy of that state exists. A segment
+    restores the exploit source's newest earlier state on its lineage (``restore``, at
+    ``iteration``; None: from the start) and trains on to ``through`` (the exploit's
+    iteration) as the source did: with its ``config`` and the seeds of its segments
+    (``index``, ``generation``: :func:`~popflow.tasks.seeding.segment_seed`), its results
+    not logged; the checkpoint it saves there is the trial's lineage start, from which it
+    goes on with the config the exploit chose, as after any exploit. ``source``: the folder
+    of the trial whose checkpoint was damaged, ``lineage``: how many exploits it had had
+    when it wrote it (where to look again if ``restore`` is damaged too)."""
+
+    source: str
+    lineage: int | None
+    through: int
+    config: dict[str, Any]
+    index: int
+    generation: int
+    restore: str | None
+    iteration: int
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "lineage": self.lineage,
+            "through": self.through,
+            "config": self.config,
+            "index": self.index,
+            "generation": self.generation,
+            "restore": self.restore,
+            "iteration": self.iteration,
+        }
+
+
+@dataclass
 class TrialRecord:
     """The driver's book on one trial; ``state()`` is what a commit stores."""
 
@@ -95,6 +130,9 @@ class TrialRecord:
     generation: int = 0  # how often another trial's state was cloned into this one
     #: where its lineage began (its newest exploit); None: never exploited
     start: LineageStart | None = None
+    #: the state its newest exploit cloned, to be made again before it trains on (that
+    #: checkpoint was found damaged first); None: none pending
+    rebuild: Rebuild | None = None
     csv_header: list[str] | None = None
     #: the config it started with (Ray's ``params.json``) once an exploit changed it;
     #: None: ``trial.config`` (commits written before it was kept lack it)
@@ -105,6 +143,8 @@ class TrialRecord:
     #: the result a driver-side callback asked to checkpoint (``should_checkpoint``) that
     #: has none yet: its segment had ended; the next segment saves it first. Memory only
     save_first: dict[str, Any] | None = None
+    #: its segment in flight is a :class:`Rebuild`'s (results not its own). Memory only
+    rebuilding: bool = False
 
     @property
     def trial_id(self) -> str:
@@ -166,6 +206,7 @@ class TrialRecord:
             last = checkpoints[-1]
             self.restore, self.restore_iteration = self.checkpoint_path(last.name), last.iteration
             self.restore_results = last.results
+            self.rebuild = None  # it trained on from the cloned state after all (a worker's copy)
 
     def state(self) -> dict[str, Any]:
         t = self.trial
@@ -200,6 +241,7 @@ class TrialRecord:
             "lineage": self.lineage,
             "generation": self.generation,
             "start": self.start.state() if self.start is not None else None,
+            "rebuild": self.rebuild.state() if self.rebuild is not None else None,
             "csv_header": self.csv_header,
             "first_config": self.first_config,
         }
@@ -241,6 +283,7 @@ class TrialRecord:
             lineage=t["lineage"],
             generation=t["generation"],
             start=LineageStart(**start) if start is not None else None,
+            rebuild=Rebuild(**t["rebuild"]) if t.get("rebuild") is not None else None,
             csv_header=t["csv_header"],
             first_config=t.get("first_config"),  # older commits lack it
         )
@@ -290,15 +333,30 @@ def restore_digest(by_dir: Mapping[str, TrialRecord], path: str | None) -> str |
 
 def pinned(records: Iterable[TrialRecord]) -> set[str]:
     """Checkpoints (paths relative to the experiment) that retention and clean-up keep:
-    those a trial restores from, and each unended trial's lineage start (its fallback
-    when all it wrote since is damaged)."""
+    those a trial restores from, each unended trial's lineage start (its fallback
+    when all it wrote since is damaged), and where a pending rebuild starts."""
     out = {r.restore for r in records if r.restore}
     out |= {
         r.start.restore
         for r in records
         if r.start is not None and r.trial.status != TrialStatus.TERMINATED
     }
+    out |= {r.rebuild.restore for r in records if r.rebuild is not None and r.rebuild.restore}
     return out
+
+
+#: What :func:`fall_back_from` says when the state before is the trial's start (no checkpoint)
+FROM_THE_START = "the start (no checkpoint)"
+
+
+@dataclass(frozen=True)
+class _Before:
+    """A state to go back to: ``path`` (None: the trial's start), at ``iteration``, when
+    ``results`` of its owner's results were logged."""
+
+    path: str | None
+    iteration: int
+    results: int | None
 
 
 def fall_back_from(records: list[TrialRecord], path: str) -> str | None:
@@ -306,71 +364,156 @@ def fall_back_from(records: list[TrialRecord], path: str) -> str | None:
     would restore from it goes back along ``path``'s lineage instead, to the newest
     state before it: its owner's earlier checkpoint written since the same exploit, else
     that exploit's source checkpoint (the state the exploit cloned, which goes with the
-    config the exploit chose), never a checkpoint of another lineage (the owner's own
-    from before the exploit: other state, trained with another config). Returns that
-    state's path, or None when there is none: those trials cannot go on.
+    config the exploit chose), else, for a lineage no exploit began, the trial's start;
+    never a checkpoint of another lineage (the owner's own from before the exploit:
+    other state, trained with another config).
+
+    A trial whose newest exploit cloned that very state (another trial's, or its own for
+    an exploit of itself) and that has not trained on from it since gets that state made
+    again (:class:`Rebuild`): going back further would train the source's older state
+    under the config the exploit chose.
+
+    Returns what they go back to (a path, or :data:`FROM_THE_START`), or None when
+    there is nothing: those trials cannot go on.
     """
     owner = next((r for r in records if path.startswith(f"{r.dirname}/")), None)
     if owner is None:
         return None
     bad = next((c for c in owner.checkpoints if owner.checkpoint_path(c.name) == path), None)
-    before = _state_before(records, owner, bad)
-    if bad is not None:
-        owner.checkpoints.remove(bad)
-    if before is None:
+    if bad is None:  # unknown or dropped already: nothing says where its lineage went
         return None
-    to, iteration, results = before
+    before = _state_before(records, owner, bad.iteration, bad.exploit, path)
+    owner.checkpoints.remove(bad)
+    went: str | None = None
     for rec in records:
         if rec.restore != path:
             continue
-        rec.restore, rec.restore_iteration = to, iteration
+        if rec.start is not None and rec.start.restore == path and rec.lineage:
+            rec.rebuild = _rebuild(owner, bad, before, rec)
+            if rec.rebuild is not None:
+                went = went or _said(rec.rebuild.restore)
+            continue
+        if before is None or (before.path is None and rec is not owner):
+            continue
+        rec.restore, rec.restore_iteration = before.path, before.iteration
+        went = went or _said(before.path)
         if rec is owner:  # its results after the fallback's state are superseded
-            rec.restore_results = results
-        elif bad is not None and rec.lineage and rec.lineage[-1][2] == bad.iteration:
-            # a clone that went on from the iteration it had reached: so it does again,
-            # a few iterations back, and its results after that point are superseded
-            back = bad.iteration - iteration
+            rec.restore_results = before.results
+        elif rec.lineage and rec.lineage[-1][2] == bad.iteration:
+            # (commits from before lineage starts were kept) a clone that went on from the
+            # iteration it had reached: so it does again, a few iterations back
+            back = bad.iteration - before.iteration
             if rec.restore_results is not None:
                 rec.restore_results = max(0, rec.restore_results - back)
-        if rec.start is not None and rec.start.restore == path:  # its lineage starts there now
-            rec.start = LineageStart(to, iteration, rec.restore_results, rec.start.exploit)
-    return to
+    if went is None and before is not None and not any(r.restore == path for r in records):
+        went = _said(before.path)  # no trial restored from it: nothing to move
+    return went
+
+
+def _said(path: str | None) -> str:
+    return path if path is not None else FROM_THE_START
+
+
+def _rebuild(
+    owner: TrialRecord, bad: CheckpointRecord, before: _Before | None, rec: TrialRecord
+) -> Rebuild | None:
+    """How ``rec`` gets the state its exploit cloned from ``bad`` (its ``owner``'s) made
+    again, from ``before`` (None: it cannot be)."""
+    if before is None:
+        return None
+    if owner is not rec and bad.exploit in (None, owner.exploits):
+        config = owner.trial.config  # the source trained to ``bad`` with it, and still has it
+    else:  # an exploit of itself, or the source has had another exploit since: the
+        # exploit's log holds the source's config then (seeds: its generation now)
+        config = rec.lineage[-1][4]
+    return Rebuild(
+        source=owner.dirname,
+        lineage=bad.exploit,
+        through=bad.iteration,
+        config=config,
+        index=owner.index,
+        generation=owner.generation,
+        restore=before.path,
+        iteration=before.iteration,
+    )
+
+
+def rebuild_again(records: list[TrialRecord], rec: TrialRecord) -> bool:
+    """``rec``'s rebuild could not restore its start (that checkpoint failed its check and
+    was dropped): start it from the state before that one on the same lineage. False when
+    there is none."""
+    r = rec.rebuild
+    owner = next((o for o in records if o.dirname == r.source), None) if r else None
+    if r is None or owner is None:
+        return False
+    before = _state_before(records, owner, r.through, r.lineage, None)
+    if before is None:
+        return False
+    rec.rebuild = Rebuild(
+        r.source,
+        r.lineage,
+        r.through,
+        r.config,
+        r.index,
+        r.generation,
+        before.path,
+        before.iteration,
+    )
+    return True
+
+
+def rebuilt(rec: TrialRecord, ckpt: CheckpointRecord) -> None:
+    """``rec``'s rebuild saved ``ckpt`` (in its own folder): the state its exploit cloned.
+    It goes on from there as after the exploit; its lineage starts there."""
+    start = rec.start
+    assert start is not None and rec.rebuild is not None
+    ckpt.exploit, ckpt.results = start.exploit, start.results
+    rec.checkpoints.append(ckpt)
+    rec.restore = rec.checkpoint_path(ckpt.name)
+    rec.restore_iteration, rec.restore_results = ckpt.iteration, start.results
+    rec.start = LineageStart(rec.restore, ckpt.iteration, start.results, start.exploit)
+    rec.rebuild = None
 
 
 def _state_before(
-    records: list[TrialRecord], owner: TrialRecord, bad: CheckpointRecord | None
-) -> tuple[str, int, int | None] | None:
-    """The newest state on ``bad``'s lineage before it: (path, iteration, how many of
-    ``owner``'s results it accounts for), or None.
+    records: list[TrialRecord],
+    owner: TrialRecord,
+    iteration: int,
+    part: int | None,
+    path: str | None,
+) -> _Before | None:
+    """The newest state on the lineage ``part`` of ``owner`` (how many exploits it had had)
+    before ``iteration``, but for ``path`` itself; None if there is none.
 
-    The owner's checkpoints written since the same exploit as ``bad`` (commits from
-    before this was kept: any of its checkpoints), older than ``bad``; else, for a
-    checkpoint of the owner's current lineage, where that lineage started if that
-    checkpoint is still there to restore from.
+    The owner's checkpoints written since the same exploit (commits from before this was
+    kept: any of its checkpoints), older than ``iteration``; else, for its current
+    lineage, where that lineage started if that checkpoint is still there to restore
+    from; else, for a lineage no exploit began, the trial's start.
     """
-    part = bad.exploit if bad is not None else None
     earlier = [
         c
         for c in owner.checkpoints
-        if c is not bad
-        and (bad is None or c.iteration < bad.iteration)
+        if owner.checkpoint_path(c.name) != path
+        and c.iteration < iteration
         and (part is None or c.exploit is None or c.exploit == part)
     ]
     if earlier:
         fallback = max(earlier, key=lambda c: c.iteration)
-        return (
+        return _Before(
             owner.checkpoint_path(fallback.name),
             fallback.iteration,
-            _results_at(owner, fallback, bad),
+            _results_at(owner, fallback, iteration, path),
         )
+    if part == 0 or (part is None and not owner.lineage):
+        return _Before(None, 0, 0)  # its first lineage: it trained there from the start
     start = owner.start
     if start is None or part is None or part != start.exploit:
         return None
-    if bad is not None and start.restore == owner.checkpoint_path(bad.name):
+    if start.restore == path:
         return None  # an exploit of itself from the damaged checkpoint
     if not _listed(records, start.restore):
         return None  # retired (a commit from before starts were kept) or damaged
-    return start.restore, start.iteration, start.results
+    return _Before(start.restore, start.iteration, start.results)
 
 
 def _listed(records: list[TrialRecord], path: str) -> bool:
@@ -381,14 +524,16 @@ def _listed(records: list[TrialRecord], path: str) -> bool:
 
 
 def _results_at(
-    owner: TrialRecord, fallback: CheckpointRecord, bad: CheckpointRecord | None
+    owner: TrialRecord, fallback: CheckpointRecord, iteration: int, path: str | None
 ) -> int | None:
     """How many of ``owner``'s results ``fallback``'s state accounts for: as recorded,
-    else (older commits) counted back from ``bad``'s, a result per iteration."""
+    else (older commits) counted back from the damaged checkpoint's (``path``, at
+    ``iteration``), a result per iteration."""
     if fallback.results is not None:
         return fallback.results
+    bad = next((c for c in owner.checkpoints if owner.checkpoint_path(c.name) == path), None)
     if bad is not None and bad.results is not None:
-        return max(0, bad.results - (bad.iteration - fallback.iteration))
+        return max(0, bad.results - (iteration - fallback.iteration))
     return owner.restore_results
 
 
