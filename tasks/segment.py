@@ -20,6 +20,7 @@ from concurrent.futures import Future
 from popflow.infra.cluster.dask_cluster import current_worker_address
 from popflow.infra.storage.errors import StorageError
 from popflow.infra.store.checkpoints import CheckpointError, verify_in_place
+from popflow.infra.store.lease import LeaseLost
 from popflow.tasks.dask_sampling import isolate_dask_sampling
 from popflow.tasks.live import Live, LiveClass, LiveFunction, UserCodeError, is_parked, park, take
 from popflow.tasks.parameters import parameters_of
@@ -166,6 +167,8 @@ def _run_segment(
             outcome.bad_checkpoint = spec.restore
         if isinstance(exc, StorageError):
             outcome.storage_failure = exc
+        if isinstance(exc, LeaseLost):
+            outcome.fenced = exc
         logger.warning("trial %s failed:\n%s", spec.trial_id, outcome.error)
         if live is not None:
             try:

@@ -153,6 +153,8 @@ class SegmentRun:
         name = checkpoint_name(self.clock.iteration, self._taken)
         self._taken.add(name)
         metadata = {**self.clock.metadata(), "result": jsonable(result)}
+        if self.spec.lease_epoch:  # whose publish it is: no driver publishes over a newer's
+            metadata["epoch"] = self.spec.lease_epoch
         rel_path = checkpoint_path(self.spec.trial_dir, name)
         record = CheckpointRecord(name, self.clock.iteration, metadata["result"])
         self.outcome.checkpoints.append(record)
@@ -162,9 +164,13 @@ class SegmentRun:
         if staged is not None:
             self._staged = None  # the publish's now: moved into place, or removed if it fails
         if self.uploads is None:  # a local publish is a rename (a copy for a user's folder)
-            manifest = publish_checkpoint(
-                storage, local_dir, rel_path, metadata, guard, staged=staged, known=known
-            )
+            try:
+                manifest = publish_checkpoint(
+                    storage, local_dir, rel_path, metadata, guard, staged=staged, known=known
+                )
+            except BaseException:  # not published: what is at that name is not this one's
+                self.outcome.checkpoints.remove(record)  # (a newer driver's, maybe)
+                raise
             record.digest = manifest_digest(manifest)
             return
         if storage.is_local and staged is None:  # a user's folder: theirs again on return

@@ -16,6 +16,7 @@ from typing import Any
 
 from popflow.infra.storage.errors import StorageError
 from popflow.infra.storage.folder import Storage
+from popflow.infra.store.lease import LeaseLost
 
 StopCondition = Mapping[str, Any] | Callable[[str, dict[str, Any]], bool] | None
 
@@ -115,6 +116,9 @@ class SegmentOutcome:
     #: storage failed for good (a full disk, a permission, retries ran out): the run's
     #: failure, not the trial's
     storage_failure: StorageError | None = None
+    #: a checkpoint's publish found a newer driver's lease (a stalled driver's segment):
+    #: the driver stops with it, and deletes nothing (that name is the newer driver's)
+    fenced: LeaseLost | None = None
     seconds: float = 0.0  # the segment's wall time on the worker, set-up and saves included
     #: the trainable was built for this segment (from ``restore``, or from scratch), not
     #: continued from a parked one: its results follow the restored state, and any the
@@ -137,3 +141,5 @@ class Published:
     errors: dict[tuple[str, str], str] = field(default_factory=dict)
     #: storage failed for good: the run's failure (see ``SegmentOutcome.storage_failure``)
     storage_failure: StorageError | None = None
+    #: a publish found a newer driver's lease (see ``SegmentOutcome.fenced``)
+    fenced: LeaseLost | None = None

@@ -37,6 +37,7 @@ from popflow.infra.helper_threads import InlineExecutor, helpers_inline
 from popflow.infra.storage.errors import StorageError
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.checkpoints import manifest_digest, publish_checkpoint
+from popflow.infra.store.lease import LeaseLost
 from popflow.tasks.checkpoint_cache import cache
 from popflow.tasks.specs import CheckpointRecord, EndReason, Published, SegmentOutcome
 
@@ -147,6 +148,10 @@ class Uploads:
             except Exception as exc:
                 if isinstance(exc, StorageError):  # the run's failure (a full disk, say)
                     outcome.storage_failure = exc
+                if isinstance(exc, LeaseLost):  # a newer driver holds the lease
+                    outcome.fenced = exc
+                if record in outcome.checkpoints:  # not published: the name is not its
+                    outcome.checkpoints.remove(record)
                 if outcome.reason == EndReason.ERROR:
                     continue
                 outcome.reason = EndReason.ERROR
@@ -170,6 +175,7 @@ class Uploads:
         published.storage_failure = next(
             (o.storage_failure for o in failed if o.storage_failure is not None), None
         )
+        published.fenced = next((o.fenced for o in failed if o.fenced is not None), None)
         return published, failed
 
 

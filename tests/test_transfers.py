@@ -20,6 +20,7 @@ from test_s3 import BrokenFS
 from test_segment_local import DirCounter, spec
 
 from popflow.flows.backends.dask_pool import RunnerPool
+from popflow.infra.cluster.credentials_plugin import credentials_on_workers
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.checkpoints import fetch_checkpoint, read_manifest
 from popflow.tasks.live import discard_parked
@@ -172,28 +173,32 @@ def test_a_call_queued_behind_another_downloads_its_restore_when_it_reaches_the_
     (first,) = [ok(o) for o in run_call([trial_spec(s3, 0)])]
     ckpt = first.checkpoints[-1]
     path = f"DirCounter_t0/{ckpt.name}"
-    pool = RunnerPool(dask_cluster, label="early-restore")
-    try:
-        runner = pool.runners[0]
-        gate = Event(f"gate-{uuid.uuid4().hex}", client=dask_cluster)
-        ahead = trial_spec(s3, 1, trainable=Gated, config={"inc": 1.0, "gate": gate.name})
-        pool.submit([ahead], runner)
-        clone = trial_spec(s3, 0, restore=path, restore_digest=ckpt.digest, target=3, taken=TAKEN)
-        pool.submit([clone], runner)
-        # the actor call and this look at the worker travel apart: look until it arrived
-        w = runner.worker
-        done = lambda: dask_cluster.run(early_downloads_done, workers=[w])[w]  # noqa: E731
-        assert wait_for(done, 60, "the queued call's download") == 1
-        s3.remove(path)  # only the early download still has it
-        gate.set()
-        outcomes = []
-        while len(outcomes) < 2:
-            outcomes += [value for _, value in pool.finished()]
-        by_trial = {o.trial_id: ok(o) for call in outcomes for o in call}
-        assert by_trial["t0"].restored and by_trial["t0"].results[-1]["value"] == 3.0
-        assert by_trial["t1"].results[-1]["value"] == 2.0
-        pool.discard_parked(
-            runner.worker, [o.live_token for o in by_trial.values() if o.live_token]
-        )
-    finally:
-        pool.close()
+    # the workers get the storage's credentials as a run gives them (never in a pickle)
+    with credentials_on_workers(dask_cluster, s3.storage_options):
+        pool = RunnerPool(dask_cluster, label="early-restore")
+        try:
+            runner = pool.runners[0]
+            gate = Event(f"gate-{uuid.uuid4().hex}", client=dask_cluster)
+            ahead = trial_spec(s3, 1, trainable=Gated, config={"inc": 1.0, "gate": gate.name})
+            pool.submit([ahead], runner)
+            clone = trial_spec(
+                s3, 0, restore=path, restore_digest=ckpt.digest, target=3, taken=TAKEN
+            )
+            pool.submit([clone], runner)
+            # the actor call and this look at the worker travel apart: look until it arrived
+            w = runner.worker
+            done = lambda: dask_cluster.run(early_downloads_done, workers=[w])[w]  # noqa: E731
+            assert wait_for(done, 60, "the queued call's download") == 1
+            s3.remove(path)  # only the early download still has it
+            gate.set()
+            outcomes = []
+            while len(outcomes) < 2:
+                outcomes += [value for _, value in pool.finished()]
+            by_trial = {o.trial_id: ok(o) for call in outcomes for o in call}
+            assert by_trial["t0"].restored and by_trial["t0"].results[-1]["value"] == 3.0
+            assert by_trial["t1"].results[-1]["value"] == 2.0
+            pool.discard_parked(
+                runner.worker, [o.live_token for o in by_trial.values() if o.live_token]
+            )
+        finally:
+            pool.close()

@@ -161,7 +161,9 @@ class TrialEndings:
 
     def on_error(self, rec: TrialRecord, outcome: SegmentOutcome) -> None:
         s = self.state
-        for ckpt in outcome.checkpoints:  # never committed: nobody can refer to them
+        if outcome.checkpoints:  # a driver taken over deletes nothing: the names are reused
+            s.check_lease()
+        for ckpt in outcome.checkpoints:  # published, never committed: nobody refers to them
             s.storage.remove(rec.checkpoint_path(ckpt.name))
         # a trainable parked after a segment whose results were refused has trained past
         # them: a retry must start from the checkpoint, not go on from there

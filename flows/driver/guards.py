@@ -25,7 +25,11 @@ RETRY_MAX_S = 30.0
 
 def raise_storage_failure(outcome: SegmentOutcome) -> None:
     """A worker's storage failed for good (a full disk, a permission): the run stops with
-    that StorageError, resumable from its last commit once the cause is fixed."""
+    that StorageError, resumable from its last commit once the cause is fixed. A worker
+    whose publish found a newer driver's lease: the run stops with ``LeaseLost``."""
+    if outcome.fenced is not None:  # a newer driver holds the lease: stop, delete nothing
+        logger.error("trial %s: %s", outcome.trial_id, outcome.fenced)
+        raise outcome.fenced
     if outcome.storage_failure is not None:
         logger.error(
             "trial %s: storage failed on worker %s; the run stops (fix the cause, then resume): %s",

@@ -114,6 +114,8 @@ class Publishing:
         digests: dict[tuple[str, str], str] = {}
         reasons: list[str] = []
         for published in backend.settle(calls):
+            if published.fenced is not None:  # a newer driver holds the lease
+                raise published.fenced
             if published.storage_failure is not None:
                 raise published.storage_failure
             digests.update(published.digests)

@@ -27,7 +27,7 @@ from typing import Any
 
 from popflow.flows.experiment.trial_table import is_finished
 from popflow.flows.simulation.faults import Fault, Scenario, Schedule
-from popflow.flows.simulation.invariants import outcome, violations
+from popflow.flows.simulation.invariants import kept, outcome, violations
 from popflow.flows.simulation.scenarios import LEASE_TTL, NAME, spec_for
 from popflow.flows.simulation.world import Driver, World
 from popflow.infra.storage.folder import Storage
@@ -126,6 +126,8 @@ def _run(schedule: Schedule, reference: dict[str, Any] | None) -> tuple[Ran, dic
             seen = {"finished": False, "trials": {}, "policy": []}
             problems.append(f"readable: {type(e).__name__}: {e}")
         problems += violations(seen, world.commits, reference)
+        if seen["finished"] and not any(f is Fault.DAMAGE_CHECKPOINT for _, f in schedule.faults):
+            problems += kept(experiment)  # (a damaged checkpoint never restored from stays so)
         problems += [f"inside: {w}" for w in world.outside]
         if root.read_text(*BESIDE) != BESIDE_TEXT:
             problems.append(f"inside: {'/'.join(BESIDE)} beside the experiment was changed")

@@ -23,10 +23,12 @@ import io
 import json
 from typing import Any
 
+from popflow.flows.experiment.trial_logs import lines_of
 from popflow.flows.experiment.trial_table import is_finished
 from popflow.infra.storage.folder import Storage
+from popflow.infra.store.checkpoints import verify_in_place
 from popflow.infra.store.commit_log import ExperimentLog
-from popflow.infra.store.layout import GLOBAL_POLICY, PARAMS, PROGRESS, RESULTS
+from popflow.infra.store.layout import GLOBAL_POLICY, PARAMS, PROGRESS, RESULTS, policy_file
 from popflow.tasks.progress import VOLATILE_FIELDS
 
 
@@ -62,6 +64,25 @@ def outcome(experiment: Storage) -> dict[str, Any]:
         "trials": trials,
         "policy": [json.loads(line) for line in _read(experiment, GLOBAL_POLICY).splitlines()],
     }
+
+
+def kept(experiment: Storage) -> list[str]:
+    """**kept**: every checkpoint the last commit names, and each trial's restore, is there
+    and matches its manifest (a stalled driver once deleted a checkpoint its successor
+    committed); each ``pbt_policy_<trial_id>.txt`` holds the committed lineage."""
+    latest = ExperimentLog(experiment).latest()
+    out = []
+    for t in (latest or {}).get("trials", []):
+        named = [f"{t['dirname']}/{c['name']}" for c in t["checkpoints"]]
+        for path in dict.fromkeys([*named, *([t["restore"]] if t.get("restore") else [])]):
+            try:
+                verify_in_place(experiment, path)
+            except Exception as e:  # missing, half-published or changed: all findings
+                out.append(f"kept: {path}, named by the last commit: {type(e).__name__}: {e}")
+        want = lines_of(t["lineage"]) if t.get("lineage") else ""
+        if _read(experiment, policy_file(t["trial_id"])) != want:
+            out.append(f"kept: {policy_file(t['trial_id'])} is not the committed lineage")
+    return out
 
 
 def violations(

@@ -38,7 +38,7 @@ from popflow.infra.storage import local_files
 from popflow.infra.storage.calls import StorageCalls
 from popflow.infra.storage.credentials import Hidden
 from popflow.infra.storage.errors import StorageError
-from popflow.infra.storage.log_writes import LogChanged, LogWrites
+from popflow.infra.storage.log_writes import LogChanged, LogWrites, exchange
 from popflow.infra.storage.object_writes import ObjectWrites
 from popflow.infra.storage.retry import RetryPolicy
 from popflow.infra.storage.safe_paths import UnsafePath, escapes
@@ -393,6 +393,14 @@ class Storage(StorageCalls):
             target = d if f == s else posixpath.join(d, posixpath.relpath(f, s))
             self._call("copy", target, lambda f=f, target=target: self.fs.cp_file(f, target))
         self.remove(*src)
+
+    def exchange(self, a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+        """Swap what is at ``a`` and ``b`` in one step (local disk: files or folders);
+        False where the filesystem cannot (or on an object store): nothing changed."""
+        if not self.is_local:
+            return False
+        pa, pb = self.path(*a), self.path(*b)
+        return bool(self._call("rename", pb, lambda: exchange(pa, pb), retry=False))
 
     def make_folder(self, *parts: str) -> str:
         """Create a folder (local disk; object stores have none) and return its path."""

@@ -475,7 +475,7 @@ _AT_FDCWD = -100
 _libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
 
-def _exchange(a: str, b: str) -> bool:
+def exchange(a: str, b: str) -> bool:
     """Swap the files at ``a`` and ``b`` in one step; False where the system cannot."""
     fn = getattr(_libc, "renameat2", None)
     if fn is None:
@@ -494,7 +494,7 @@ def _swap_if(new: str, path: str, expected: tuple[int, int]) -> None:
     """Put ``new`` at ``path`` only if ``path`` is the file ``expected`` (device, inode);
     the old file ends at ``new``'s name. Where the system has no atomic exchange, a check
     and a rename (a stall between them is not fenced there)."""
-    if not _exchange(new, path):
+    if not exchange(new, path):
         st = os.lstat(path)
         if (st.st_dev, st.st_ino) != expected:
             raise _Conflict("another driver adopted or replaced it since this one looked")
@@ -502,7 +502,7 @@ def _swap_if(new: str, path: str, expected: tuple[int, int]) -> None:
         return
     old = os.lstat(new)
     if (old.st_dev, old.st_ino) != expected:  # swapped out a newer driver's log: undo
-        _exchange(new, path)
+        exchange(new, path)
         raise _Conflict("another driver adopted or replaced it since this one looked")
 
 

@@ -140,10 +140,7 @@ def publish_checkpoint(
         except StorageError as e:  # published before (a retried segment): replace it
             if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                 raise
-            trash = trash_path(rel_path)
-            storage.rename((rel_path,), (trash,))
-            storage.remove(trash)
-            storage.rename((tmp,), (rel_path,))
+            _replace_published(storage, tmp, rel_path, metadata.get("epoch"))
     else:
         # object stores: hide any previous version by deleting its manifest (one
         # DELETE, no listing), upload every data object, publish the manifest last.
@@ -158,6 +155,43 @@ def publish_checkpoint(
             fence()
         storage.write_bytes(manifest_bytes, rel_path, MANIFEST)
     return manifest
+
+
+def _replace_published(storage: Storage, tmp: str, rel_path: str, epoch: Any) -> None:
+    """Put the staged checkpoint ``tmp`` at ``rel_path`` over one published there before (a
+    retried segment's, or a stalled earlier driver's), never over a newer driver's: a
+    publisher stalled past its fence, woken after a newer driver published the same name,
+    raises ``LeaseLost`` and changes nothing. The swap is one atomic exchange, undone if
+    what it swapped out carries a newer epoch (where the filesystem has no exchange: a
+    check, then a rename)."""
+    from popflow.infra.store.lease import LeaseLost
+
+    def newer(path: str) -> bool:
+        try:
+            theirs = read_manifest(storage, path)["metadata"].get("epoch")
+        except CheckpointError:  # half-published: nobody's to keep
+            return False
+        return isinstance(epoch, int) and isinstance(theirs, int) and theirs > epoch
+
+    def refuse() -> None:
+        storage.remove(tmp)
+        raise LeaseLost(
+            f"{storage.full_url(rel_path)} was published by a newer driver: this one "
+            f"(epoch {epoch}) publishes nothing over it"
+        )
+
+    if storage.exchange((tmp,), (rel_path,)):  # the old one is at ``tmp`` now
+        if newer(tmp):
+            storage.exchange((tmp,), (rel_path,))
+            refuse()
+        storage.remove(tmp)
+        return
+    if newer(rel_path):
+        refuse()
+    trash = trash_path(rel_path)
+    storage.rename((rel_path,), (trash,))
+    storage.remove(trash)
+    storage.rename((tmp,), (rel_path,))
 
 
 def read_manifest(storage: Storage, rel_path: str) -> dict[str, Any]:
