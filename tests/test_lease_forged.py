@@ -7,7 +7,10 @@ or numbered, locks an experiment, and epochs are numbers at any digit count.
   lease at 99999999 does not lock out the next driver or ``--force-takeover``, and no
   driver takes an epoch at or below one that exists.
 - Names popflow cannot have written (an absurd epoch, padding it never writes) are
-  skipped by every reader; a lease file at the largest epoch is refused, by name.
+  skipped by every reader; a lease file at or just below the largest epoch is removed
+  once it lapsed, and numbering starts again below the planted range.
+- A lease file that is no regular file (a FIFO, a link), is larger than 64 KiB, or was
+  modified in the future is garbled: it never hangs, fills memory nor holds the lease.
 """
 
 from __future__ import annotations
@@ -16,13 +19,18 @@ import json
 import logging
 import os
 import socket
+import threading
+import time
 import types
 
 import pytest
 
+from popflow.infra.storage import local_files
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.layout import LEASE_DIR, MAX_NUMBER, lease_path
 from popflow.infra.store.lease import (
+    FUTURE_TOLERANCE_S,
+    MAX_LEASE_BYTES,
     Lease,
     LeaseHeldError,
     LeaseLost,
@@ -236,38 +244,157 @@ def test_an_absurd_epoch_planted_in_the_lease_folder_is_skipped(tmp_path, caplog
     assert lease_epochs(storage) == [3, 4]
 
 
+# -- a planted epoch at the top of the range ------------------------------------------------
+
+
 @pytest.mark.unit
-def test_a_lease_file_at_the_largest_epoch_is_refused_by_name(tmp_path):
+def test_a_garbled_lease_at_the_largest_epoch_locks_nobody(tmp_path, caplog):
+    """No epoch is left above it: the driver taking over removes it, and takes the next
+    epoch after the lease below it (which still holds, so only --force-takeover takes it)."""
     storage = Storage(str(tmp_path))
     _elsewhere(storage, 1)
     storage.write_text("garbage", lease_path(MAX_NUMBER))
-    for force in (False, True):
-        with pytest.raises(LeaseHeldError, match=r"999999999999999\.json claims driver epoch"):
-            Lease(storage, ttl_s=60, force=force).acquire(renew=False)
-    assert lease_epochs(storage) == [1, MAX_NUMBER]  # nothing taken
-    storage.remove_file(lease_path(MAX_NUMBER))  # the fix the message names
+    with (
+        caplog.at_level(logging.WARNING, logger="popflow.infra.store.lease"),
+        pytest.raises(LeaseHeldError, match="is being run by pid"),  # epoch 1's holder
+    ):
+        Lease(storage, ttl_s=60).acquire(renew=False)
+    assert "removing 999999999999999.json in .popflow/lease" in caplog.text
+    assert lease_epochs(storage) == [1]
     lease = Lease(storage, ttl_s=60, force=True)
     lease.acquire(renew=False)
     assert lease.epoch == 2
 
 
 @pytest.mark.unit
-def test_force_takeover_refuses_a_lease_at_the_largest_epoch_in_one_line(tmp_path, capsys):
-    """``popflow resume --force-takeover`` says which file to remove, with no traceback."""
-    from trainables import ParityTrainable
+def test_force_takeover_gets_past_a_lease_at_the_largest_epoch(tmp_path):
+    """What ``popflow resume --force-takeover`` calls, with nobody else's lease below."""
+    storage = Storage(str(tmp_path))
+    storage.write_text("garbage", lease_path(MAX_NUMBER))
+    assert break_lease(storage) is None  # garbled: nobody held it
+    assert lease_epochs(storage) == [1]
 
-    import popflow
-    from popflow.flows.api.cli import main
 
-    popflow.simulate(
-        ParityTrainable, {"a": 1}, storage=str(tmp_path), name="exp", stop={"training_iteration": 2}
-    )
-    planted = tmp_path / "exp" / lease_path(MAX_NUMBER)
-    planted.write_text("garbage")
-    with pytest.raises(SystemExit) as exited:
-        main(["resume", str(tmp_path / "exp"), "--force-takeover"])
-    assert exited.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith(f"popflow: {planted} claims driver epoch {MAX_NUMBER}")
-    assert "remove that file" in err[-1]
-    assert "Traceback" not in "\n".join(err)
+@pytest.mark.unit
+def test_a_lease_planted_just_below_the_largest_epoch_locks_nobody(tmp_path):
+    """A driver takes the largest epoch after it; the next one, once that lease lapses,
+    starts again below the planted range with an epoch none of the removed ones had, and
+    the driver that held the removed one is fenced off (its lease file is gone)."""
+    storage = Storage(str(tmp_path))
+    storage.write_text("garbage", lease_path(MAX_NUMBER - 1))
+    clock = Clock(storage.modified(lease_path(MAX_NUMBER - 1)))
+    first = Lease(storage, ttl_s=60, clock=clock)
+    first.owner["host"] = "elsewhere"
+    first.acquire(renew=False)
+    assert first.epoch == MAX_NUMBER
+    clock.now += 121  # its holder stalls past its lease
+    for expected in (1, 2, 3):  # and the drivers after it, each in turn
+        nxt = Lease(storage, ttl_s=60, clock=clock)
+        nxt.acquire(renew=False)
+        assert nxt.epoch == expected
+        nxt.release()
+    with pytest.raises(
+        LeaseLost, match=r"lease file \.popflow/lease/999999999999999\.json was removed"
+    ):
+        first.check()
+    assert not first.renew_once()
+
+
+# -- lease files that are no regular file, or too big ----------------------------------------
+
+
+def _held_body() -> str:
+    return json.dumps({"host": "elsewhere", "pid": 4242, "id": "x", "epoch": 1, "expires": 4e9})
+
+
+def _plant(storage: Storage, kind: str) -> None:
+    path = storage.path(lease_path(1))
+    os.makedirs(os.path.dirname(path))
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "link_loop":
+        os.symlink(path, path)
+    elif kind == "link_inside":  # a held lease, read through a link: popflow wrote no link
+        storage.write_text(_held_body(), "elsewhere.json")
+        os.symlink(storage.path("elsewhere.json"), path)
+    elif kind == "too_big":  # a held lease, padded past what is read
+        storage.write_text(_held_body()[:-1] + ', "pad": "' + "x" * 100_000 + '"}', lease_path(1))
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("kind", ["fifo", "link_loop", "link_inside", "too_big"])
+@pytest.mark.parametrize("force", [False, True])
+def test_a_lease_file_that_is_no_regular_file_or_too_big_counts_as_garbled(
+    tmp_path, kind, force, caplog
+):
+    """A FIFO hung every reader (with --force-takeover too), a link loop raised
+    StorageError, a link or a file past 64 KiB was read whole: each is a garbled lease."""
+    storage = Storage(str(tmp_path))
+    _plant(storage, kind)
+    lease = Lease(storage, ttl_s=60, force=force)
+    done = threading.Event()
+
+    def acquire() -> None:
+        try:
+            lease.acquire(renew=False)
+        finally:
+            done.set()
+
+    with caplog.at_level(logging.WARNING, logger="popflow.infra.store.lease"):
+        thread = threading.Thread(target=acquire, daemon=True)
+        thread.start()
+        hung = not done.wait(30)
+        if hung:  # a reader blocked in open(): a writer's open and close end its wait
+            os.close(os.open(storage.path(lease_path(1)), os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(30)
+    assert not hung, "reading the lease file hung"
+    assert lease.epoch == 2
+    assert "lease file .popflow/lease/00000001.json is garbled: it counts as lapsed" in caplog.text
+
+
+@pytest.mark.unit
+def test_a_lease_file_is_read_no_further_than_its_cap(tmp_path):
+    """A sparse file of 64 GiB (no disk used) ran a reader out of memory."""
+    path = tmp_path / "sparse"
+    with open(path, "wb") as f:
+        f.truncate(64 << 30)
+    assert len(local_files.read_regular_file(str(path), MAX_LEASE_BYTES)) == MAX_LEASE_BYTES + 1
+
+
+@pytest.mark.integration
+def test_a_lease_object_past_the_cap_on_s3_counts_as_garbled(s3):
+    _plant(s3, "too_big")
+    lease = Lease(s3, ttl_s=60)
+    lease.acquire(renew=False)
+    assert lease.epoch == 2
+
+
+# -- a modification time in the future ------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_a_lease_file_modified_in_the_future_is_not_trusted(tmp_path, caplog):
+    """Whoever can write the folder sets its mtime: 10 years ahead held the lease 10 years."""
+    storage = Storage(str(tmp_path))
+    storage.write_text(_held_body(), lease_path(1))
+    far = time.time() + 10 * 365 * 86400
+    os.utime(storage.path(lease_path(1)), (far, far))
+    lease = Lease(storage, ttl_s=5)
+    with caplog.at_level(logging.WARNING, logger="popflow.infra.store.lease"):
+        lease.acquire(renew=False)
+    assert lease.epoch == 2
+    assert "lease file .popflow/lease/00000001.json was modified" in caplog.text
+
+
+@pytest.mark.unit
+def test_a_lease_file_modified_a_little_ahead_holds_for_two_ttls_after_that(tmp_path):
+    """Within the tolerance for clock skew, the usual cap applies from its mtime."""
+    storage = Storage(str(tmp_path))
+    storage.write_text(_held_body(), lease_path(1))
+    ahead = time.time() + FUTURE_TOLERANCE_S / 2
+    os.utime(storage.path(lease_path(1)), (ahead, ahead))
+    clock = Clock(ahead - FUTURE_TOLERANCE_S / 2)
+    with pytest.raises(LeaseHeldError):
+        Lease(storage, ttl_s=5, clock=clock).acquire(renew=False)
+    clock.now = ahead + 11  # 2 x 5 s after that mtime
+    assert Lease(storage, ttl_s=5, clock=clock).plan() == 2

@@ -5,7 +5,9 @@ folder, append, cut back."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import uuid
 from collections.abc import Iterator
 
@@ -73,3 +75,30 @@ def truncate_file(target: str, length: int) -> None:
     if os.path.getsize(target) > length:  # never extend (as on object stores)
         with open(target, "r+b") as f:
             f.truncate(length)
+
+
+def read_regular_file(target: str, limit: int) -> bytes | None:
+    """At most ``limit + 1`` bytes of the regular file ``target`` (more than ``limit``
+    tells the caller it is too big), or None if ``target`` is no regular file: a link,
+    a FIFO, a socket, a folder. Opened without following a link and without blocking
+    (a FIFO planted at a name popflow reads would hang a plain ``open``), and read no
+    further than ``limit + 1`` bytes (a sparse file of any size fills no memory)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(target, flags)
+    except OSError as e:
+        # ELOOP (EMLINK on BSDs): a link, refused by O_NOFOLLOW; ENXIO: a socket
+        if e.errno in (errno.ELOOP, errno.EMLINK, errno.ENXIO, errno.EISDIR):
+            return None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks: list[bytes] = []
+        left = limit + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 16))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

@@ -32,14 +32,27 @@ where ``ttl_s`` is the *reader's* (the ``lease_ttl`` of the driver that would
 take over), whatever the file says its ttl or expiry is; so a holder whose clock
 runs ahead, or a lease file forged with an expiry far in the future, holds the
 experiment for minutes, not forever. A lease file that is not JSON, or whose
-expiry is missing, not a number or not finite, has lapsed.
+expiry is missing, not a number or not finite, has lapsed. So has a lease file that is no
+regular file (a link, a FIFO, a folder: it is opened without following links and without
+blocking), one larger than :data:`MAX_LEASE_BYTES` (no more is read), and one whose
+modification time is more than :data:`FUTURE_TOLERANCE_S` ahead of the reader's clock: a
+writer sets a local file's mtime (``touch -d 2035``), so a future one is not trusted, and
+a lease whose mtime is within that tolerance lapses at most ``FUTURE_TOLERANCE_S + 2 *
+ttl_s`` after the reader first saw it. Each warns, naming the file.
 ``popflow resume --force-takeover`` takes over a lease that still looks held.
 
 Epochs are numbers (``100000000.json`` is newer than ``99999999.json``); names that
 :func:`~popflow.infra.store.layout.lease_path` cannot have made, an absurd epoch
 beyond :data:`~popflow.infra.store.layout.MAX_NUMBER` among them, are skipped by
-every reader (a warning names them). A lease file *at* that epoch leaves no epoch
-to take: acquiring refuses, naming the file to remove.
+every reader (a warning names them). A planted epoch is counted like any other (the next
+driver takes the one after it) up to ``MAX_NUMBER``, where no epoch is left to take. No run
+gets near it: epochs from :data:`IMPLAUSIBLE_EPOCH` (10**12, a takeover a second for
+30,000 years) on were planted or taken after one that was. So when the newest lease is
+at ``MAX_NUMBER`` and has lapsed (or ``force``), the driver taking over removes every
+lease file from ``IMPLAUSIBLE_EPOCH`` on (a warning names them) and takes the first epoch
+above the newest left that is none of those it removed: no planted file locks the
+experiment. A driver whose own lease file is gone has lost the lease (while it is the
+newest, nothing else removes it), so the holder of a removed epoch stops at its next look.
 
 On a store without conditional writes the lease falls back to write, then
 read back (two drivers starting within the same instant could both go on);
@@ -60,8 +73,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from popflow.infra.storage import local_files
 from popflow.infra.storage.errors import StorageError
 from popflow.infra.storage.folder import Storage
+from popflow.infra.storage.safe_paths import UnsafePath
 from popflow.infra.store.layout import (
     LEASE_DIR,
     MAX_NUMBER,
@@ -81,6 +96,13 @@ _EXPIRY_CAP_TTLS = 2.0
 #: per file written lists the folder once for each of a large round's hundreds of files; a
 #: driver taken over had stalled past its lease, far longer than this.
 LOOK_EVERY_S = 0.05
+#: The most bytes read from a lease file (popflow writes ~200): a larger one has lapsed.
+MAX_LEASE_BYTES = 64 << 10
+#: How far a lease file's modification time may be ahead of the reader's clock (clock skew
+#: between a client and its object store) before it is not trusted (see above).
+FUTURE_TOLERANCE_S = 60.0
+#: Lease epochs from here on are planted, or taken right after a planted one (see above).
+IMPLAUSIBLE_EPOCH = 10**12
 
 
 class LeaseHeldError(RuntimeError):
@@ -103,6 +125,19 @@ def newer_epoch(storage: Storage, epoch: int) -> int | None:
     takeovers ago (pruning may have removed ``epoch + 1``)."""
     newest = max(lease_epochs(storage), default=0)
     return newest if newest > epoch else None
+
+
+def _read_capped(storage: Storage, path: str) -> bytes | None:
+    """At most :data:`MAX_LEASE_BYTES` + 1 bytes of the lease file ``path``, or None if it
+    is no regular file (local disk: a link, a FIFO, a folder). Through the storage's one
+    call helper, so retries and simulated faults apply as to any read."""
+    p = storage.path(path)
+    if storage.is_local:
+        return storage._call("read", p, lambda: local_files.read_regular_file(p, MAX_LEASE_BYTES))
+    # an object is always a regular file; a ranged GET caps what is read
+    return storage._call(
+        "read", p, lambda: storage.fs.cat_file(p, start=0, end=MAX_LEASE_BYTES + 1)
+    )
 
 
 def fence(storage: Storage, epoch: int) -> None:
@@ -222,15 +257,33 @@ class Lease:
         none."""
         path = lease_path(epoch)
         try:
-            lease = json.loads(self.storage.read_bytes(path))
-            written = self.storage.modified(path)
+            data = _read_capped(self.storage, path)
+            written = self.storage.modified(path) if data is not None else 0.0
         except FileNotFoundError:
             return None
+        except UnsafePath:  # a link out of the experiment
+            data = None
         except StorageError as e:
-            if e.errno != errno.EISDIR:
-                raise
-            logger.warning("lease file %s is a folder: it counts as lapsed", path)
+            if e.errno not in (errno.EISDIR, errno.ELOOP):
+                raise  # a failing store is no lapsed lease
+            data = None
+        if data is None:
+            logger.warning(
+                "lease file %s is garbled: it counts as lapsed (no regular file: a link, a "
+                "FIFO, a folder)",
+                path,
+            )
             return {}
+        if len(data) > MAX_LEASE_BYTES:
+            logger.warning(
+                "lease file %s is garbled: it counts as lapsed (larger than %d bytes; no more "
+                "is read)",
+                path,
+                MAX_LEASE_BYTES,
+            )
+            return {}
+        try:
+            lease = json.loads(data)
         except (ValueError, RecursionError):  # not JSON; nested past the parser's limit
             logger.warning("lease file %s is garbled: it counts as lapsed", path)
             return {}
@@ -242,6 +295,16 @@ class Lease:
         if math.isnan(expires):
             logger.warning(
                 "lease file %s has no expiry that is a finite number: it counts as lapsed", path
+            )
+            expires = 0.0
+        if written > self.clock() + FUTURE_TOLERANCE_S:
+            # whoever can write the folder sets a local file's mtime: from the future, the
+            # cap below would hold the lease until then
+            logger.warning(
+                "lease file %s was modified %.0f s in the future (by this machine's clock): "
+                "not trusted, it counts as lapsed",
+                path,
+                written - self.clock(),
             )
             expires = 0.0
         lease["expires"] = min(expires, written + _EXPIRY_CAP_TTLS * self.ttl_s)
@@ -295,15 +358,28 @@ class Lease:
                 LEASE_DIR,
                 MAX_NUMBER,
             )
-        newest = max(lease_epochs_in(names), default=0)
-        if newest >= MAX_NUMBER:  # refused, not skipped: any largest epoch counted is here
-            raise LeaseHeldError(
-                f"{self.storage.full_url(lease_path(newest))} claims driver epoch {newest}, "
-                "the largest popflow numbers, so no driver can take the experiment over; no "
-                "run makes that many takeovers, so popflow did not write it: remove that "
-                "file (and see who else can write there), then resume"
-            )
+        epochs = lease_epochs_in(names)
+        newest = max(epochs, default=0)
         current = self._read(newest) if newest else None
+        after = newest  # the epoch taken is the first above this
+        if newest >= MAX_NUMBER and (self.force or self.is_gone(current or {})):
+            # no epoch is left above a planted one: start again below the planted range
+            planted = [e for e in epochs if e >= IMPLAUSIBLE_EPOCH]
+            logger.warning(
+                "%s: removing %s in %s: no run makes %d takeovers, so these lease files were "
+                "planted there or taken after one that was (see who else can write there)",
+                self.storage.url,
+                ", ".join(lease_path(e).rsplit("/", 1)[1] for e in planted),
+                LEASE_DIR,
+                IMPLAUSIBLE_EPOCH,
+            )
+            for e in planted:
+                self.storage.remove_file(lease_path(e))
+            newest = max((e for e in epochs if e < IMPLAUSIBLE_EPOCH), default=0)
+            current = self._read(newest) if newest else None
+            after = newest
+            while after + 1 in planted:  # a stalled holder of a removed epoch is not this one
+                after += 1
         if current is not None and not self.is_gone(current):
             if not self.force:
                 left = _number(current.get("expires"), 0.0) - self.clock()
@@ -321,7 +397,7 @@ class Lease:
                 _shown(current.get("pid")),
                 _shown(current.get("host")),
             )
-        return newest + 1
+        return after + 1
 
     def take(self, epoch: int, renew: bool = True) -> None:
         """Create lease ``epoch`` (:meth:`plan`'s), or :class:`LeaseHeldError` if another
@@ -347,9 +423,16 @@ class Lease:
             self._thread.start()
 
     def _look(self) -> None:
-        """Note a newer driver, if storage shows one (one listing)."""
-        if self._lost is None and (newer := newer_epoch(self.storage, self.epoch)) is not None:
-            self._lost = f"driver epoch {newer} took the experiment over"
+        """Note a newer driver, or this driver's own lease file gone, if storage shows
+        either (one listing)."""
+        if self._lost is not None:
+            return
+        epochs = lease_epochs(self.storage)
+        newest = max(epochs, default=0)
+        if newest > self.epoch:
+            self._lost = f"driver epoch {newest} took the experiment over"
+        elif self.epoch not in epochs:  # removed as planted (see the module's doc)
+            self._lost = f"its lease file {lease_path(self.epoch)} was removed"
 
     def check(self, fresh: bool = True) -> None:
         """Raise :class:`LeaseLost` if a newer driver has taken the experiment over.
