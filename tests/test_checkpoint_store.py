@@ -154,3 +154,22 @@ def test_metadata_is_stored_as_json(published):
     storage, metadata = published
     raw = json.loads(storage.read_bytes(CKPT, MANIFEST))
     assert raw["metadata"] == metadata
+
+
+def test_a_republish_never_replaces_a_newer_drivers_checkpoint(tmp_path):
+    """A publisher stalled past its lease check, woken after a newer driver published the
+    same name (checkpoint names repeat across drivers), once moved the newer driver's
+    checkpoint aside and put its own in its place."""
+    from popflow.infra.store.lease import LeaseLost
+
+    storage = Storage(str(tmp_path / "exp"))
+    newer = write_tree(tmp_path / "newer", {"w.bin": b"newer"})
+    publish_checkpoint(storage, str(newer), "t/checkpoint_000002", {"epoch": 2})
+    stale = write_tree(tmp_path / "stale", {"w.bin": b"stale"})
+    with pytest.raises(LeaseLost, match="newer driver"):
+        publish_checkpoint(storage, str(stale), "t/checkpoint_000002", {"epoch": 1})
+    assert (tmp_path / "exp" / "t" / "checkpoint_000002" / "w.bin").read_bytes() == b"newer"
+    assert sorted(p.name for p in (tmp_path / "exp" / "t").iterdir()) == ["checkpoint_000002"]
+    retried = write_tree(tmp_path / "retried", {"w.bin": b"retried"})  # its own retry
+    publish_checkpoint(storage, str(retried), "t/checkpoint_000002", {"epoch": 2})
+    assert (tmp_path / "exp" / "t" / "checkpoint_000002" / "w.bin").read_bytes() == b"retried"
