@@ -91,7 +91,10 @@ class CheckpointCache:
             self._copies.move_to_end((storage.url, rel_path))
             try:  # the files its manifest lists, nothing else (never an unlisted pickle)
                 copy_listed(copy.folder, local_dir, copy.manifest)
-            except OSError:
+            except (OSError, CheckpointError) as e:  # a link in the copy: refused, not followed
+                logger.warning("%s; reading it from storage instead", e)
+                self._copies.pop((storage.url, rel_path), None)
+                shutil.rmtree(copy.folder, ignore_errors=True)
                 shutil.rmtree(local_dir, ignore_errors=True)
                 return None
         try:

@@ -121,3 +121,78 @@ def test_the_workers_copy_gives_only_the_listed_files(published, tmp_path):
 
     load_folder(trainable, str(out))
     assert trainable.restored and not (tmp_path / "RAN").exists()
+
+
+# -- links in a checkpoint: never followed ---------------------------------------------------
+
+
+def _link_listed_file(storage: Storage, target: str) -> None:
+    """The listed file ``checkpoint`` of CKPT, made a link to ``target`` (same bytes, so
+    its size and digest match the manifest)."""
+    listed = os.path.join(storage.path(CKPT), "checkpoint")
+    os.remove(listed)
+    os.symlink(target, listed)
+
+
+@pytest.mark.parametrize("where", ["outside", "inside"])
+def test_a_listed_file_that_is_a_link_is_refused_in_place(published, tmp_path, where):
+    """A link out of the experiment (or anywhere) with the listed digest was checked and
+    handed to the trainable, which read the file it points at."""
+    storage, _ = published
+    if where == "outside":
+        target = write_tree(tmp_path / "outside", FILES) + "/checkpoint"
+    else:
+        storage.write_bytes(FILES["checkpoint"], "elsewhere.bin")
+        target = storage.path("elsewhere.bin")
+    _link_listed_file(storage, target)
+    refused = r"file 'checkpoint' is refused: it is a link; popflow follows no link"
+    with pytest.raises(CheckpointError, match=refused):
+        verify_in_place(storage, CKPT)
+    trainable = MyTrainableClass({})
+    with pytest.raises(CheckpointError, match=refused):
+        Checkpoint(storage.path(CKPT)).load_into(trainable)
+    assert not trainable.restored
+
+
+def test_a_checkpoint_folder_that_is_a_link_is_refused_in_place(published):
+    storage, _ = published
+    linked = "MyTrainableClass_t0/checkpoint_000003"
+    os.symlink(storage.path(CKPT), storage.path(linked))
+    with pytest.raises(CheckpointError, match="its folder is a link"):
+        verify_in_place(storage, linked)
+
+
+def test_a_download_from_local_disk_follows_no_link(published, tmp_path):
+    """A link inside the experiment passes the storage's check (it stays inside); the
+    download refuses it all the same."""
+    storage, _ = published
+    storage.write_bytes(FILES["checkpoint"], "elsewhere.bin")
+    _link_listed_file(storage, storage.path("elsewhere.bin"))
+    with pytest.raises(CheckpointError, match="file 'checkpoint' is refused: it is a link"):
+        fetch_checkpoint(storage, CKPT, str(tmp_path / "restore"))
+
+
+def test_the_workers_copy_follows_no_link(published, tmp_path, caplog):
+    """A listed file of the worker's own copy made a link to a file outside with the same
+    bytes: the copy is dropped for the store, not copied through the link."""
+    storage, manifest = published
+    cache = CheckpointCache(1 << 20)
+    digest = manifest_digest(manifest)
+    assert cache.keep(storage, CKPT, write_tree(tmp_path / "staged", FILES), digest, manifest)
+    (copy,) = [c.folder for c in cache._copies.values()]
+    victim = write_tree(tmp_path / "victim", FILES) + "/checkpoint"
+    os.remove(os.path.join(copy, "checkpoint"))
+    os.symlink(victim, os.path.join(copy, "checkpoint"))
+    out = tmp_path / "restore"
+    assert cache.copy_to(storage, CKPT, digest, str(out)) is None
+    assert "file 'checkpoint' is refused: it is a link" in caplog.text
+    assert not out.exists() and not cache._copies
+
+
+def test_a_trial_folder_that_is_a_link_inside_the_experiment_is_refused_in_place(published):
+    """The storage lets a link that stays inside by; a checkpoint loaded in place through
+    one would be another trial's."""
+    storage, _ = published
+    os.symlink(storage.path("MyTrainableClass_t0"), storage.path("MyTrainableClass_t1"))
+    with pytest.raises(CheckpointError, match="its folder is a link or goes through one"):
+        verify_in_place(storage, "MyTrainableClass_t1/checkpoint_000002")

@@ -6,7 +6,10 @@ and carries popflow's metadata (the iteration and result it was taken at).
 The manifest is what makes a checkpoint exist: on local disk the whole
 folder appears by one rename; on object stores the manifest is written after
 every data object. A folder without a manifest, or whose files disagree with
-it, is never used.
+it, is never used. Nor is one that holds a link: a listed file, or a folder on its
+way, that is a link (to outside the experiment, or anywhere) is refused wherever a
+checkpoint is checked, copied or loaded, since its digest would be taken of, and a
+trainable would load, whatever the link points at.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, BinaryIO
 
@@ -41,6 +45,50 @@ def _digest(path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+class _NotAFile(Exception):
+    """A listed checkpoint file is a link, or something other than a regular file."""
+
+
+def _open_listed(folder: str, rel: str) -> BinaryIO:
+    """The checkpoint file ``rel`` under ``folder``, opened for reading without following a
+    link, neither at its name nor at a folder on its way (:class:`_NotAFile`), without
+    blocking (a FIFO), and only if it is a regular file; FileNotFoundError if it is not
+    there. Links above ``folder`` are the storage's to check."""
+    parts = rel.split("/")
+    path = folder
+    for i, part in enumerate(parts[:-1]):
+        path = os.path.join(path, part)
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            raise _NotAFile(f"its folder {'/'.join(parts[: i + 1])!r} is a link")
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(os.path.join(path, parts[-1]), flags)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.EMLINK):  # O_NOFOLLOW refused a link
+            raise _NotAFile("it is a link") from None
+        if e.errno in (errno.ENOTDIR, errno.ENXIO):
+            raise _NotAFile("it is no regular file") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _NotAFile("it is no regular file")
+    return os.fdopen(fd, "rb")
+
+
+def _listed(url: str, folder: str, rel: str) -> BinaryIO:
+    """:func:`_open_listed`, its refusals as :class:`CheckpointError` naming the file
+    (``url``: the checkpoint's, for messages)."""
+    try:
+        return _open_listed(folder, rel)
+    except _NotAFile as e:
+        raise CheckpointError(
+            f"checkpoint {url} file {rel!r} is refused: {e}; popflow follows no link in a "
+            "checkpoint, so nothing of it is loaded"
+        ) from None
+    except (FileNotFoundError, NotADirectoryError):
+        raise CheckpointError(f"checkpoint {url} is missing file {rel!r}") from None
 
 
 class DigestingWriter:
@@ -229,9 +277,12 @@ def fetch_checkpoint(storage: Storage, rel_path: str, local_dir: str) -> dict[st
     """Download a published checkpoint into ``local_dir``, verify it, return its metadata."""
     manifest = read_manifest(storage, rel_path)
     os.makedirs(local_dir, exist_ok=True)
+    source = storage.path(rel_path) if storage.is_local else None
     for rel, expected in manifest["files"].items():
         dst = os.path.join(local_dir, *rel.split("/"))
         os.makedirs(os.path.dirname(dst), exist_ok=True)
+        if source is not None:  # a copy would follow a link the storage's check lets by
+            _listed(storage.full_url(rel_path), source, rel).close()
         try:
             storage.get_file(dst, rel_path, rel)
         except FileNotFoundError:
@@ -247,6 +298,16 @@ def verify_in_place(storage: Storage, rel_path: str) -> tuple[str, dict[str, Any
     folder must hold exactly the files its manifest lists (see :func:`check_folder`)."""
     manifest = read_manifest(storage, rel_path)
     folder = storage.path(rel_path)
+    # a trial or checkpoint folder that is a link inside the experiment (which the
+    # storage lets by) would hand the trainable another checkpoint than the one named
+    if os.path.realpath(folder) != os.path.join(
+        os.path.realpath(storage.root), *rel_path.split("/")
+    ):
+        raise CheckpointError(
+            f"checkpoint {storage.full_url(rel_path)} is refused: its folder is a link or "
+            "goes through one; popflow follows no link in a checkpoint, so nothing of it is "
+            "loaded"
+        )
     check_folder(storage, rel_path, folder, manifest)
     return folder, manifest["metadata"]
 
@@ -257,6 +318,11 @@ def check_folder(storage: Storage, rel_path: str, folder: str, manifest: dict[st
     :class:`CheckpointError`). A file the manifest does not list is refused, not
     ignored: a trainable loads its checkpoint from this folder, and a planted
     ``_dict_checkpoint.pkl`` would be unpickled (code run) if it were there."""
+    if os.path.islink(folder):  # os.walk and the trainable would follow it
+        raise CheckpointError(
+            f"checkpoint {storage.full_url(rel_path)} is refused: its folder is a link; "
+            "popflow follows no link in a checkpoint, so nothing of it is loaded"
+        )
     unlisted = sorted(set(_files_in(folder)) - set(manifest["files"]) - {MANIFEST})
     if unlisted:
         raise CheckpointError(
@@ -265,19 +331,17 @@ def check_folder(storage: Storage, rel_path: str, folder: str, manifest: dict[st
         )
     for rel, expected in manifest["files"].items():
         path = os.path.join(folder, *rel.split("/"))
-        if not os.path.isfile(path):
-            raise CheckpointError(
-                f"checkpoint {storage.full_url(rel_path)} is missing file {rel!r}"
-            )
-        _check(storage, rel_path, rel, path, expected)
+        _check(storage, rel_path, rel, path, expected, folder)
 
 
 def copy_listed(source: str, target: str, manifest: dict[str, Any]) -> None:
-    """Copy the files ``manifest`` lists (and nothing else) from ``source`` to ``target``."""
+    """Copy the files ``manifest`` lists (and nothing else) from ``source`` to ``target``;
+    :class:`CheckpointError` for one that is a link or no regular file (never followed)."""
     for rel in manifest["files"]:
         dst = os.path.join(target, *rel.split("/"))
         os.makedirs(os.path.dirname(dst), exist_ok=True)
-        shutil.copyfile(os.path.join(source, *rel.split("/")), dst)
+        with _listed(source, source, rel) as src, open(dst, "wb") as out:
+            shutil.copyfileobj(src, out, 1 << 20)
 
 
 def _files_in(folder: str) -> Iterator[str]:
@@ -288,14 +352,28 @@ def _files_in(folder: str) -> Iterator[str]:
             yield os.path.relpath(os.path.join(dirpath, name), folder).replace(os.sep, "/")
 
 
-def _check(storage: Storage, rel_path: str, rel: str, path: str, expected: dict[str, Any]) -> None:
-    size = os.path.getsize(path)
-    if size != expected["size"]:
-        raise CheckpointError(
-            f"checkpoint {storage.full_url(rel_path)} file {rel!r} fails its check: "
-            f"size {size}, expected {expected['size']}"
-        )
-    if _digest(path) != expected["sha256"]:
+def _check(
+    storage: Storage,
+    rel_path: str,
+    rel: str,
+    path: str,
+    expected: dict[str, Any],
+    folder: str | None = None,
+) -> None:
+    """``path`` (the file ``rel`` of ``folder``, if given: then opened as
+    :func:`_open_listed` does, refusing links) has the size and SHA-256 ``expected``."""
+    url = storage.full_url(rel_path)
+    with open(path, "rb") if folder is None else _listed(url, folder, rel) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size != expected["size"]:
+            raise CheckpointError(
+                f"checkpoint {storage.full_url(rel_path)} file {rel!r} fails its check: "
+                f"size {size}, expected {expected['size']}"
+            )
+        h = hashlib.sha256()
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    if h.hexdigest() != expected["sha256"]:
         raise CheckpointError(
             f"checkpoint {storage.full_url(rel_path)} file {rel!r} fails its check: "
             "SHA-256 differs from the manifest"
