@@ -104,12 +104,31 @@ def test_a_driver_woken_inside_its_takeover_after_a_newer_one_finished_commits_n
     first.commit(commit)
     newer.find_latest()
     newer.commit({**commit, "round": 2})
+    storage.create_text('{"epoch": 3, "expires": 4e9}', lease_path(3))  # epoch 3's lease
     stale = ExperimentLog(storage)
     stale.epoch = 2
     with pytest.raises(LeaseLost, match="commit 2 was written by driver epoch 3"):
         _take_over(stale)
     assert ExperimentLog(storage).commit_numbers() == [1, 2]
     assert ExperimentLog(storage).latest()["epoch"] == 3
+
+
+@pytest.mark.unit
+def test_a_commit_naming_an_epoch_no_driver_held_does_not_lock_the_experiment(tmp_path):
+    """A commit edited by hand (its checksum redone) to name epoch 10**12: every resume
+    stopped with LeaseLost ('another driver took it over') though no lease above its own
+    existed. It goes on now, with a warning, and its marker is the newest commit."""
+    storage = Storage(str(tmp_path))
+    forged = ExperimentLog(storage)
+    forged.epoch = 10**12
+    commit = {"trials": [], "round": 1, "scheduler": {}, "derived": {}, "results": {}}
+    forged.commit(commit)
+    storage.create_text('{"epoch": 2, "expires": 4e9}', lease_path(2))  # this driver's
+    resumer = ExperimentLog(storage)
+    resumer.epoch = 2
+    latest, _ = _take_over(resumer)
+    assert latest["round"] == 1
+    assert ExperimentLog(storage).latest()["epoch"] == 2
 
 
 @pytest.mark.unit

@@ -46,7 +46,7 @@ from popflow.infra.store.layout import (
     is_scratch,
     restarted_trial_dir,
 )
-from popflow.infra.store.lease import Lease, LeaseLost
+from popflow.infra.store.lease import Lease, LeaseLost, newer_epoch
 from popflow.schedulers import Trial, TrialScheduler, TrialStatus
 from popflow.schedulers.variants import resolve_variants
 from popflow.tasks.seeding import experiment_generators
@@ -163,9 +163,21 @@ def _take_over(log: ExperimentLog, why: str | None = None) -> tuple[dict[str, An
         if isinstance(newer, int) and newer > log.epoch:
             # a newer driver committed: this one's marker after it would be a stale write
             # (the newer driver may be done and write no commit this one would conflict with)
-            raise LeaseLost(
-                f"{log.storage.url}: commit {previous['seq']} was written by driver epoch "
-                f"{newer}, newer than this one ({log.epoch}): another driver took it over"
+            if newer_epoch(log.storage, log.epoch) is not None:
+                raise LeaseLost(
+                    f"{log.storage.url}: commit {previous['seq']} was written by driver "
+                    f"epoch {newer}, newer than this one ({log.epoch}): another driver took "
+                    "it over"
+                )
+            # no lease above this driver's: no driver of that epoch ever held it (a commit
+            # edited by hand); going on keeps one writer, the holder of the newest lease
+            logger.warning(
+                "%s: commit %d names driver epoch %d, but no lease above this driver's (%d) "
+                "exists: it was not written by a driver of this experiment; going on",
+                log.storage.url,
+                previous["seq"],
+                newer,
+                log.epoch,
             )
         # a newer one than the caller checked
         check_commit(previous, log.storage.full_url(commit_path(previous["seq"])), log.storage.url)
