@@ -42,7 +42,12 @@ import numpy as np
 from popflow.schedulers.rounding import human
 from popflow.schedulers.trial import Trial
 from popflow.schedulers.trial_scheduler import Action, TrialScheduler, score
-from popflow.schedulers.validation import check_bool, check_finite_positive, check_rung_count
+from popflow.schedulers.validation import (
+    MAX_RUNGS,
+    check_bool,
+    check_finite_positive,
+    check_rung_count,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +67,35 @@ def rung_milestones(min_t: float, max_t: float, reduction_factor: float, s: int)
     """
     num_rungs = int(np.log(max_t / min_t) / np.log(reduction_factor) - s + 1)
     return [min_t * reduction_factor ** (k + s) for k in reversed(range(num_rungs))]
+
+
+def check_bracket_count(brackets: int, max_t: float, min_t: float, reduction_factor: float) -> None:
+    """ValueError unless ``1 <= brackets <= MAX_RUNGS``; a warning when some have no rungs.
+
+    Bracket ``s`` has ``int(log_η(R / r)) - s + 1`` rungs: past the first ``n_0`` brackets
+    each is empty, identical to the others, and only takes a share of the trials (Ray's
+    softmax gives it weight ``e**-n_0``), which it never stops early. Ray builds every
+    bracket (``brackets=10**9`` never ends); popflow allows as many as a plan may have rungs.
+    """
+    with_rungs = len(rung_milestones(min_t, max_t, reduction_factor, 0))
+    if not 1 <= brackets <= MAX_RUNGS:
+        raise ValueError(
+            f"`brackets` is {brackets!r}, but must be between 1 and {MAX_RUNGS:,} "
+            f"(with max_t={max_t!r}, grace_period={min_t!r}, reduction_factor="
+            f"{reduction_factor!r} only the first {with_rungs} have rungs; the others are "
+            "all alike, brackets whose trials are never stopped early)"
+        )
+    if brackets > with_rungs:
+        logger.warning(
+            "ASHA: brackets=%d, but only %d have rungs with max_t=%r, grace_period=%r, "
+            "reduction_factor=%r: the trials in the other %d are never stopped early (as in Ray)",
+            brackets,
+            with_rungs,
+            max_t,
+            min_t,
+            reduction_factor,
+            brackets - with_rungs,
+        )
 
 
 def rung_cutoff(scores: list[float], reduction_factor: float) -> float | None:
@@ -155,9 +189,10 @@ class AsyncHyperBandScheduler(TrialScheduler):
             raise ValueError(f"`reduction_factor` is {reduction_factor!r}, but must be > 1")
         check_rung_count(reduction_factor, max_t, grace_period)
         if isinstance(brackets, bool) or not isinstance(brackets, int):
-            raise ValueError(f"`brackets` is {brackets!r}, but must be an integer > 0")
-        if brackets <= 0:
-            raise ValueError(f"`brackets` is {brackets!r}, but must be > 0")
+            raise ValueError(
+                f"`brackets` is {brackets!r}, but must be an integer between 1 and {MAX_RUNGS:,}"
+            )
+        check_bracket_count(brackets, max_t, grace_period, reduction_factor)
         super().__init__(metric=metric, mode=mode, rng=rng)
         self.time_attr = time_attr
         self._max_t = max_t

@@ -44,7 +44,12 @@ import numpy as np
 from popflow.schedulers.rounding import human
 from popflow.schedulers.trial import Trial, TrialStatus
 from popflow.schedulers.trial_scheduler import Action, Decision, TrialScheduler, score
-from popflow.schedulers.validation import check_bool, check_finite_positive, check_rung_count
+from popflow.schedulers.validation import (
+    check_bool,
+    check_finite_positive,
+    check_hyperband_brackets,
+    check_rung_count,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +72,7 @@ def _check_args(max_t: Any, reduction_factor: Any) -> None:
     ):
         raise ValueError(f"`reduction_factor` is {reduction_factor!r}, but must be > 1")
     check_rung_count(reduction_factor, max_t)
+    check_hyperband_brackets(reduction_factor, max_t)
 
 
 def hyperband_plan(max_t: float, reduction_factor: float) -> list[list[Rung]]:

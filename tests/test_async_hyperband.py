@@ -56,8 +56,8 @@ def test_ray_defaults():
         ({"reduction_factor": 1}, r"^`reduction_factor` is 1, but must be > 1$"),
         ({"reduction_factor": 0.5}, r"^`reduction_factor` is 0.5, but must be > 1$"),
         ({"reduction_factor": "4"}, r"^`reduction_factor` is '4', but must be a number > 1$"),
-        ({"brackets": 0}, r"^`brackets` is 0, but must be > 0$"),
-        ({"brackets": 1.5}, r"^`brackets` is 1.5, but must be an integer > 0$"),
+        ({"brackets": 0}, r"^`brackets` is 0, but must be between 1 and 1,000 \(with max_t"),
+        ({"brackets": 1.5}, r"^`brackets` is 1.5, but must be an integer between 1 and 1,000$"),
         ({"mode": "avg"}, r"^`mode` is 'avg', but must be 'min' or 'max'$"),
     ],
 )

@@ -69,6 +69,10 @@ BOHB_DEFAULTS: dict[str, Any] = {
     "min_bandwidth": 1e-3,
 }
 
+#: BOHB's ``num_samples`` at most (hpbandster's default: 64): each suggestion draws that
+#: many candidates, one Python loop over the dimensions each (10,000: about 1 s a dimension)
+MAX_NUM_SAMPLES = 10_000
+
 _EDGE = 1e-12  # keeps the normal CDF's coordinate off 0 and 1
 
 
@@ -280,7 +284,8 @@ class BOHBModel:
             mpim = dims + 1
         self.min_points_in_model = mpim
         self.top_n_percent = _number("top_n_percent", cfg["top_n_percent"], 0, 100)
-        self.num_samples = int(_number("num_samples", cfg["num_samples"], 1, math.inf))
+        # candidates drawn per suggestion, each a row in memory and a loop of KDE draws
+        self.num_samples = int(_number("num_samples", cfg["num_samples"], 1, MAX_NUM_SAMPLES))
         self.random_fraction = _number("random_fraction", cfg["random_fraction"], 0, 1)
         self.bw_factor = _number("bandwidth_factor", cfg["bandwidth_factor"], 0, math.inf)
         self.min_bandwidth = _number("min_bandwidth", cfg["min_bandwidth"], 0, math.inf)
