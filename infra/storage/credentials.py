@@ -14,36 +14,193 @@ its own (:mod:`popflow.infra.cluster.credentials_plugin`), never inside a pickle
 from __future__ import annotations
 
 import json
+import re
 import threading
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
+from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
-_SECRET_HINTS = ("key", "secret", "token", "password", "passwd", "credential")
+# A key is secret when its name holds one of these (lower-cased): fsspec's and the
+# clouds' option names (key, secret, token, sas_token, account_key, credential,
+# connection_string, session: a botocore/aiobotocore session holds keys) and HTTP
+# headers (Authorization, Proxy-Authorization, Cookie, X-Api-Key, X-Auth-Token).
+_SECRET_HINTS = (
+    "key",
+    "secret",
+    "token",
+    "password",
+    "passwd",
+    "pwd",
+    "credential",
+    "connection_str",
+    "connectionstring",
+    "auth",
+    "cookie",
+    "session",
+)
+# Credential objects (botocore/aiobotocore sessions and credentials, google-auth's,
+# azure-identity's) are secret under any key: they hold keys however they print.
+_SECRET_MODULES = ("botocore", "aiobotocore", "boto3", "google.auth", "google.oauth2", "azure")
+# "Bearer <token>", "Basic <b64>": an Authorization header's value, under any key
+_AUTH_VALUE = re.compile(r"^\s*(bearer|basic|digest|token|aws4-hmac-sha256|sharedkey)\s+\S", re.I)
+_URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.I)
 
 
-def secret_values(options: Mapping[str, Any]) -> list[str]:
-    """String values in ``options`` (nested too) whose key names a credential, longest first."""
-    found: list[str] = []
-    for k, v in options.items():
-        if isinstance(v, Mapping):
-            found += secret_values(v)
-        elif isinstance(v, str) and len(v) >= 4 and is_secret_key(k):
-            found.append(v)
-    return sorted(set(found), key=len, reverse=True)
+class _Nothing:
+    """No value on this side of a split (a dict entry that is all secret, or all public)."""
+
+
+_NOTHING = _Nothing()
 
 
 def is_secret_key(key: object) -> bool:
     return any(h in str(key).lower() for h in _SECRET_HINTS)
 
 
+def _is_secret_param(name: str) -> bool:
+    """A connection string's or a URL query's parameter that is a credential (AccountKey=,
+    SharedAccessSignature=, Password=; sig= and X-Amz-Signature= of a signed URL)."""
+    name = name.strip().lower()
+    return is_secret_key(name) or name == "sig" or "signature" in name
+
+
+class _UrlSplit(NamedTuple):
+    public: str  # the URL less its credentials
+    secrets: list[str]  # the credentials, as written and percent-decoded
+    masked: str  # the URL with ``***`` for each credential
+
+
+def _url_parts(value: str) -> _UrlSplit | None:
+    """How a URL that holds credentials (userinfo, secret query parameters) splits; None
+    for any other string."""
+    if not _URL.match(value):
+        return None
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return None
+    found: list[str] = []
+    netloc, masked_netloc = parts.netloc, parts.netloc
+    if "@" in netloc:
+        userinfo, netloc = netloc.rsplit("@", 1)
+        found += [userinfo, *userinfo.split(":", 1)]
+        masked_netloc = f"***@{netloc}"
+    kept, masked = [], []
+    for pair in parts.query.split("&") if parts.query else []:
+        name, eq, v = pair.partition("=")
+        if _is_secret_param(unquote_plus(name)):
+            found.append(v)
+            masked.append(f"{name}{eq}***")
+        else:
+            kept.append(pair)
+            masked.append(pair)
+    if not found:
+        return None
+    found += [unquote_plus(f) for f in found]
+    return _UrlSplit(
+        urlunsplit(parts._replace(netloc=netloc, query="&".join(kept))),
+        [f for f in dict.fromkeys(found) if f],
+        urlunsplit(parts._replace(netloc=masked_netloc, query="&".join(masked))),
+    )
+
+
+def _connection_secrets(value: str) -> list[str]:
+    """The credentials in a connection string (``Name=value;...``: Azure's AccountKey=,
+    SharedAccessSignature=; a database's Password=)."""
+    found = []
+    for part in value.split(";"):
+        name, eq, v = part.partition("=")
+        if eq and _is_secret_param(name):
+            found.append(v.strip())
+    return found
+
+
+def _string_secrets(value: str) -> list[str] | None:
+    """The credentials ``value`` holds by its shape (None: it looks like none)."""
+    url = _url_parts(value)
+    if url is not None:
+        return url.secrets
+    if m := _AUTH_VALUE.match(value):
+        return [value[m.end() - 1 :].strip()]
+    found = _connection_secrets(value)
+    return found or None
+
+
+def _is_secret_object(value: object) -> bool:
+    module = type(value).__module__ or ""
+    return any(module == m or module.startswith(m + ".") for m in _SECRET_MODULES)
+
+
+def _holds_secret(value: object) -> bool:
+    """Whether a value under a key that names nothing secret is one, by its shape."""
+    if isinstance(value, str):
+        return _string_secrets(value) is not None
+    if isinstance(value, Mapping):
+        return any(is_secret_key(k) or _holds_secret(v) for k, v in value.items())
+    if isinstance(value, list | tuple | set | frozenset):
+        # a header list such as [("Authorization", "Bearer ...")] too
+        return any(
+            _holds_secret(v)
+            or (isinstance(v, list | tuple) and len(v) == 2 and is_secret_key(v[0]))
+            for v in value
+        )
+    return _is_secret_object(value)
+
+
+def _split(value: Any) -> tuple[Any, Any]:
+    """``value`` as (what may be shown and pickled, its credentials), either side
+    ``_NOTHING`` where it has none: by key name (:data:`_SECRET_HINTS`) and by shape (a
+    URL's userinfo and signed query, an Authorization value, a connection string, a
+    credential object). A URL keeps its public part: ``http://u:p@host`` splits into
+    ``http://host`` and itself."""
+    if isinstance(value, Mapping):
+        public: dict[Any, Any] = {}
+        secret: dict[Any, Any] = {}
+        for k, v in value.items():
+            if is_secret_key(k):
+                secret[k] = v
+                continue
+            p, s = _split(v)
+            if p is not _NOTHING:
+                public[k] = p
+            if s is not _NOTHING:
+                secret[k] = s
+        return public, (secret or _NOTHING)
+    if isinstance(value, str):
+        url = _url_parts(value)
+        if url is not None:
+            return url.public, value
+    if _holds_secret(value):
+        return _NOTHING, value
+    return value, _NOTHING
+
+
+def _leaf_secrets(value: Any) -> list[str]:
+    """The strings to mask in text for a secret ``value`` (nested too): a URL's userinfo
+    and signature rather than the whole URL, so that a message still names the host."""
+    if isinstance(value, Mapping):
+        return [s for v in value.values() for s in _leaf_secrets(v)]
+    if isinstance(value, list | tuple | set | frozenset):
+        return [s for v in value for s in _leaf_secrets(v)]
+    if not isinstance(value, str):
+        return []
+    url = _url_parts(value)
+    if url is not None:
+        return url.secrets
+    return [value, *(_string_secrets(value) or [])]
+
+
+def secret_values(options: Mapping[str, Any]) -> list[str]:
+    """The credentials' strings in ``options`` (nested too), longest first: what
+    :func:`redact` masks in a message."""
+    found = [s for s in _leaf_secrets(only_secrets(options)) if len(s) >= 4]
+    return sorted(set(found), key=len, reverse=True)
+
+
 def without_secrets(options: Mapping[str, Any]) -> dict[str, Any]:
-    """``options`` (nested too) without the entries whose key names a credential."""
-    return {
-        k: without_secrets(v) if isinstance(v, Mapping) else v
-        for k, v in options.items()
-        if not is_secret_key(k)
-    }
+    """``options`` (nested too) without their credentials (see :func:`_split`)."""
+    return _split(options)[0]
 
 
 def redact(text: str, secrets: list[str]) -> str:
@@ -53,14 +210,10 @@ def redact(text: str, secrets: list[str]) -> str:
 
 
 def only_secrets(options: Mapping[str, Any]) -> dict[str, Any]:
-    """What :func:`without_secrets` leaves out of ``options``, nested as there."""
-    out: dict[str, Any] = {}
-    for k, v in options.items():
-        if is_secret_key(k):
-            out[k] = v
-        elif isinstance(v, Mapping) and (inner := only_secrets(v)):
-            out[k] = inner
-    return out
+    """The credentials :func:`without_secrets` leaves out of ``options``, nested as there
+    (a URL whole, userinfo and all)."""
+    secret = _split(options)[1]
+    return {} if secret is _NOTHING else secret
 
 
 def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -115,7 +268,15 @@ _USERS: dict[str, int] = {}  # token -> worker plugins that gave it (see forget)
 
 
 def _canonical(values: Mapping[str, Any]) -> str:
-    return json.dumps(values, sort_keys=True, default=repr)
+    return json.dumps(values, sort_keys=True, default=_identity)
+
+
+def _identity(value: object) -> str:
+    """What tells a value JSON cannot say apart: bytes by content, an object (a session, a
+    credentials object) by identity, never by a repr that two of them may share."""
+    if isinstance(value, bytes | bytearray):
+        return repr(bytes(value))
+    return f"<{type(value).__module__}.{type(value).__qualname__} at {id(value):#x}>"
 
 
 def _token_for(values: dict[str, Any]) -> str:
@@ -246,7 +407,16 @@ class StorageOptions:
 
 
 def _masked(values: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: _masked(v) if isinstance(v, Mapping) else "***" for k, v in values.items()}
+    return {
+        k: _masked(v) if isinstance(v, Mapping) else _masked_value(v) for k, v in values.items()
+    }
+
+
+def _masked_value(value: Any) -> str:
+    """``'***'``; a URL shown with ``***`` for its credentials (``http://***@host``)."""
+    if isinstance(value, str) and (url := _url_parts(value)) is not None:
+        return url.masked
+    return "***"
 
 
 def _unpickled(public: dict[str, Any], token: str | None) -> StorageOptions:
