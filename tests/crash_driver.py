@@ -30,7 +30,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from trainables import ParityTrainable
 
-import popflow.infra.storage.local_files as local_files
 from popflow import CheckpointConfig, run
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.commit_log import ExperimentLog
@@ -162,15 +161,7 @@ def inject(kill_at: str | None) -> None:
 
         Lease.acquire = acquire
     elif kind == "enospc":  # the disk fills up: a permanent storage error, no SIGKILL
-        original_append = local_files.append_file
-
-        def full_disk(path, data):
-            log = committed.get("log")
-            if log is not None and log.seq >= target:
-                raise OSError(errno.ENOSPC, "No space left on device", path)
-            return original_append(path, data)
-
-        local_files.append_file = full_disk
+        _fill_the_disk_in_appends(committed, target)
     elif kind in ("cut-back", "cut-made"):
         # dies right after a rewind planned a cut of a trial's logs (before the commit
         # that records it), or right after the writer made one (before its appends)
@@ -204,6 +195,32 @@ def inject(kill_at: str | None) -> None:
         "stop-in-append",
     ):
         raise SystemExit(f"unknown kill point {kill_at}")
+
+
+def _fill_the_disk_in_appends(committed: dict, target: int) -> None:
+    """Every derived-log append after commit ``target`` fails with ENOSPC where its bytes
+    are written (inside the storage call, as a full disk fails it)."""
+    import popflow.infra.storage.log_writes as log_writes
+
+    original_write = log_writes._write_all
+    original_append = log_writes.LogWrites.append
+    state = {"in_append": False}
+
+    def append(self, path, data):
+        state["in_append"] = True
+        try:
+            return original_append(self, path, data)
+        finally:
+            state["in_append"] = False
+
+    def write_all(fd, data):
+        log = committed.get("log")
+        if state["in_append"] and log is not None and log.seq >= target:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return original_write(fd, data)
+
+    log_writes.LogWrites.append = append
+    log_writes._write_all = write_all
 
 
 def _stop_inside_appends(committed: dict, target: int) -> None:

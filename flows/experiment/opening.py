@@ -34,6 +34,7 @@ from popflow.flows.spec.run_args import save_code_origin, save_run_args
 from popflow.flows.spec.run_spec import RunSpec
 from popflow.infra.storage.folder import Storage
 from popflow.infra.storage.safe_paths import is_name
+from popflow.infra.store.checkpoints import CheckpointError, read_manifest
 from popflow.infra.store.commit_log import CommitConflict, ExperimentLog
 from popflow.infra.store.layout import (
     CHECKPOINT_PREFIX,
@@ -45,6 +46,7 @@ from popflow.infra.store.layout import (
     commit_path,
     is_scratch,
     restarted_trial_dir,
+    trash_path,
 )
 from popflow.infra.store.lease import Lease, LeaseLost, newer_epoch
 from popflow.schedulers import Trial, TrialScheduler, TrialStatus
@@ -363,10 +365,47 @@ def restore_records(
         TrialRecord.from_state(t, last_result(storage, t["dirname"], t["num_results"], strict=True))
         for t in commit["trials"]
     ]
-    remove_uncommitted(storage, records, orphans=remove_orphans, guard=guard, names=names)
+    remove_uncommitted(
+        storage, records, orphans=remove_orphans, guard=guard, names=names, epoch=log.epoch
+    )
     if scheduler is None or scheduler.logs_policy:
         rewrite_policy_files(storage, records, guard)
     return records
+
+
+def _published_by_newer(storage: Storage, path: str, epoch: int | None) -> bool:
+    try:
+        theirs = read_manifest(storage, path)["metadata"].get("epoch")
+    except CheckpointError:  # half-published: nobody's
+        return False
+    return isinstance(epoch, int) and isinstance(theirs, int) and theirs > epoch
+
+
+def _remove_orphan(storage: Storage, path: str, epoch: int | None) -> None:
+    """Delete the orphan checkpoint ``path`` unless a driver newer than ``epoch``
+    published it (this driver stalled past its lease check, and the name, which repeats
+    across drivers, is the newer one's): then ``LeaseLost``, nothing deleted. On local
+    disk the folder is first moved aside (one rename) and looked at there, and moved
+    back if it is the newer driver's, so a stall between the look and the deletion
+    deletes nothing of it; on object stores the look comes first."""
+    lost = LeaseLost(
+        f"{storage.full_url(path)} was published by a driver newer than this one "
+        f"(epoch {epoch}): it deletes nothing more"
+    )
+    if not storage.is_local:
+        if _published_by_newer(storage, path, epoch):
+            raise lost
+        storage.remove(path)
+        return
+    aside = trash_path(path)
+    try:
+        storage.rename((path,), (aside,))
+    except FileNotFoundError:
+        return
+    if _published_by_newer(storage, aside, epoch):
+        storage.rename((aside,), (path,))
+        raise lost
+    storage.remove(aside)
 
 
 def remove_uncommitted(
@@ -375,12 +414,14 @@ def remove_uncommitted(
     orphans: bool = True,
     guard: Callable[[], None] = lambda: None,
     names: dict[str, list[str]] | None = None,
+    epoch: int | None = None,
 ) -> None:
     """Delete half-published folders, error files of trials that did not error and,
     with ``orphans``, checkpoints no record knows (nor restores from); write the
     ``params.json`` a started trial lacks (the driver stopped before writing it).
     ``guard``: called before each write or deletion; ``names``: each trial folder's
-    listing, if the caller has it."""
+    listing, if the caller has it. ``epoch``: this driver's; a checkpoint a newer
+    driver published is no orphan of this one's: it stops (``LeaseLost``) instead."""
     referenced = pinned(records)
     for rec in records:
         kept = {c.name for c in rec.checkpoints}
@@ -391,7 +432,10 @@ def remove_uncommitted(
             if (orphan and rec.checkpoint_path(name) not in referenced) or is_scratch(name):
                 logger.info("removing uncommitted %s/%s", rec.dirname, name)
                 guard()
-                storage.remove(rec.dirname, name)
+                if is_scratch(name):
+                    storage.remove(rec.dirname, name)
+                else:
+                    _remove_orphan(storage, rec.checkpoint_path(name), epoch)
         if rec.trial.status != TrialStatus.ERROR and ERROR_FILE in names_here:
             guard()
             storage.remove(rec.dirname, ERROR_FILE)

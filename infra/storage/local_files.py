@@ -1,6 +1,7 @@
 """Local-disk writes, one attempt each (:meth:`Storage._call <popflow.infra.storage.folder.Storage>`
 retries and reports): publish by rename, create by hard link, write in a private
-folder, append, cut back."""
+folder, read a small regular file. (The derived logs' appends and cuts:
+:mod:`popflow.infra.storage.log_writes`.)"""
 
 from __future__ import annotations
 
@@ -61,20 +62,6 @@ def create_file(target: str, data: bytes, durable: bool) -> bool:
         except FileExistsError:
             return False
         return True
-
-
-def append_file(target: str, data: bytes) -> int:
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    with open(target, "ab") as f:
-        f.write(data)
-        f.flush()
-        return f.tell()
-
-
-def truncate_file(target: str, length: int) -> None:
-    if os.path.getsize(target) > length:  # never extend (as on object stores)
-        with open(target, "r+b") as f:
-            f.truncate(length)
 
 
 def read_regular_file(target: str, limit: int) -> bytes | None:
