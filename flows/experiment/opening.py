@@ -152,7 +152,9 @@ def _saved_seed(storage: Storage) -> int:
 _TAKEOVER_ATTEMPTS = 8
 
 
-def _take_over(log: ExperimentLog, why: str | None = None) -> tuple[dict[str, Any], bool]:
+def _take_over(
+    log: ExperimentLog, why: str | None = None, now: Callable[[], float] = time.time
+) -> tuple[dict[str, Any], bool]:
     """Fence out any driver that still writes: publish a copy of the newest commit
     under this driver's epoch (the old driver's next commit then conflicts, and it
     stops). Returns that commit and whether it was reached past a damaged one.
@@ -185,7 +187,7 @@ def _take_over(log: ExperimentLog, why: str | None = None) -> tuple[dict[str, An
         check_commit(previous, log.storage.full_url(commit_path(previous["seq"])), log.storage.url)
         marker = {k: v for k, v in previous.items() if k not in ("seq", "epoch")}
         marker.update(
-            time=time.time(),
+            time=now(),  # the lease's clock: a simulation's markers are the same every run
             results={},
             policy=[],
             deleted=[],
@@ -219,7 +221,7 @@ def reopen(spec: RunSpec, experiment: Experiment, why: str) -> Experiment:
 def _resume(
     spec: RunSpec, storage: Storage, log: ExperimentLog, lease: Lease, why: str | None = None
 ) -> Experiment:
-    latest, fell_back = _take_over(log, why)
+    latest, fell_back = _take_over(log, why, lease.clock)
     seed = _saved_seed(storage)
     scheduler = spec.scheduler
     scheduler.set_rng(experiment_generators(seed).scheduler)
@@ -281,7 +283,7 @@ def _start(spec: RunSpec, storage: Storage, log: ExperimentLog, lease: Lease) ->
             "metric": spec.metric,
             "mode": spec.mode,
             "num_trials": len(records),
-            "created": time.time(),
+            "created": lease.clock(),
         }
     )
     logger.debug(
