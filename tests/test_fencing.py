@@ -491,3 +491,31 @@ def test_the_guard_looks_in_storage_once_a_while_and_again_after_a_stall(tmp_pat
     now[0] += 10.0  # the stall
     with pytest.raises(LeaseLost, match="driver epoch 2 took"):
         guard()
+
+
+@pytest.mark.unit
+def test_a_finished_experiment_with_an_orphan_checkpoint_opens(tmp_path):
+    """The chaos run (seed 7, ASHA) after c9a5f66: a finished experiment holding an orphan
+    checkpoint published by driver epoch 3 could not be opened again ('published by a
+    driver newer than this one (epoch 0)'): opening a finished one takes no lease."""
+    from trainables import ParityTrainable
+
+    from popflow import simulate
+    from popflow.infra.store.checkpoints import publish_checkpoint
+
+    kwargs = dict(
+        param_space={"a": 1.0},
+        num_samples=2,
+        stop={"training_iteration": 2},
+        storage=str(tmp_path / "results"),
+        name="exp",
+    )
+    simulate(ParityTrainable, **kwargs)
+    exp = Storage(str(tmp_path / "results" / "exp"))
+    trial = ExperimentLog(exp).latest()["trials"][0]["dirname"]
+    src = tmp_path / "orphan"
+    src.mkdir()
+    (src / "w.bin").write_bytes(b"x")
+    publish_checkpoint(exp, str(src), f"{trial}/checkpoint_000099", {"epoch": 3})
+    again = simulate(ParityTrainable, **kwargs, resume=True)
+    assert len(again.grid) == 2

@@ -394,6 +394,9 @@ def _remove_orphan(storage: Storage, path: str, epoch: int | None) -> None:
         f"{storage.full_url(path)} was published by a driver newer than this one "
         f"(epoch {epoch}): it deletes nothing more"
     )
+    if not epoch:  # no lease (a finished experiment opened to read): nobody newer writes
+        storage.remove(path)
+        return
     if not storage.is_local:
         if _published_by_newer(storage, path, epoch):
             raise lost
