@@ -26,7 +26,7 @@ from typing import Any
 from popflow.flows.experiment.trial_logs import lines_of
 from popflow.flows.experiment.trial_table import is_finished
 from popflow.infra.storage.folder import Storage
-from popflow.infra.store.checkpoints import verify_in_place
+from popflow.infra.store.checkpoints import manifest_digest, read_manifest, verify_in_place
 from popflow.infra.store.commit_log import ExperimentLog
 from popflow.infra.store.layout import GLOBAL_POLICY, PARAMS, PROGRESS, RESULTS, policy_file
 from popflow.tasks.progress import VOLATILE_FIELDS
@@ -73,10 +73,15 @@ def kept(experiment: Storage) -> list[str]:
     latest = ExperimentLog(experiment).latest()
     out = []
     for t in (latest or {}).get("trials", []):
-        named = [f"{t['dirname']}/{c['name']}" for c in t["checkpoints"]]
-        for path in dict.fromkeys([*named, *([t["restore"]] if t.get("restore") else [])]):
+        named = {f"{t['dirname']}/{c['name']}": c.get("digest") for c in t["checkpoints"]}
+        if t.get("restore"):
+            named.setdefault(t["restore"], None)
+        for path, digest in named.items():
             try:
                 verify_in_place(experiment, path)
+                # the version the commit names, not another driver's of the same name
+                if digest and manifest_digest(read_manifest(experiment, path)) != digest:
+                    out.append(f"kept: {path} is not the version the last commit names")
             except Exception as e:  # missing, half-published or changed: all findings
                 out.append(f"kept: {path}, named by the last commit: {type(e).__name__}: {e}")
         want = lines_of(t["lineage"]) if t.get("lineage") else ""
