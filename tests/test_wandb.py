@@ -27,6 +27,9 @@ def offline(tmp_path_factory) -> Iterator[str]:
         env.setenv("WANDB_DIR", str(where))
         env.setenv("WANDB_SILENT", "true")
         yield str(where)
+    import wandb
+
+    wandb.teardown()  # its service process (wandb-core) lives until told, past the tests
 
 
 def objective(config: dict[str, Any]) -> None:
