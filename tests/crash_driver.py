@@ -200,9 +200,10 @@ def inject(kill_at: str | None) -> None:
 def _fill_the_disk_in_appends(committed: dict, target: int) -> None:
     """Every derived-log append after commit ``target`` fails with ENOSPC where its bytes
     are written (inside the storage call, as a full disk fails it)."""
+    import popflow.infra.storage.local_files as local_files
     import popflow.infra.storage.log_writes as log_writes
 
-    original_write = log_writes._write_all
+    original_write = local_files.write_all
     original_append = log_writes.LogWrites.append
     state = {"in_append": False}
 
@@ -220,15 +221,16 @@ def _fill_the_disk_in_appends(committed: dict, target: int) -> None:
         return original_write(fd, data)
 
     log_writes.LogWrites.append = append
-    log_writes._write_all = write_all
+    local_files.write_all = write_all
 
 
 def _stop_inside_appends(committed: dict, target: int) -> None:
     """SIGSTOP this process once, just before the bytes of a ``result.json`` append after
     commit ``target`` are written (after every check the append makes)."""
+    import popflow.infra.storage.local_files as local_files
     import popflow.infra.storage.log_writes as log_writes
 
-    original_write = log_writes._write_all
+    original_write = local_files.write_all
     original_append = log_writes.LogWrites.append
     state = {"in_append": None, "stopped": False}
 
@@ -251,7 +253,7 @@ def _stop_inside_appends(committed: dict, target: int) -> None:
         return original_write(fd, data)
 
     log_writes.LogWrites.append = append
-    log_writes._write_all = write_all
+    local_files.write_all = write_all
 
 
 def _wait_until_recorded(name: str, timeout: float = 120.0) -> None:

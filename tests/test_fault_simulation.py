@@ -28,8 +28,8 @@ from popflow.flows.simulation import (
 from popflow.flows.simulation import world as simulated_world
 from popflow.flows.simulation.faults import FaultStorage
 from popflow.flows.simulation.scenarios import Accumulator
-from popflow.infra.storage import log_writes
 from popflow.infra.storage.folder import Storage
+from popflow.infra.storage.local_logs import LocalLogs
 from popflow.schedulers import PopulationBasedTraining, uniform
 from popflow.tasks.progress import VOLATILE_FIELDS
 
@@ -297,7 +297,7 @@ def test_a_stalled_resume_never_deletes_a_newer_drivers_checkpoint_as_an_orphan(
     assert run_schedule(Schedule.parse(text)).problems == []
 
 
-def _unfenced_append(self: log_writes.LogWrites, path: str, data: bytes) -> int:
+def _unfenced_append(self: LocalLogs, path: str, data: bytes) -> int:
     """A local append as before issue 46's fix: ``open("ab")``, no fence."""
     with open(path, "ab") as f:
         f.write(data)
@@ -309,7 +309,7 @@ def test_a_stale_drivers_append_on_top_of_a_finished_experiment_is_found(monkeyp
     driver 0 stops at a result.json append of its final flush, past its lease check;
     driver 1 takes over and finishes; driver 0 wakes and appends on top. A reader looks
     before anyone resumes the experiment again (a resume repairs the logs and hid it)."""
-    monkeypatch.setattr(log_writes.LogWrites, "_append_local", _unfenced_append)
+    monkeypatch.setattr(LocalLogs, "append", _unfenced_append)
     ran = run_schedule(Schedule.parse("pbt/2x3/s2:42=stall"))
     assert ran.drivers[:2] == ["0:lost(LeaseLost)", "1:finished"]
     assert (
@@ -332,10 +332,10 @@ def test_stall_inside_parks_the_driver_past_the_fences_check_before_its_bytes(mo
     """A STALL_INSIDE at a local append stops the driver after the append looked at the
     log (its device, inode and size) and before the bytes are written."""
     events: list[str] = []
-    check = log_writes.LogWrites._open_known
+    check = LocalLogs.open_known
     stall = simulated_world.World.stall
 
-    def checked(self: log_writes.LogWrites, path: str, *args: Any) -> int:
+    def checked(self: LocalLogs, path: str, *args: Any) -> int:
         events.append(f"checked {os.path.basename(path)}")
         return check(self, path, *args)
 
@@ -343,7 +343,7 @@ def test_stall_inside_parks_the_driver_past_the_fences_check_before_its_bytes(mo
         events.append(f"stalled {driver.number}")
         stall(world, driver, force)
 
-    monkeypatch.setattr(log_writes.LogWrites, "_open_known", checked)
+    monkeypatch.setattr(LocalLogs, "open_known", checked)
     monkeypatch.setattr(simulated_world.World, "stall", stalled)
     ran = run_schedule(Schedule.parse("pbt/2x3/s2:42=stall_inside"))
     assert events[events.index("stalled 0") - 1] == "checked result.json"

@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-import popflow.infra.storage.log_writes as log_writes
+import popflow.infra.storage.local_files as local_files
 from popflow.flows.experiment.trial_logs import TrialLogs
 from popflow.infra.storage.folder import LogChanged, Storage, UnsafePath
 from popflow.infra.store.lease import LeaseLost
@@ -42,7 +42,7 @@ def test_a_writer_stalled_inside_its_append_writes_where_no_one_reads(tmp_path, 
     file the adoption replaced, which no one reads."""
     old, new = Storage(str(tmp_path)), Storage(str(tmp_path))
     old.append_text("1\n", "t", "result.json")
-    original = log_writes._write_all
+    original = local_files.write_all
     stalled = []
 
     def stall_once(fd: int, data: bytes) -> None:
@@ -52,9 +52,9 @@ def test_a_writer_stalled_inside_its_append_writes_where_no_one_reads(tmp_path, 
             new.append_text("2\n", "t", "result.json")
         original(fd, data)
 
-    monkeypatch.setattr(log_writes, "_write_all", stall_once)
+    monkeypatch.setattr(local_files, "write_all", stall_once)
     old.append_text("2 (stale)\n", "t", "result.json")  # it cannot tell: it wrote
-    monkeypatch.setattr(log_writes, "_write_all", original)
+    monkeypatch.setattr(local_files, "write_all", original)
     assert (tmp_path / "t" / "result.json").read_text() == "1\n2\n"
     with pytest.raises(LogChanged):  # and its next write is refused
         old.append_text("3\n", "t", "result.json")

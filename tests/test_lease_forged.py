@@ -29,8 +29,6 @@ from popflow.infra.storage import local_files
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.layout import LEASE_DIR, MAX_NUMBER, lease_path
 from popflow.infra.store.lease import (
-    FUTURE_TOLERANCE_S,
-    MAX_LEASE_BYTES,
     Lease,
     LeaseHeldError,
     LeaseLost,
@@ -39,6 +37,7 @@ from popflow.infra.store.lease import (
     lease_epochs,
     lease_holder,
 )
+from popflow.infra.store.lease_files import FUTURE_TOLERANCE_S, MAX_LEASE_BYTES
 
 NINE_DIGITS = 10**8  # the first epoch whose name has nine digits
 

@@ -20,16 +20,14 @@ from test_fault_simulation import CrashAtCommit, folder_state
 import popflow
 from popflow.flows.experiment.commit_paths import UnsafePath, check_commit_paths
 from popflow.flows.experiment.commit_shape import problem_of_commit
-from popflow.flows.experiment.trial_table import (
+from popflow.flows.experiment.fallback import (
     FROM_THE_START,
-    Rebuild,
-    TrialRecord,
-    clone_into,
     fall_back_from,
     pinned,
     rebuild_again,
     rebuilt,
 )
+from popflow.flows.experiment.trial_table import Rebuild, TrialRecord, clone_into
 from popflow.flows.simulation import SimulatedCrash
 from popflow.flows.simulation.faults import FaultStorage
 from popflow.flows.simulation.scenarios import Accumulator

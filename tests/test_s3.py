@@ -285,7 +285,7 @@ def test_conditional_put_applied_but_answer_lost_is_not_duplicated(s3, reader):
 
     s3.append_text("1\n", "log")
     s3._fs = CountingFS(s3.fs, on_conditional=applied_then_lost)
-    s3._logs._fs = s3._fs
+    s3._logs._book._fs = s3._fs
     s3.append_text("2\n", "log")  # retried: 412 (it had applied), read back: it is there
     assert reader.cat_file(s3.path("log")) == b"1\n2\n"
 
@@ -298,7 +298,7 @@ def test_store_without_conditional_puts_falls_back_to_size_checked_writes(s3, re
     s3.append_text("1\n", "log")
     counting = CountingFS(s3.fs, on_conditional=not_implemented)
     s3._fs = counting
-    s3._logs._fs = counting
+    s3._logs._book._fs = counting
     for line in "234":
         s3.append_text(f"{line}\n", "log")
     assert reader.cat_file(s3.path("log")) == b"1\n2\n3\n4\n"

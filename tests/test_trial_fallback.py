@@ -14,15 +14,9 @@ import pytest
 from popflow.flows.driver.retention import retire_checkpoints
 from popflow.flows.experiment.commit_paths import UnsafePath, check_commit_paths
 from popflow.flows.experiment.commit_shape import problem_of_commit
+from popflow.flows.experiment.fallback import fall_back_from, pinned
 from popflow.flows.experiment.opening import remove_uncommitted
-from popflow.flows.experiment.trial_table import (
-    Rebuild,
-    TrialRecord,
-    clone_into,
-    fall_back_from,
-    is_finished,
-    pinned,
-)
+from popflow.flows.experiment.trial_table import Rebuild, TrialRecord, clone_into, is_finished
 from popflow.flows.spec.config import CheckpointConfig
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.layout import PARAMS, checkpoint_path

@@ -18,13 +18,8 @@ from popflow.flows.driver.guards import Retries, raise_storage_failure
 from popflow.flows.driver.trial_index import TrialIndex
 from popflow.flows.events.callbacks import Hooks
 from popflow.flows.events.run_events import EventBus, TrialErrored
-from popflow.flows.experiment.trial_table import (
-    TrialRecord,
-    TrialTable,
-    fall_back_from,
-    rebuild_again,
-    rebuilt,
-)
+from popflow.flows.experiment.fallback import fall_back_from, rebuild_again, rebuilt
+from popflow.flows.experiment.trial_table import TrialRecord, TrialTable
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.layout import ERROR_FILE
 from popflow.schedulers import TrialScheduler, TrialStatus

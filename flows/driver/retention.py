@@ -2,7 +2,7 @@
 
 ``CheckpointConfig.num_to_keep`` keeps each trial's best (or newest) N, and
 always its newest one; a checkpoint any trial will restore from, or that an unended
-trial's lineage started from (its fallback, :func:`~popflow.flows.experiment.trial_table.pinned`),
+trial's lineage started from (its fallback, :func:`~popflow.flows.experiment.fallback.pinned`),
 is never retired. Retired checkpoints are deleted by a background thread once the
 commit after the one that retired them is published (so falling back one
 commit always finds its checkpoints), off the round's path (an object store
@@ -16,7 +16,8 @@ import math
 from concurrent.futures import Future
 from typing import Any
 
-from popflow.flows.experiment.trial_table import TrialRecord, pinned
+from popflow.flows.experiment.fallback import pinned
+from popflow.flows.experiment.trial_table import TrialRecord
 from popflow.flows.spec.config import CheckpointConfig
 from popflow.infra.helper_threads import helper_pool
 from popflow.infra.storage.folder import Storage

@@ -26,10 +26,11 @@ from typing import Any
 import numpy as np
 
 from popflow.flows.experiment.commit_shape import check_commit
+from popflow.flows.experiment.fallback import pinned
 from popflow.flows.experiment.log_repair import rebuild_tails, rewrite_policy_files
 from popflow.flows.experiment.new_trials import new_record
 from popflow.flows.experiment.trial_logs import last_result, params_text
-from popflow.flows.experiment.trial_table import TrialRecord, is_finished, pinned
+from popflow.flows.experiment.trial_table import TrialRecord, is_finished
 from popflow.flows.spec.run_args import save_code_origin, save_run_args
 from popflow.flows.spec.run_spec import RunSpec
 from popflow.infra.storage.folder import Storage

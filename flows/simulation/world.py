@@ -46,7 +46,7 @@ from popflow.flows.simulation.faults import (
     SimulatedCrash,
 )
 from popflow.flows.spec.run_spec import RunSpec
-from popflow.infra.storage import log_writes
+from popflow.infra.storage import local_files
 from popflow.infra.storage.errors import StorageError
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.layout import (
@@ -95,14 +95,14 @@ INSIDE_OPS = frozenset({"append", "adopt"})
 
 #: A STALL_INSIDE in progress: what the next log write in this thread does first
 _inside = threading.local()
-#: log_writes' own byte writer
+#: the local byte writer the derived logs use
 _write_all: Callable[[int, bytes], None] = getattr(
-    log_writes._write_all, "__wrapped__", log_writes._write_all
+    local_files.write_all, "__wrapped__", local_files.write_all
 )
 
 
 def _write_after_stall(fd: int, data: bytes) -> None:
-    """log_writes' byte writer, that first parks the driver when a STALL_INSIDE is due."""
+    """The logs' byte writer, that first parks the driver when a STALL_INSIDE is due."""
     stall = getattr(_inside, "stall", None)
     if stall is not None:
         _inside.stall = None
@@ -112,10 +112,10 @@ def _write_after_stall(fd: int, data: bytes) -> None:
 
 # The seam a STALL_INSIDE stops at: every byte of a derived log written on local disk (an
 # append past its fence check; an adoption's copy, before it is renamed over the log) goes
-# through log_writes._write_all. Wrapped once, for every thread; the wrapper does nothing
+# through local_files.write_all. Wrapped once, for every thread; the wrapper does nothing
 # unless this thread's driver is due to stall.
 _write_after_stall.__wrapped__ = _write_all  # type: ignore[attr-defined]
-log_writes._write_all = _write_after_stall
+local_files.write_all = _write_after_stall
 
 
 class Runaway(BaseException):

@@ -32,6 +32,16 @@ class StorageError(OSError):
         return (type(self), (self.operation, self.url, self.reason, self.errno))
 
 
+class LogChanged(StorageError):
+    """A derived log is not as its writer left it: another writer changed it (a newer
+    driver, or a person). Nothing was written (:mod:`popflow.infra.storage.log_writes`)."""
+
+
+class LogConflict(Exception):
+    """Raised inside a storage call when a log is not as its writer left it (not an
+    ``OSError``: never retried); :class:`LogChanged` is what callers see."""
+
+
 #: errnos of a filesystem that holds no more (or nothing at all): a write into storage
 #: made by user code (a checkpoint saved in place) failing so is storage's failure
 FULL_ERRNOS = frozenset(

@@ -27,7 +27,6 @@ import contextlib
 import os
 import posixpath
 import random
-import stat
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -38,10 +37,10 @@ from popflow.infra.storage import local_files
 from popflow.infra.storage.calls import StorageCalls
 from popflow.infra.storage.credentials import Hidden
 from popflow.infra.storage.errors import StorageError
-from popflow.infra.storage.log_writes import LogChanged, LogWrites, exchange
+from popflow.infra.storage.log_writes import LogChanged, LogWrites
 from popflow.infra.storage.object_writes import ObjectWrites
 from popflow.infra.storage.retry import RetryPolicy
-from popflow.infra.storage.safe_paths import UnsafePath, escapes
+from popflow.infra.storage.safe_paths import UnsafePath, escapes, leads_out
 
 __all__ = ["LogChanged", "RetryPolicy", "Storage", "StorageError", "UnsafePath"]
 
@@ -87,7 +86,6 @@ class Storage(StorageCalls):
         self.root = os.path.abspath(root) if self.is_local else root.rstrip("/")
         self._fs: fsspec.AbstractFileSystem | None = fs
         self._rng: random.Random | None = None
-        self._real_root: str | None = None  # the root with links resolved (local disk)
 
     # -- identity and pickling -------------------------------------------------
     @property
@@ -108,7 +106,6 @@ class Storage(StorageCalls):
         state["_rng"] = None  # each process jitters on its own
         state["_appends"] = None
         state["_logs"] = None  # what a writer knows of its logs stays with it
-        state["_real_root"] = None
         return state
 
     @property
@@ -145,28 +142,14 @@ class Storage(StorageCalls):
                 f"storage path {'/'.join(parts)!r} leaves {self.url}; popflow reads, writes "
                 "and deletes only inside it"
             )
-        if self.is_local:
-            self._refuse_links_out(joined, parts)
+        real = leads_out(self.root, parts) if self.is_local else None
+        if real is not None:  # a trial folder planted as a link to another folder, say
+            raise UnsafePath(
+                f"storage path {'/'.join(parts)!r} under {self.url} goes through a link "
+                f"to {real}, outside it; popflow never follows a link out of its folder: "
+                "remove the link"
+            )
         return joined
-
-    def _refuse_links_out(self, joined: str, parts: tuple[str, ...]) -> None:
-        """:class:`UnsafePath` if a link below the root leads ``joined`` out of it (a trial
-        folder planted as a link to another folder): the text of a path stays inside, but
-        what it names would not. Links above the root (the root itself a link) are the
-        user's to make."""
-        if not _links_below(self.root, parts):
-            return
-        real = os.path.realpath(joined)
-        base = self._real_root or os.path.realpath(self.root)
-        if not _within(base, real):
-            base = os.path.realpath(self.root)  # the root may have been made since
-            if not _within(base, real):
-                raise UnsafePath(
-                    f"storage path {'/'.join(parts)!r} under {self.url} goes through a link "
-                    f"to {real}, outside it; popflow never follows a link out of its folder: "
-                    "remove the link"
-                )
-        self._real_root = base
 
     def full_url(self, *parts: str) -> str:
         return self._url_of(self.path(*parts))
@@ -400,7 +383,8 @@ class Storage(StorageCalls):
         if not self.is_local:
             return False
         pa, pb = self.path(*a), self.path(*b)
-        return bool(self._call("rename", pb, lambda: exchange(pa, pb), retry=False))
+        swap = local_files.exchange
+        return bool(self._call("rename", pb, lambda: swap(pa, pb), retry=False))
 
     def make_folder(self, *parts: str) -> str:
         """Create a folder (local disk; object stores have none) and return its path."""
@@ -438,24 +422,3 @@ class Storage(StorageCalls):
         self._forget_tails(p)
         with contextlib.suppress(FileNotFoundError):
             self._call("remove", p, lambda: self.fs.rm_file(p))
-
-
-def _within(base: str, path: str) -> bool:
-    return path == base or path.startswith(base.rstrip(os.sep) + os.sep)
-
-
-def _links_below(root: str, parts: tuple[str, ...]) -> bool:
-    """Whether a folder or file named by ``parts`` below ``root`` is a link (one
-    ``lstat`` a part: a tenth of resolving the whole path, on the hot path of every
-    storage call)."""
-    path = root
-    for part in "/".join(parts).split("/"):
-        if part in ("", "."):
-            continue
-        path = os.path.join(path, part)
-        try:
-            if stat.S_ISLNK(os.lstat(path).st_mode):
-                return True
-        except (FileNotFoundError, NotADirectoryError):
-            return False  # nothing further down exists to be a link
-    return False

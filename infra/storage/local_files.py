@@ -6,9 +6,11 @@ folder, read a small regular file. (The derived logs' appends and cuts:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import stat
+import sys
 import uuid
 from collections.abc import Iterator
 
@@ -89,3 +91,48 @@ def read_regular_file(target: str, limit: int) -> bytes | None:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+#: Open without following a link at the name, and without handing the descriptor to
+#: child processes.
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+#: renameat2's flag: swap two names atomically (Linux 3.15+; ext4, tmpfs, xfs, btrfs)
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+_libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def exchange(a: str, b: str) -> bool:
+    """Swap the files or folders at ``a`` and ``b`` in one step; False where the system
+    cannot (nothing changed then). ``FileNotFoundError`` if either is missing."""
+    fn = getattr(_libc, "renameat2", None)
+    if fn is None:
+        return False
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    if err == errno.ENOENT:
+        raise FileNotFoundError(err, os.strerror(err), b)
+    raise OSError(err, os.strerror(err), b)
+
+
+def read_prefix(fd: int, limit: int) -> bytes:
+    """At most ``limit`` bytes from ``fd``."""
+    chunks, left = [], limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """All of ``data`` to ``fd`` (a write may take part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

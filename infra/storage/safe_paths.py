@@ -12,10 +12,12 @@ changed.
 
 from __future__ import annotations
 
+import os
 import posixpath
+import stat
 from typing import Any
 
-__all__ = ["UnsafePath", "escapes", "is_name", "is_relative_file"]
+__all__ = ["UnsafePath", "escapes", "is_name", "is_relative_file", "leads_out"]
 
 
 class UnsafePath(ValueError):
@@ -53,3 +55,26 @@ def escapes(root: str, path: str) -> bool:
     if resolved == base:
         return False
     return not resolved.startswith(base.rstrip("/") + "/")
+
+
+def leads_out(root: str, parts: tuple[str, ...]) -> str | None:
+    """Where ``parts`` below the local folder ``root`` really lead, if a link below
+    ``root`` takes them out of it; None if they stay inside. Links above ``root`` (the
+    root itself a link) are the user's to make. One ``lstat`` a part, and the path is
+    resolved only where a part is a link: this runs on every local storage call."""
+    path = root
+    for part in "/".join(parts).split("/"):
+        if part in ("", "."):
+            continue
+        path = os.path.join(path, part)
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                break
+        except (FileNotFoundError, NotADirectoryError):
+            return None  # nothing further down exists to be a link
+    else:
+        return None
+    base = os.path.realpath(root)
+    real = os.path.realpath(os.path.join(root, *parts))
+    inside = real == base or real.startswith(base.rstrip(os.sep) + os.sep)
+    return None if inside else real

@@ -61,7 +61,6 @@ popflow says so in a warning.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import math
@@ -73,10 +72,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from popflow.infra.storage import local_files
-from popflow.infra.storage.errors import StorageError
 from popflow.infra.storage.folder import Storage
-from popflow.infra.storage.safe_paths import UnsafePath
 from popflow.infra.store.layout import (
     LEASE_DIR,
     MAX_NUMBER,
@@ -84,23 +80,16 @@ from popflow.infra.store.layout import (
     lease_path,
     stray_numbered_names,
 )
+from popflow.infra.store.lease_files import number, process_start, read_lease, shown
 
 logger = logging.getLogger(__name__)
 
 #: Lease files older than the newest by more than this are removed.
 _KEEP_EPOCHS = 2
-#: A lease lapses at most this many of the reader's ttls after its file was last written
-#: (see above).
-_EXPIRY_CAP_TTLS = 2.0
 #: :meth:`Lease.guard` looks in storage at most this often. A look is a listing, and one
 #: per file written lists the folder once for each of a large round's hundreds of files; a
 #: driver taken over had stalled past its lease, far longer than this.
 LOOK_EVERY_S = 0.05
-#: The most bytes read from a lease file (popflow writes ~200): a larger one has lapsed.
-MAX_LEASE_BYTES = 64 << 10
-#: How far a lease file's modification time may be ahead of the reader's clock (clock skew
-#: between a client and its object store) before it is not trusted (see above).
-FUTURE_TOLERANCE_S = 60.0
 #: Lease epochs from here on are planted, or taken right after a planted one (see above).
 IMPLAUSIBLE_EPOCH = 10**12
 
@@ -125,19 +114,6 @@ def newer_epoch(storage: Storage, epoch: int) -> int | None:
     takeovers ago (pruning may have removed ``epoch + 1``)."""
     newest = max(lease_epochs(storage), default=0)
     return newest if newest > epoch else None
-
-
-def _read_capped(storage: Storage, path: str) -> bytes | None:
-    """At most :data:`MAX_LEASE_BYTES` + 1 bytes of the lease file ``path``, or None if it
-    is no regular file (local disk: a link, a FIFO, a folder). Through the storage's one
-    call helper, so retries and simulated faults apply as to any read."""
-    p = storage.path(path)
-    if storage.is_local:
-        return storage._call("read", p, lambda: local_files.read_regular_file(p, MAX_LEASE_BYTES))
-    # an object is always a regular file; a ranged GET caps what is read
-    return storage._call(
-        "read", p, lambda: storage.fs.cat_file(p, start=0, end=MAX_LEASE_BYTES + 1)
-    )
 
 
 def fence(storage: Storage, epoch: int) -> None:
@@ -181,43 +157,6 @@ def break_lease(storage: Storage) -> dict[str, Any] | None:
     return held
 
 
-def _number(value: Any, default: float) -> float:
-    """``value`` as a finite float (a lease file is data from storage: anything may be
-    in it), else ``default``."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return default
-    return float(value)
-
-
-def _shown(value: Any) -> str:
-    """A value from a lease file, fit for a message: short and printable."""
-    text = str(value)
-    return text if len(text) <= 64 and text.isprintable() else repr(text[:64])
-
-
-def _process_start(pid: int) -> str | None:
-    """When ``pid`` started (clock ticks since boot), or None if there is no such live
-    process; a zombie (killed, not yet reaped) counts as gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return None if os.path.isdir("/proc") else _alive_without_proc(pid)
-    fields = stat.rsplit(")", 1)[1].split()  # the name in parentheses may hold spaces
-    state, start = fields[0], fields[19]
-    return None if state in ("Z", "X") else start
-
-
-def _alive_without_proc(pid: int) -> str | None:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return "?"
-
-
 class Lease:
     """The experiment's lease, for this driver: ``with Lease(storage, ttl_s): ...``."""
 
@@ -242,7 +181,7 @@ class Lease:
         self.owner = {
             "host": socket.gethostname(),
             "pid": pid,
-            "start": _process_start(pid),
+            "start": process_start(pid),
             "id": uuid.uuid4().hex,
         }
         self.epoch = 0
@@ -252,67 +191,13 @@ class Lease:
 
     # -- reading -------------------------------------------------------------
     def _read(self, epoch: int) -> dict[str, Any] | None:
-        """Lease ``epoch`` as stored, its expiry capped by this reader's ttl (see the
-        module's doc); {} for a torn or garbled file (an expired lease), None if there is
-        none."""
-        path = lease_path(epoch)
-        try:
-            data = _read_capped(self.storage, path)
-            written = self.storage.modified(path) if data is not None else 0.0
-        except FileNotFoundError:
-            return None
-        except UnsafePath:  # a link out of the experiment
-            data = None
-        except StorageError as e:
-            if e.errno not in (errno.EISDIR, errno.ELOOP):
-                raise  # a failing store is no lapsed lease
-            data = None
-        if data is None:
-            logger.warning(
-                "lease file %s is garbled: it counts as lapsed (no regular file: a link, a "
-                "FIFO, a folder)",
-                path,
-            )
-            return {}
-        if len(data) > MAX_LEASE_BYTES:
-            logger.warning(
-                "lease file %s is garbled: it counts as lapsed (larger than %d bytes; no more "
-                "is read)",
-                path,
-                MAX_LEASE_BYTES,
-            )
-            return {}
-        try:
-            lease = json.loads(data)
-        except (ValueError, RecursionError):  # not JSON; nested past the parser's limit
-            logger.warning("lease file %s is garbled: it counts as lapsed", path)
-            return {}
-        if not isinstance(lease, dict):
-            logger.warning("lease file %s is garbled: it counts as lapsed", path)
-            return {}
-        # the file's own "ttl" is not trusted: a forged 1e300 would hold the lease forever
-        expires = _number(lease.get("expires"), math.nan)
-        if math.isnan(expires):
-            logger.warning(
-                "lease file %s has no expiry that is a finite number: it counts as lapsed", path
-            )
-            expires = 0.0
-        if written > self.clock() + FUTURE_TOLERANCE_S:
-            # whoever can write the folder sets a local file's mtime: from the future, the
-            # cap below would hold the lease until then
-            logger.warning(
-                "lease file %s was modified %.0f s in the future (by this machine's clock): "
-                "not trusted, it counts as lapsed",
-                path,
-                written - self.clock(),
-            )
-            expires = 0.0
-        lease["expires"] = min(expires, written + _EXPIRY_CAP_TTLS * self.ttl_s)
-        return lease
+        """Lease ``epoch`` as stored, its expiry capped by this reader's ttl
+        (:func:`~popflow.infra.store.lease_files.read_lease`)."""
+        return read_lease(self.storage, epoch, self.ttl_s, self.clock())
 
     def lapsed(self, lease: dict[str, Any]) -> bool:
         """Released by its holder, or past its (capped) expiry."""
-        return bool(lease.get("released")) or _number(lease.get("expires"), 0.0) < self.clock()
+        return bool(lease.get("released")) or number(lease.get("expires"), 0.0) < self.clock()
 
     def is_gone(self, lease: dict[str, Any]) -> bool:
         """Whether ``lease``'s holder no longer holds it."""
@@ -322,7 +207,7 @@ class Lease:
             return False  # another machine's process: only its expiry tells
         pid = lease.get("pid")
         # os.kill overflows past a C int: a forged pid is no process
-        start = _process_start(pid) if isinstance(pid, int) and 0 < pid < 2**31 else None
+        start = process_start(pid) if isinstance(pid, int) and 0 < pid < 2**31 else None
         return start is None or (lease.get("start") not in (None, start))
 
     def _body(self, **extra: Any) -> str:
@@ -354,7 +239,7 @@ class Lease:
                 "%s: skipping %s in %s: no lease files popflow writes (epochs are numbered "
                 "00000001.json on, at most %d); remove them",
                 self.storage.url,
-                ", ".join(_shown(n) for n in strays),
+                ", ".join(shown(n) for n in strays),
                 LEASE_DIR,
                 MAX_NUMBER,
             )
@@ -382,10 +267,10 @@ class Lease:
                 after += 1
         if current is not None and not self.is_gone(current):
             if not self.force:
-                left = _number(current.get("expires"), 0.0) - self.clock()
+                left = number(current.get("expires"), 0.0) - self.clock()
                 raise LeaseHeldError(
                     f"experiment at {self.storage.url} is being run by pid "
-                    f"{_shown(current.get('pid'))} on {_shown(current.get('host'))} (lease "
+                    f"{shown(current.get('pid'))} on {shown(current.get('host'))} (lease "
                     f"valid for another {left:.0f} s); two drivers must never write one "
                     "experiment (if that driver is known to be gone: popflow resume "
                     "--force-takeover)"
@@ -394,8 +279,8 @@ class Lease:
                 "taking %s over from pid %s on %s, whose lease looks held (--force-takeover): "
                 "that driver stops at its next write",
                 self.storage.url,
-                _shown(current.get("pid")),
-                _shown(current.get("host")),
+                shown(current.get("pid")),
+                shown(current.get("host")),
             )
         return after + 1
 
