@@ -8,16 +8,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
+import uuid
 from pathlib import Path
 
 import pytest
 from support import leftovers
+from support.inner_pytest import run_pytest, write_tests
+from support.prefect_homes import changes, settings_files, snapshot
 from support.scripts import embedded_env
-
-pytest_plugins = ["pytester"]
-
-TESTS = str(Path(__file__).resolve().parent)
 
 
 @pytest.mark.unit
@@ -57,69 +55,90 @@ def test_the_suite_runs_in_a_prefect_home_of_its_own(prefect_home):
 @pytest.mark.unit
 def test_a_file_written_added_or_removed_in_a_prefect_home_is_a_change(tmp_path):
     home = tmp_path / ".prefect"
-    assert leftovers.changes(None, leftovers.snapshot(home)) == []
+    assert changes(None, snapshot(home)) == []
     home.mkdir()
     (home / "prefect.db").write_text("runs")
     (home / "profiles.toml").write_text("")
-    before = leftovers.snapshot(home)
-    assert leftovers.changes(before, leftovers.snapshot(home)) == []
+    before = snapshot(home)
+    assert changes(before, snapshot(home)) == []
     (home / "prefect.db").write_text("runs and the suite's")
     (home / "profiles.toml").unlink()
     (home / "storage").mkdir()
-    assert leftovers.changes(before, leftovers.snapshot(home)) == [
+    assert changes(before, snapshot(home)) == [
         "added storage",
         "removed profiles.toml",
         "changed prefect.db",
     ]
-    assert leftovers.changes(None, before) == [
+    assert changes(None, before) == [
         "created (it did not exist)",
         "added prefect.db",
         "added profiles.toml",
     ]
 
 
-#: A test that does what the old ``embedded_env()`` did: a script with no ``PREFECT_`` settings
-#: (no ``PREFECT_HOME``) starts popflow's local server in ``~/.prefect`` and leaves it.
-LEAKING = textwrap.dedent(
-    """
-    import os, subprocess, sys
+@pytest.mark.unit
+def test_writing_through_a_link_in_a_prefect_home_is_a_change(tmp_path):
+    """A user's home may link its database elsewhere: what is written there is seen."""
+    home, elsewhere = tmp_path / ".prefect", tmp_path / "elsewhere"
+    home.mkdir()
+    elsewhere.mkdir()
+    (elsewhere / "prefect.db").write_text("runs")
+    (home / "prefect.db").symlink_to(elsewhere / "prefect.db")
+    (home / "storage").symlink_to(elsewhere, target_is_directory=True)
+    before = snapshot(home)
+    (elsewhere / "prefect.db").write_text("runs and the suite's")
+    assert changes(before, snapshot(home)) == ["changed prefect.db", "changed storage/prefect.db"]
+    (home / "loop").symlink_to(home, target_is_directory=True)  # a link back up ends
+    assert changes(before, snapshot(home))[0] == "added loop"
 
-    def test_a_script_on_the_users_home():
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-        code = "from popflow.infra import local_server; print(local_server.local_server().pid)"
-        out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
-                             capture_output=True, text=True).stdout
-        with open("server.pid", "w") as f:
-            f.write(out.split()[-1])
-    """
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("name", "text", "said"),
+    [
+        (".env", "OTHER=1\nPREFECT_API_URL=http://127.0.0.1:4200/api\n", ".env (PREFECT_API_URL)"),
+        (".env", "export PREFECT_HOME=/x\n", ".env (PREFECT_HOME)"),
+        ("prefect.toml", '[api]\nurl = "http://127.0.0.1:4200/api"\n', "prefect.toml"),
+        ("pyproject.toml", '[tool.prefect]\nhome = "/x"\n', "pyproject.toml ([tool.prefect])"),
+    ],
 )
-
-#: A test that starts a process and stops it, and one that starts multiprocessing's resource
-#: tracker (as a Dask cluster does), which lives as long as pytest does.
-TIDY = textwrap.dedent(
-    """
-    import multiprocessing, subprocess, sys
-
-    def test_a_process_started_and_stopped():
-        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-        proc.kill()
-        proc.wait()
-
-    def test_a_lock_shared_with_spawned_processes():
-        global LOCK
-        LOCK = multiprocessing.get_context("spawn").Lock()
-    """
-)
+def test_prefects_settings_files_in_a_folder_are_found(tmp_path, name, text, said):
+    (tmp_path / name).write_text(text)
+    assert settings_files(tmp_path) == [str(tmp_path / said)]
 
 
-def inner_run(pytester: pytest.Pytester, monkeypatch, test: str, home: Path):
-    """``test`` run by a pytest of its own with the leftovers plugin, as a user whose home is
-    ``home`` (no ``PREFECT_HOME`` of theirs)."""
-    pytester.makepyfile(test_inner=test)
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("PREFECT_HOME")
-    monkeypatch.setenv("PYTHONPATH", TESTS)
-    return pytester.runpytest_subprocess("-p", "support.leftovers", "-p", "no:cacheprovider")
+@pytest.mark.unit
+def test_files_without_prefect_settings_are_not(tmp_path):
+    (tmp_path / ".env").write_text("AWS_PROFILE=x\n# PREFECT_API_URL=commented\n")
+    (tmp_path / "pyproject.toml").write_text("[tool.ruff]\nline-length = 100\n")
+    assert settings_files(tmp_path) == []
+
+
+# The plugin at work: each test below runs a pytest of its own with it, as a user whose home
+# is under the test's tmp_path (no ``PREFECT_`` settings of theirs unless the test gives
+# some), outside this run (no SESSION_VARIABLE: a pytest inside the run leaves the sweep to
+# the outer one).
+
+SLEEPER = "[sys.executable, '-c', 'import time; time.sleep(600)']"
+
+
+def as_user(home: Path, **settings: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k != leftovers.SESSION_VARIABLE and not k.startswith("PREFECT_")
+    }
+    return {**env, "HOME": str(home), **settings}
+
+
+def inner_run(tmp_path: Path, source: str, **settings: str) -> tuple[pytest.RunResult, Path]:
+    """``source`` as a test file run by a pytest of its own with the leftovers plugin; the
+    result, and the folder it ran in (where its tests write what they started)."""
+    folder, home = tmp_path / "run", tmp_path / "user"
+    folder.mkdir(exist_ok=True)
+    home.mkdir(exist_ok=True)
+    write_tests(folder, test_inner=source)
+    return run_pytest(folder, "-p", "support.leftovers", env=as_user(home, **settings)), folder
 
 
 def alive(pid: int) -> bool:
@@ -130,43 +149,306 @@ def alive(pid: int) -> bool:
         return False
 
 
+def running_with(marker: str) -> list[int]:
+    """The live processes whose command line holds ``marker``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if marker.encode() in f.read() and alive(int(entry)):
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def assert_left(result: pytest.RunResult, folder: Path, during: str) -> None:
+    """The inner run failed naming the process its test wrote to ``left.pid``, started
+    ``during`` that test, and stopped it."""
+    pid = int((folder / "left.pid").read_text())
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["*the suite left * process(es) running*", f"*pid {pid}, started during {during},*"]
+    )
+    assert not alive(pid), f"{pid} still runs"
+
+
+#: What the old ``embedded_env()`` did: a script with no ``PREFECT_`` settings (no
+#: ``PREFECT_HOME``) starts popflow's local server in ``~/.prefect`` and leaves it.
+LEAKING = """
+    import os, subprocess, sys
+
+    def test_a_script_on_the_users_home():
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+        code = "from popflow.infra import local_server; print(local_server.local_server().pid)"
+        out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                             capture_output=True, text=True).stdout
+        with open("left.pid", "w") as f:
+            f.write(out.split()[-1])
+    """
+
+
 @pytest.mark.system
 def test_a_run_that_leaves_a_server_in_the_users_home_fails_naming_the_test_and_stops_it(
-    pytester, monkeypatch, tmp_path
+    tmp_path,
 ):
-    # a process of the user's own (not the run's: no mark) that the sweep must leave alone
-    env = {k: v for k, v in os.environ.items() if k != leftovers.SESSION_VARIABLE}
-    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env=env)
+    # a process of the user's own (not below the run) that the sweep must leave alone
+    bystander = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"],
+        env={k: v for k, v in os.environ.items() if k != leftovers.SESSION_VARIABLE},
+    )
     try:
-        home = tmp_path / "user"
-        home.mkdir()
-        result = inner_run(pytester, monkeypatch, LEAKING, home)
-        out = result.stdout.str()
-        assert result.ret == pytest.ExitCode.TESTS_FAILED, out
+        result, folder = inner_run(tmp_path, LEAKING)
+        assert_left(result, folder, "test_inner.py::test_a_script_on_the_users_home (call)")
+        home = tmp_path / "user" / ".prefect"
         result.stdout.fnmatch_lines(
             [
-                "*the suite left 1 process(es) running*",
-                "*a Prefect server, pid *, started during "
-                "test_inner.py::test_a_script_on_the_users_home (call), "
-                f"PREFECT_HOME={home / '.prefect'} (the user's own)*",
-                f"*the suite changed the user's Prefect home {home / '.prefect'}*",
+                f"*a Prefect server, pid *PREFECT_HOME={home} (the user's own)*",
+                f"*the suite changed the user's Prefect home {home}*",
                 "*created (it did not exist)*",
             ]
         )
-        pid = int((pytester.path / "server.pid").read_text())
-        assert not alive(pid), f"the server {pid} still runs"
         assert alive(bystander.pid), "the sweep stopped a process the run did not start"
     finally:
         bystander.kill()
         bystander.wait()
 
 
-@pytest.mark.system
-def test_a_run_that_stops_what_it_starts_passes(pytester, monkeypatch, tmp_path):
-    home = tmp_path / "user"
-    (home / ".prefect").mkdir(parents=True)
-    (home / ".prefect" / "prefect.db").write_text("the user's runs")
-    result = inner_run(pytester, monkeypatch, TIDY, home)
+@pytest.mark.integration
+def test_a_run_that_stops_what_it_starts_passes(tmp_path):
+    """A process started and stopped, and multiprocessing's helpers (a Dask cluster starts
+    them), which live as long as pytest does: nothing is reported."""
+    home = tmp_path / "user" / ".prefect"
+    home.mkdir(parents=True)
+    (home / "prefect.db").write_text("the user's runs")
+    result, _ = inner_run(
+        tmp_path,
+        f"""
+        import multiprocessing, subprocess, sys
+
+        def test_a_process_started_and_stopped():
+            proc = subprocess.Popen({SLEEPER})
+            proc.kill()
+            proc.wait()
+
+        def test_a_lock_shared_with_spawned_processes():
+            global LOCK
+            LOCK = multiprocessing.get_context("spawn").Lock()
+
+        def test_a_forkserver():
+            ctx = multiprocessing.get_context("forkserver")
+            p = ctx.Process(target=print)
+            p.start()
+            p.join()
+        """,
+    )
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     assert "what the suite left behind" not in result.stdout.str()
-    assert (home / ".prefect" / "prefect.db").read_text() == "the user's runs"
+    assert (home / "prefect.db").read_text() == "the user's runs"
+
+
+@pytest.mark.integration
+def test_a_process_started_with_an_environment_of_its_own_is_found(tmp_path):
+    result, folder = inner_run(
+        tmp_path,
+        f"""
+        import subprocess, sys
+
+        def test_leaves_one():
+            proc = subprocess.Popen({SLEEPER}, env={{}}, start_new_session=True)
+            open("left.pid", "w").write(str(proc.pid))
+        """,
+    )
+    assert_left(result, folder, "test_inner.py::test_leaves_one (call)")
+
+
+@pytest.mark.integration
+def test_a_process_a_long_lived_helper_starts_is_the_test_that_asked_for_it(tmp_path):
+    """A helper started in the first test (a session's Dask worker, a forkserver) starts a
+    process during the second: the second test is named, not the first."""
+    spawner = (
+        "import subprocess, sys\\n"
+        "for line in sys.stdin:\\n"
+        f"    p = subprocess.Popen({SLEEPER}, start_new_session=True)\\n"
+        "    print(p.pid, flush=True)\\n"
+    )
+    result, folder = inner_run(
+        tmp_path,
+        f"""
+        import subprocess, sys, pytest
+
+        @pytest.fixture(scope="session")
+        def helper():
+            proc = subprocess.Popen([sys.executable, "-c", "{spawner}"], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, text=True)
+            yield proc
+            proc.stdin.close()
+            proc.wait()
+
+        def test_first(helper):
+            pass
+
+        def test_second(helper):
+            helper.stdin.write("go\\n")
+            helper.stdin.flush()
+            open("left.pid", "w").write(helper.stdout.readline().strip())
+        """,
+    )
+    assert_left(result, folder, "test_inner.py::test_second (call)")
+
+
+#: The inner run's conftest for a reader who may not read the environment of the processes
+#: it finds: as a user who is not root sees another user's process or an undumpable one.
+#: (Made so, not for real: root here read a process of another user's environment even
+#: without CAP_SYS_PTRACE.)
+ENVIRONMENT_HIDDEN = """
+from support import processes
+
+processes.environment = lambda pid: None
+"""
+
+
+@pytest.mark.integration
+def test_a_process_whose_environment_cannot_be_read_is_found(tmp_path):
+    folder, home = tmp_path / "run", tmp_path / "user"
+    folder.mkdir()
+    home.mkdir()
+    write_tests(
+        folder,
+        conftest=ENVIRONMENT_HIDDEN,
+        test_inner=f"""
+        import subprocess, sys
+
+        def test_leaves_one():
+            proc = subprocess.Popen({SLEEPER})
+            open("left.pid", "w").write(str(proc.pid))
+        """,
+    )
+    result = run_pytest(folder, "-p", "support.leftovers", env=as_user(home))
+    assert_left(result, folder, "test_inner.py::test_leaves_one (call)")
+    result.stdout.fnmatch_lines(["*PREFECT_HOME=unknown (its environment cannot be read)*"])
+
+
+#: A test a nested pytest runs: it starts a process and waits (to be killed).
+NESTED = f"""
+import subprocess, sys, time
+
+def test_starts_one():
+    proc = subprocess.Popen({SLEEPER}, start_new_session=True)
+    open("nested.pid", "w").write(str(proc.pid))
+    time.sleep(600)
+"""
+
+
+@pytest.mark.integration
+def test_a_pytest_run_inside_the_run_leaves_its_sweep_to_the_outer_one(tmp_path):
+    """A pytest in the same process (``pytest.main``) did clear the run's mark for the
+    tests after it; a pytest subprocess killed mid-run did leave its children."""
+    result, folder = inner_run(
+        tmp_path,
+        f"""
+        import os, subprocess, sys, time, pytest
+
+        NESTED = {NESTED!r}
+
+        def test_a_pytest_in_this_process(tmp_path):
+            (tmp_path / "test_n.py").write_text("def test_ok():\\n    pass\\n")
+            assert pytest.main([str(tmp_path), "-q", "-p", "support.leftovers",
+                                "-p", "no:cacheprovider"]) == 0
+
+        def test_a_pytest_subprocess_killed(tmp_path):
+            (tmp_path / "test_n.py").write_text(NESTED)
+            nested = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p",
+                                       "support.leftovers", "-p", "no:cacheprovider",
+                                       str(tmp_path)], cwd=tmp_path)
+            pid_file = tmp_path / "nested.pid"
+            deadline = time.monotonic() + 60
+            while not (pid_file.exists() and pid_file.read_text()):
+                assert time.monotonic() < deadline and nested.poll() is None
+                time.sleep(0.05)
+            nested.kill()
+            nested.wait()
+            open("left.pid", "w").write(pid_file.read_text())
+        """,
+    )
+    assert_left(result, folder, "test_inner.py::test_a_pytest_subprocess_killed (call)")
+    result.stdout.fnmatch_lines(["*the suite left 1 process(es) running*"])
+
+
+@pytest.mark.integration
+def test_a_process_that_forks_again_and_again_is_stopped(tmp_path):
+    marker = f"popflow-forker-{uuid.uuid4().hex}"
+    forker = (
+        "import os, signal, sys, time\\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
+        "open('left.pid', 'w').write(str(os.getpid()))\\n"
+        "while True:\\n"
+        "    time.sleep(0.2)\\n"
+        "    if os.fork():\\n"
+        "        os._exit(0)\\n"
+    )
+    result, _ = inner_run(
+        tmp_path,
+        f"""
+        import subprocess, sys, time
+
+        def test_leaves_a_forker():
+            subprocess.Popen([sys.executable, "-c", "{forker}", "{marker}"], start_new_session=True)
+            while True:
+                try:
+                    if open("left.pid").read():
+                        break
+                except FileNotFoundError:
+                    time.sleep(0.01)
+        """,
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(["*the suite left * process(es) running*"])
+    assert running_with(marker) == []
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [(".env", "PREFECT_API_URL=http://127.0.0.1:9/api\n"), ("prefect.toml", "[api]\nurl = 'x'\n")],
+)
+def test_a_run_where_prefect_would_read_the_users_settings_is_refused(tmp_path, name, text):
+    """Prefect reads ``.env`` and ``prefect.toml`` in the working folder ahead of any
+    profile: the suite would talk to the user's own server."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / name).write_text(text)
+    result, _ = inner_run(tmp_path, "def test_x():\n    pass\n")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    result.stderr.fnmatch_lines([f"*{folder / name}*", "*move them aside*"])
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("watched", ["~/.prefect", "PREFECT_HOME"])
+def test_a_change_to_either_of_the_users_prefect_homes_fails_the_run(tmp_path, watched):
+    """A user with ``PREFECT_HOME`` set has two homes to keep: theirs, and ``~/.prefect``,
+    where a script that loses ``PREFECT_HOME`` writes."""
+    home = tmp_path / "user"
+    (home / ".prefect").mkdir(parents=True)
+    (home / "custom").mkdir()
+    (home / "elsewhere").mkdir()
+    (home / "elsewhere" / "prefect.db").write_text("runs")
+    (home / "custom" / "prefect.db").symlink_to(home / "elsewhere" / "prefect.db")
+    target = {
+        "~/.prefect": home / ".prefect" / "x",
+        "PREFECT_HOME": home / "elsewhere" / "prefect.db",
+    }
+    result, _ = inner_run(
+        tmp_path,
+        f"def test_writes():\n    open({str(target[watched])!r}, 'a').write('more')\n",
+        PREFECT_HOME=str(home / "custom"),
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    changed = {
+        "~/.prefect": (home / ".prefect", "added x"),
+        "PREFECT_HOME": (home / "custom", "changed prefect.db"),
+    }
+    where, line = changed[watched]
+    result.stdout.fnmatch_lines(
+        [f"*the suite changed the user's Prefect home {where} *", f"*{line}*"]
+    )
