@@ -158,18 +158,24 @@ def test_metadata_is_stored_as_json(published):
 
 def test_a_republish_never_replaces_a_newer_drivers_checkpoint(tmp_path):
     """A publisher stalled past its lease check, woken after a newer driver published the
-    same name (checkpoint names repeat across drivers), once moved the newer driver's
-    checkpoint aside and put its own in its place."""
-    from popflow.infra.store.lease import LeaseLost
-
+    same iteration, once moved the newer driver's checkpoint aside and put its own in its
+    place (and, killed between, left its own there). Now each driver publishes under its
+    own epoch's name: the two stand side by side, and a name of another epoch is refused
+    before anything is written."""
     storage = Storage(str(tmp_path / "exp"))
     newer = write_tree(tmp_path / "newer", {"w.bin": b"newer"})
-    publish_checkpoint(storage, str(newer), "t/checkpoint_000002", {"epoch": 2})
+    publish_checkpoint(storage, str(newer), "t/checkpoint_000002_e2", {"epoch": 2})
     stale = write_tree(tmp_path / "stale", {"w.bin": b"stale"})
-    with pytest.raises(LeaseLost, match="newer driver"):
-        publish_checkpoint(storage, str(stale), "t/checkpoint_000002", {"epoch": 1})
-    assert (tmp_path / "exp" / "t" / "checkpoint_000002" / "w.bin").read_bytes() == b"newer"
-    assert sorted(p.name for p in (tmp_path / "exp" / "t").iterdir()) == ["checkpoint_000002"]
+    publish_checkpoint(storage, str(stale), "t/checkpoint_000002", {"epoch": 1})  # its own
+    with pytest.raises(ValueError, match="driver epoch 2's name"):
+        publish_checkpoint(storage, str(stale), "t/checkpoint_000002_e2", {"epoch": 1})
+    with pytest.raises(ValueError, match="driver epoch 1's name"):
+        publish_checkpoint(storage, str(newer), "t/checkpoint_000002", {"epoch": 2})
+    exp = tmp_path / "exp" / "t"
+    assert (exp / "checkpoint_000002_e2" / "w.bin").read_bytes() == b"newer"
+    assert (exp / "checkpoint_000002" / "w.bin").read_bytes() == b"stale"
+    assert sorted(p.name for p in exp.iterdir()) == ["checkpoint_000002", "checkpoint_000002_e2"]
     retried = write_tree(tmp_path / "retried", {"w.bin": b"retried"})  # its own retry
-    publish_checkpoint(storage, str(retried), "t/checkpoint_000002", {"epoch": 2})
-    assert (tmp_path / "exp" / "t" / "checkpoint_000002" / "w.bin").read_bytes() == b"retried"
+    publish_checkpoint(storage, str(retried), "t/checkpoint_000002_e2", {"epoch": 2})
+    assert (exp / "checkpoint_000002_e2" / "w.bin").read_bytes() == b"retried"
+    assert sorted(p.name for p in exp.iterdir()) == ["checkpoint_000002", "checkpoint_000002_e2"]

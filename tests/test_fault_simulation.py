@@ -291,9 +291,27 @@ def test_a_stalled_resume_never_deletes_a_newer_drivers_checkpoint_as_an_orphan(
     """Found by 5,000 schedules from seed 100000 with the "kept" invariant: a resumer
     stalled in its clean-up after its lease check woke after a newer driver had published
     and committed a checkpoint under the same name, took it for its own orphan and deleted
-    it (the last commit named a checkpoint with no manifest). Now the folder is moved
-    aside, looked at, and moved back (and the stale driver stops) if a newer driver
-    published it."""
+    it (the last commit named a checkpoint with no manifest). Now the newer driver's
+    checkpoint carries its epoch in its name, which no older driver removes."""
+    assert run_schedule(Schedule.parse(text)).problems == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # driver 1 stops between moving an orphan checkpoint aside and moving it back (a
+        # newer driver had published the same name meanwhile), then is killed: the newer
+        # driver's committed checkpoint was gone
+        "pbt/3x4/s2:15=stall,40=stall,128=crash",
+        # a publish stops between its exchange and its look at what it swapped out, then
+        # is killed: its stale version stood under a newer driver's committed name
+        "searcher/3x3/s2:15=stall,67=crash",
+    ],
+)
+def test_a_stale_driver_killed_mid_step_never_loses_or_replaces_a_newer_checkpoint(text):
+    """The second adversarial pass's double faults (each broke "kept" before): now a
+    checkpoint's name carries its driver's epoch (tests/test_checkpoint_owners.py stops the
+    stale step at each of its storage calls)."""
     assert run_schedule(Schedule.parse(text)).problems == []
 
 

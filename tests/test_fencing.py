@@ -516,6 +516,6 @@ def test_a_finished_experiment_with_an_orphan_checkpoint_opens(tmp_path):
     src = tmp_path / "orphan"
     src.mkdir()
     (src / "w.bin").write_bytes(b"x")
-    publish_checkpoint(exp, str(src), f"{trial}/checkpoint_000099", {"epoch": 3})
+    publish_checkpoint(exp, str(src), f"{trial}/checkpoint_000099_e3", {"epoch": 3})
     again = simulate(ParityTrainable, **kwargs, resume=True)
     assert len(again.grid) == 2

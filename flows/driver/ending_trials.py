@@ -156,7 +156,7 @@ class TrialEndings:
 
     def on_error(self, rec: TrialRecord, outcome: SegmentOutcome) -> None:
         s = self.state
-        if outcome.checkpoints:  # a driver taken over deletes nothing: the names are reused
+        if outcome.checkpoints:  # a driver taken over stops here, deleting nothing
             s.check_lease()
         for ckpt in outcome.checkpoints:  # published, never committed: nobody refers to them
             s.storage.remove(rec.checkpoint_path(ckpt.name))

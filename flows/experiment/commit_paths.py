@@ -30,7 +30,7 @@ def check_commit_paths(commit: Mapping[str, Any], url: str) -> None:
     own shape, inside the experiment at ``url``; else :class:`UnsafePath`.
 
     Trial ids and folders are single plain names, checkpoint names are
-    ``checkpoint_NNNNNN`` (with an optional ``_k``), a ``restore``, lineage ``start`` or
+    ``checkpoint_NNNNNN`` (with an optional ``_e<epoch>`` and ``_k``), a ``restore``, lineage ``start`` or
     ``deleted`` entry is ``<a trial's folder>/<a checkpoint name>``, and the derived logs are
     the trials' ``result.json``/``progress.csv`` and ``pbt_global.txt``.
     """

@@ -35,7 +35,6 @@ from popflow.flows.spec.run_args import save_code_origin, save_run_args
 from popflow.flows.spec.run_spec import RunSpec
 from popflow.infra.storage.folder import Storage
 from popflow.infra.storage.safe_paths import is_name
-from popflow.infra.store.checkpoints import CheckpointError, read_manifest
 from popflow.infra.store.commit_log import CommitConflict, ExperimentLog
 from popflow.infra.store.layout import (
     CHECKPOINT_PREFIX,
@@ -44,10 +43,10 @@ from popflow.infra.store.layout import (
     GLOBAL_POLICY,
     LOGS,
     PARAMS,
+    checkpoint_owner,
     commit_path,
     is_scratch,
     restarted_trial_dir,
-    trash_path,
 )
 from popflow.infra.store.lease import Lease, LeaseLost, newer_epoch
 from popflow.schedulers import Trial, TrialScheduler, TrialStatus
@@ -376,42 +375,23 @@ def restore_records(
     return records
 
 
-def _published_by_newer(storage: Storage, path: str, epoch: int | None) -> bool:
-    try:
-        theirs = read_manifest(storage, path)["metadata"].get("epoch")
-    except CheckpointError:  # half-published: nobody's
-        return False
-    return isinstance(epoch, int) and isinstance(theirs, int) and theirs > epoch
-
-
-def _remove_orphan(storage: Storage, path: str, epoch: int | None) -> None:
-    """Delete the orphan checkpoint ``path`` unless a driver newer than ``epoch``
-    published it (this driver stalled past its lease check, and the name, which repeats
-    across drivers, is the newer one's): then ``LeaseLost``, nothing deleted. On local
-    disk the folder is first moved aside (one rename) and looked at there, and moved
-    back if it is the newer driver's, so a stall between the look and the deletion
-    deletes nothing of it; on object stores the look comes first."""
-    lost = LeaseLost(
-        f"{storage.full_url(path)} was published by a driver newer than this one "
-        f"(epoch {epoch}): it deletes nothing more"
+def _newer_owner(storage: Storage, path: str, owner: int, epoch: int) -> None:
+    """The orphan checkpoint ``path`` carries the name of driver epoch ``owner``, newer
+    than this driver's ``epoch``: no orphan of this one's. ``LeaseLost`` if a newer driver
+    holds a lease (this one stalled past its lease check); else nobody of that epoch ever
+    ran (a name made by hand): left alone, with a warning. Either way nothing is deleted."""
+    if newer_epoch(storage, epoch) is not None:
+        raise LeaseLost(
+            f"{storage.full_url(path)} was published by driver epoch {owner}, newer than "
+            f"this one ({epoch}): it deletes nothing more"
+        )
+    logger.warning(
+        "%s carries the name of driver epoch %d, but no lease above this driver's (%d) "
+        "exists: popflow did not publish it; left as it is",
+        storage.full_url(path),
+        owner,
+        epoch,
     )
-    if not epoch:  # no lease (a finished experiment opened to read): nobody newer writes
-        storage.remove(path)
-        return
-    if not storage.is_local:
-        if _published_by_newer(storage, path, epoch):
-            raise lost
-        storage.remove(path)
-        return
-    aside = trash_path(path)
-    try:
-        storage.rename((path,), (aside,))
-    except FileNotFoundError:
-        return
-    if _published_by_newer(storage, aside, epoch):
-        storage.rename((aside,), (path,))
-        raise lost
-    storage.remove(aside)
 
 
 def remove_uncommitted(
@@ -426,8 +406,12 @@ def remove_uncommitted(
     with ``orphans``, checkpoints no record knows (nor restores from); write the
     ``params.json`` a started trial lacks (the driver stopped before writing it).
     ``guard``: called before each write or deletion; ``names``: each trial folder's
-    listing, if the caller has it. ``epoch``: this driver's; a checkpoint a newer
-    driver published is no orphan of this one's: it stops (``LeaseLost``) instead."""
+    listing, if the caller has it. ``epoch``: this driver's. A checkpoint's name says
+    which driver epoch alone publishes it (:func:`~popflow.infra.store.layout.checkpoint_owner`):
+    one of a newer driver's is no orphan of this one's (it stops, ``LeaseLost``, instead),
+    so a stale driver deletes nothing a newer one wrote without reading anything; one of
+    its own epoch or an older one's, uncommitted, no driver from this one's fence on will
+    commit (the takeover's commit came first)."""
     referenced = pinned(records)
     for rec in records:
         kept = {c.name for c in rec.checkpoints}
@@ -436,12 +420,13 @@ def remove_uncommitted(
         for name in names_here:
             orphan = orphans and name.startswith(CHECKPOINT_PREFIX) and name not in kept
             if (orphan and rec.checkpoint_path(name) not in referenced) or is_scratch(name):
-                logger.info("removing uncommitted %s/%s", rec.dirname, name)
                 guard()
-                if is_scratch(name):
-                    storage.remove(rec.dirname, name)
-                else:
-                    _remove_orphan(storage, rec.checkpoint_path(name), epoch)
+                owner = None if is_scratch(name) else checkpoint_owner(name)
+                if epoch and owner is not None and owner > epoch:
+                    _newer_owner(storage, rec.checkpoint_path(name), owner, epoch)
+                    continue
+                logger.info("removing uncommitted %s/%s", rec.dirname, name)
+                storage.remove(rec.dirname, name)
         if rec.trial.status != TrialStatus.ERROR and ERROR_FILE in names_here:
             guard()
             storage.remove(rec.dirname, ERROR_FILE)

@@ -25,7 +25,13 @@ from typing import Any, BinaryIO
 
 from popflow.infra.storage.folder import Storage, StorageError
 from popflow.infra.storage.safe_paths import is_relative_file
-from popflow.infra.store.layout import MANIFEST, save_folder, staging_path, trash_path
+from popflow.infra.store.layout import (
+    MANIFEST,
+    checkpoint_owner,
+    save_folder,
+    staging_path,
+    trash_path,
+)
 
 
 class CheckpointError(RuntimeError):
@@ -160,8 +166,13 @@ def publish_checkpoint(
     relative to ``local_dir``; every other file is read to take its digest.
 
     Re-publishing the same path (a retried segment) replaces what was there;
-    only uncommitted checkpoints are ever re-published, so no reader holds them.
+    only uncommitted checkpoints are ever re-published, so no reader holds them. The
+    name's owner epoch (:func:`~popflow.infra.store.layout.checkpoint_owner`) must be
+    ``metadata["epoch"]``, the publisher's, where it has one (else ``ValueError``, nothing
+    written): so a publisher only ever replaces its own driver's uncommitted checkpoint,
+    and a stale driver, however it stalls or dies, never one a newer driver committed.
     """
+    _check_owner(storage, rel_path, metadata.get("epoch"))
     if not os.path.isdir(local_dir):  # os.walk would see an empty checkpoint and publish it
         raise CheckpointError(
             f"cannot publish checkpoint {storage.full_url(rel_path)}: {local_dir!r} is not a folder"
@@ -188,7 +199,7 @@ def publish_checkpoint(
         except StorageError as e:  # published before (a retried segment): replace it
             if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                 raise
-            _replace_published(storage, tmp, rel_path, metadata.get("epoch"))
+            _replace_published(storage, tmp, rel_path)
     else:
         # object stores: hide any previous version by deleting its manifest (one
         # DELETE, no listing), upload every data object, publish the manifest last.
@@ -205,37 +216,30 @@ def publish_checkpoint(
     return manifest
 
 
-def _replace_published(storage: Storage, tmp: str, rel_path: str, epoch: Any) -> None:
-    """Put the staged checkpoint ``tmp`` at ``rel_path`` over one published there before (a
-    retried segment's, or a stalled earlier driver's), never over a newer driver's: a
-    publisher stalled past its fence, woken after a newer driver published the same name,
-    raises ``LeaseLost`` and changes nothing. The swap is one atomic exchange, undone if
-    what it swapped out carries a newer epoch (where the filesystem has no exchange: a
-    check, then a rename)."""
-    from popflow.infra.store.lease import LeaseLost
-
-    def newer(path: str) -> bool:
-        try:
-            theirs = read_manifest(storage, path)["metadata"].get("epoch")
-        except CheckpointError:  # half-published: nobody's to keep
-            return False
-        return isinstance(epoch, int) and isinstance(theirs, int) and theirs > epoch
-
-    def refuse() -> None:
-        storage.remove(tmp)
-        raise LeaseLost(
-            f"{storage.full_url(rel_path)} was published by a newer driver: this one "
-            f"(epoch {epoch}) publishes nothing over it"
+def _check_owner(storage: Storage, rel_path: str, epoch: Any) -> None:
+    """``ValueError`` unless a publisher of lease ``epoch`` owns the name ``rel_path`` ends
+    in (a checkpoint name that carries another epoch, or a plain one above epoch 1)."""
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1:
+        return  # no lease: nothing fences this publish
+    owner = checkpoint_owner(rel_path.rsplit("/", 1)[-1])
+    if owner is not None and owner != epoch:
+        raise ValueError(
+            f"checkpoint {storage.full_url(rel_path)} is driver epoch {owner}'s name; a "
+            f"segment of driver epoch {epoch} publishes only under its own "
+            "(popflow.infra.store.layout.checkpoint_name)"
         )
 
+
+def _replace_published(storage: Storage, tmp: str, rel_path: str) -> None:
+    """Put the staged checkpoint ``tmp`` at ``rel_path`` over one published there before:
+    the same driver's uncommitted one (a retried segment's), since a name has one owner
+    epoch (:func:`_check_owner`), so nothing is looked at and nothing is put back. One
+    atomic exchange, then the old folder (now at ``tmp``, a scratch name a resume removes)
+    is removed; where the filesystem has no exchange, the old one is moved aside and
+    removed first (a crash between leaves the name empty: it was uncommitted)."""
     if storage.exchange((tmp,), (rel_path,)):  # the old one is at ``tmp`` now
-        if newer(tmp):
-            storage.exchange((tmp,), (rel_path,))
-            refuse()
         storage.remove(tmp)
         return
-    if newer(rel_path):
-        refuse()
     trash = trash_path(rel_path)
     storage.rename((rel_path,), (trash,))
     storage.remove(trash)

@@ -21,6 +21,8 @@ disk and object stores alike)::
     │   │   ├── _dict_checkpoint.pkl       DICT_CHECKPOINT_FILE: save_checkpoint's dict
     │   │   └── ...                        or the trainable's own files
     │   ├── checkpoint_000010_1/           the same iteration reached again by a restarted lineage
+    │   ├── checkpoint_000010_e3/          the same iteration published by driver epoch 3: each
+    │   │                                  name has one owner epoch (checkpoint_owner())
     │   └── *.tmp-<hex>, *.old-<hex>       scratch (SCRATCH_MARKERS): half-published
     │                                      checkpoints, staging_path() save_folder() trash_path();
     │                                      nothing reads them and a resume removes them
@@ -94,8 +96,11 @@ DICT_CHECKPOINT_FILE = "_dict_checkpoint.pkl"
 #: In the names of folders being published or thrown away: never read, removed by a resume
 SCRATCH_MARKERS = (".tmp-", ".old-")
 
-#: What :func:`checkpoint_name` makes; a name read back from storage must look so.
-_CHECKPOINT_NAME = re.compile(re.escape(CHECKPOINT_PREFIX) + r"[0-9]{6,}(_[0-9]+)?")
+#: What :func:`checkpoint_name` makes; a name read back from storage must look so: the
+#: iteration, the owner epoch's ``_e<epoch>`` above epoch 1, a restarted lineage's ``_k``.
+_CHECKPOINT_NAME = re.compile(
+    re.escape(CHECKPOINT_PREFIX) + r"[0-9]{6,}(?:_e([1-9][0-9]{0,14}))?(?:_[0-9]+)?"
+)
 #: What :func:`parameters_path` makes: the first 32 hex digits of the pickle's SHA-256.
 _PARAMETERS_PATH = re.compile(re.escape(PARAMETERS_DIR) + r"/([0-9a-f]{32})\.pkl")
 #: The numbered files of :data:`COMMITS` and :data:`LEASE_DIR` are zero-padded to at least
@@ -198,19 +203,39 @@ def checkpoint_path(trial_dir: str, name: str) -> str:
     return f"{trial_dir}/{name}"
 
 
-def checkpoint_name(iteration: int, taken: frozenset[str] | set[str]) -> str:
-    """``checkpoint_000010``; a suffix when a restarted lineage reaches a used iteration."""
-    name = f"{CHECKPOINT_PREFIX}{iteration:06d}"
+def checkpoint_name(iteration: int, taken: frozenset[str] | set[str], epoch: int = 0) -> str:
+    """``checkpoint_000010``; a suffix when a restarted lineage reaches a used iteration.
+
+    ``epoch``: the driver's lease epoch. Above epoch 1 the name carries it
+    (``checkpoint_000010_e3``), so that no two drivers ever publish under one name: a stale
+    driver's publish lands under a name no newer driver writes, commits or reads
+    (:func:`checkpoint_owner`). Epoch 1 (the experiment's first lease, created once) and
+    0 (no lease) keep Ray's plain name, which only they write from this release on."""
+    base = f"{CHECKPOINT_PREFIX}{iteration:06d}"
+    if epoch > 1:
+        base = f"{base}_e{epoch}"
+    name = base
     k = 1
     while name in taken:
-        name = f"{CHECKPOINT_PREFIX}{iteration:06d}_{k}"
+        name = f"{base}_{k}"
         k += 1
     return name
 
 
 def is_checkpoint_name(name: object) -> bool:
-    """``name`` is one :func:`checkpoint_name` could have made (``checkpoint_000010_2``)."""
+    """``name`` is one :func:`checkpoint_name` could have made (``checkpoint_000010_e3_2``)."""
     return isinstance(name, str) and _CHECKPOINT_NAME.fullmatch(name) is not None
+
+
+def checkpoint_owner(name: str) -> int | None:
+    """The lease epoch whose driver alone publishes checkpoint ``name`` (from the name,
+    nothing read): the ``_e<epoch>`` it carries, else 1 (a plain name: the first driver's,
+    or any driver's before this release, which only a driver of epoch 1 or none writes
+    now). None if ``name`` is no checkpoint name."""
+    match = _CHECKPOINT_NAME.fullmatch(name)
+    if match is None:
+        return None
+    return int(match.group(1)) if match.group(1) else 1
 
 
 def is_scratch(name: str) -> bool:
