@@ -197,3 +197,33 @@ def test_a_run_on_s3_with_credentials_in_storage_options_reaches_s3_from_its_wor
     started = time.monotonic()
     again = tuner.fit()  # nothing left to run: it says so, reading S3 with the credentials
     assert len(again) == 2 and time.monotonic() - started < 120
+
+
+@pytest.mark.unit
+def test_a_password_in_the_storage_url_is_kept_as_a_credential():
+    """``sftp://user:password@host/...``: the password moves to ``storage_options``
+    (fsspec's ``password`` option), out of every repr and pickle."""
+    rc = RunConfig(name="exp", storage_path=f"sftp://alice:{SECRET}@127.0.0.1:2222/exp")
+    assert rc.storage_path == "sftp://alice@127.0.0.1:2222/exp"
+    assert rc.storage_options.value == {"password": SECRET}
+    for form in (pickle.dumps(rc), cloudpickle.dumps(rc), repr(rc), str(rc)):
+        assert_clean(form, rc)
+    assert pickle.loads(pickle.dumps(rc)).storage_options.value["password"] == SECRET
+    # what fsspec reads from the URL, but the password, which comes as the option
+    from fsspec.implementations.ftp import FTPFileSystem
+
+    whole = FTPFileSystem._get_kwargs_from_urls(f"ftp://alice:{SECRET}@127.0.0.1:2222/exp")
+    rc = RunConfig(storage_path=f"ftp://alice:{SECRET}@127.0.0.1:2222/exp")
+    assert {
+        **FTPFileSystem._get_kwargs_from_urls(rc.storage_path),
+        **rc.storage_options.value,
+    } == whole
+    # percent-encoded, and one that storage_options gives too
+    assert RunConfig(storage_path="ftp://a:p%40ss@h/x").storage_options.value == {
+        "password": "p@ss"
+    }
+    same = RunConfig(storage_path="ftp://a:pw@h/x", storage_options={"password": "pw"})
+    assert same.storage_options.value == {"password": "pw"}
+    with pytest.raises(ValueError, match="holds a password and `storage_options` another"):
+        RunConfig(storage_path="ftp://a:pw@h/x", storage_options={"password": "other"})
+    assert RunConfig(storage_path="ftp://a@h/x").storage_options is None

@@ -22,7 +22,7 @@ from typing import Any
 from popflow.flows.events.callbacks import check_callbacks
 from popflow.flows.spec.config import CheckpointConfig, check_verbose
 from popflow.flows.spec.experiment_name import check_name
-from popflow.infra.storage.credentials import StorageOptions
+from popflow.infra.storage.credentials import StorageOptions, password_out_of_url
 from popflow.schedulers import TrialScheduler
 from popflow.schedulers.search import check_searcher
 from popflow.schedulers.validation import check_real, is_int
@@ -137,6 +137,7 @@ class RunConfig:
     storage_options: dict[str, Any] | StorageOptions | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        self._password_into_options()
         if self.storage_options is not None:  # credentials: never printed nor pickled
             object.__setattr__(self, "storage_options", StorageOptions(self.storage_options))
         refuse(
@@ -171,6 +172,23 @@ class RunConfig:
         ):
             if value is not None and not isinstance(value, kind):
                 raise TypeError(f"`{argument}` is {value!r}, but must be a popflow.{kind.__name__}")
+
+    def _password_into_options(self) -> None:
+        """A password in ``storage_path`` (``sftp://user:pw@host/x``) moves to
+        ``storage_options["password"]`` (fsspec's option for it), where it is kept as a
+        credential: never in a repr or a pickle."""
+        if not isinstance(self.storage_path, str):
+            return
+        url, password = password_out_of_url(self.storage_path)
+        if password is None:
+            return
+        options = dict(StorageOptions(self.storage_options).value)
+        if options.setdefault("password", password) != password:
+            raise ValueError(
+                "`storage_path` holds a password and `storage_options` another: give one"
+            )
+        object.__setattr__(self, "storage_path", url)
+        object.__setattr__(self, "storage_options", options)
 
 
 def check_stop(stop: Any) -> None:

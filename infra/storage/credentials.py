@@ -203,6 +203,23 @@ def without_secrets(options: Mapping[str, Any]) -> dict[str, Any]:
     return _split(options)[0]
 
 
+def password_out_of_url(url: str) -> tuple[str, str | None]:
+    """``url`` without the password in its userinfo, and that password (percent-decoded;
+    ``None``: it has none): ``sftp://alice:pw@host/x`` is ``sftp://alice@host/x`` and
+    ``"pw"``, which fsspec takes as the ``password`` option (ftp, sftp, smb)."""
+    if not _URL.match(url):
+        return url, None
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url, None
+    userinfo, at, host = parts.netloc.rpartition("@")
+    user, colon, password = userinfo.partition(":")
+    if not at or not colon:
+        return url, None
+    return urlunsplit(parts._replace(netloc=f"{user}@{host}")), unquote_plus(password)
+
+
 def redact(text: str, secrets: list[str]) -> str:
     for s in secrets:
         text = text.replace(s, "***")
