@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -219,45 +218,24 @@ def test_a_stale_driver_never_commits_after_a_newer_one(text, stopped):
     assert ran.problems == []
 
 
-#: What the simulator finds on the code as it is (each found and reported, not yet fixed):
-#: - exactly once, only where the schedule tears an append: a torn progress.csv line
-#:   with a crash and a stall (searcher/4x4/s1:32=torn,36=crash_after,58=stall: its
-#:   progress.csv left empty).
-#: A damaged checkpoint breaks none (tests/test_rebuilt_state.py: a clone gets the state
-#: it cloned made again, pbt/2x5/s2:18=torn,49=damage_checkpoint logged iterations
-#: [1, 2, 5]; a trial with no earlier checkpoint starts again,
-#: hyperband/3x5/s2:27=fail,60=damage_checkpoint ended with fewer results).
-#: A stale driver's duplicated lines (issue 46, break 1) are not among them, nor a log a
-#: stale resumer cut short by its adoption (hyperband/4x4/s1:38=crash,59=stall): a
-#: schedule of stalls, crashes and failures alone that breaks "exactly once" fails here.
-OPEN_FINDINGS: set[str] = set()
-OPEN_WITH_DAMAGE = {"exactly once"}
-DAMAGING_FAULTS = ("=torn",)
+#: A torn progress.csv line with a crash and a stall once left progress.csv empty (an open
+#: finding, allowed here for schedules that tear an append, until the fenced logs): no
+#: allowance is left; every schedule must break nothing.
+TORN_THEN_STALLED = "searcher/4x4/s1:32=torn,36=crash_after,58=stall"
 
 
-def known_open(schedule: str, broke: set[str]) -> bool:
-    """``broke`` is among the open findings above, for this schedule's faults."""
-    allowed = set(OPEN_FINDINGS)
-    if any(fault in schedule for fault in DAMAGING_FAULTS):
-        allowed |= OPEN_WITH_DAMAGE
-    return broke <= allowed
+def test_a_torn_append_then_a_crash_and_a_stall_loses_no_line():
+    assert run_schedule(Schedule.parse(TORN_THEN_STALLED)).problems == []
 
 
-def test_a_thousand_schedules_break_no_invariant_but_the_open_findings():
-    """>= 1,000 seeded schedules (every fault kind, two drivers and more) in <= 2 minutes;
-    each checked for exactly-once results, one writer, nothing outside the experiment,
-    identical synchronous runs and ends."""
-    start = time.perf_counter()
+def test_a_thousand_schedules_break_no_invariant():
+    """>= 1,000 seeded schedules (every fault kind, two drivers and more); each checked
+    for exactly-once results, one writer, nothing outside the experiment, identical
+    synchronous runs, kept checkpoints and ends. (Its speed, 15-25 schedules a second,
+    is benchmarks/simulate_faults.py's to measure.)"""
     found = explore(1000, seed=0, shrink_failures=False)
-    seconds = time.perf_counter() - start
-    unexpected = [
-        f"seed {s}: {ran.schedule}: {ran.problems}"
-        for s, ran in found.failures
-        if not known_open(str(ran.schedule), set(ran.broke))
-    ]
-    assert unexpected == []
+    assert [f"seed {s}: {ran.schedule}: {ran.problems}" for s, ran in found.failures] == []
     assert found.schedules == 1000
-    assert seconds <= 120, f"{found.schedules} schedules took {seconds:.0f} s"
 
 
 @pytest.mark.parametrize("scenario", ["pbt/3x4/s2", "hyperband/3x4/s1"])
