@@ -51,7 +51,7 @@ def fetch(storage: Storage, rel_path: str | None, digest: str | None) -> Fetched
         digest = digest or published_digest(storage, rel_path)
         metadata = cache.copy_to(storage, rel_path, digest, target)
         if metadata is None:
-            metadata = fetch_checkpoint(storage, rel_path, target)
+            metadata = fetch_checkpoint(storage, rel_path, target, digest)
         return tmp, metadata
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -38,10 +38,10 @@ isolate_dask_sampling()  # runs on every worker that imports this module
 
 
 def _verified(spec: SegmentSpec) -> Fetched:
-    """Check ``spec.restore`` where it is on local disk (a class trainable loads it there):
-    (None, its metadata)."""
+    """Check ``spec.restore`` where it is on local disk (a class trainable loads it there),
+    the version committed: (None, its metadata)."""
     assert spec.restore is not None
-    return None, verify_in_place(spec.storage, spec.restore)[1]
+    return None, verify_in_place(spec.storage, spec.restore, spec.restore_digest)[1]
 
 
 def _prefetch(specs: list[SegmentSpec]) -> dict[int, Future[Fetched]]:

@@ -150,8 +150,9 @@ class SegmentRun:
         (``known``: the manifest entries of files popflow wrote there, see
         ``publish_checkpoint``)."""
         result = self.outcome.results[-1] if result is None else result
-        # its driver's epoch in the name: no other driver publishes under it
-        name = checkpoint_name(self.clock.iteration, self._taken, self.spec.lease_epoch)
+        # its driver's epoch and its attempt in the name: no other writer publishes under it
+        spec = self.spec
+        name = checkpoint_name(self.clock.iteration, self._taken, spec.lease_epoch, spec.attempt)
         self._taken.add(name)
         metadata = {**self.clock.metadata(), "result": jsonable(result)}
         if self.spec.lease_epoch:  # whose publish it is: no driver publishes over a newer's

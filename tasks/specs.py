@@ -76,6 +76,9 @@ class SegmentSpec:
     taken: frozenset[str] = frozenset()  # checkpoint names this trial has or is deleting
     live_token: str | None = None  # continue the trainable this worker parked under it
     lease_epoch: int = 0  # the driver's lease: no checkpoint is published once a newer exists
+    #: the trial's segment attempt in that epoch: from 2 on its checkpoint names carry it,
+    #: names no earlier dispatch of the trial wrote (layout.checkpoint_name)
+    attempt: int = 1
     progress_topic: str | None = None  # send the latest result meanwhile (tasks.progress_events)
     #: what ``tune.get_context()`` says in the trial: its name and its experiment's
     trial_name: str = ""

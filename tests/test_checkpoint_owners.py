@@ -266,7 +266,7 @@ def test_on_s3_a_stale_step_stopped_at_any_call_keeps_the_newer_checkpoint(s3, t
     orphan's manifest, then its DELETE, deleted one published between the two."""
     prepare, epoch = (_stale_publish, 2) if step == "publish" else (_stale_clean_up, 3)
     calls = each_interleaving(tmp_path, prepare, epoch, store=s3.child)
-    assert ("write" if step == "publish" else "remove") in calls
+    assert ("create" if step == "publish" else "remove") in calls
 
 
 @pytest.mark.unit
@@ -360,7 +360,7 @@ def test_an_experiment_whose_plain_names_a_later_epoch_published_resumes(tmp_pat
         before.setattr(
             segment_run_module,
             "checkpoint_name",
-            lambda iteration, taken, epoch=0: checkpoint_name(iteration, taken),
+            lambda iteration, taken, epoch=0, attempt=1: checkpoint_name(iteration, taken),
         )
         before.setattr(checkpoint_store, "_check_owner", lambda *args: None)
         with pytest.raises(SimulatedCrash):

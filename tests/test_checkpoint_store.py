@@ -12,9 +12,13 @@ from support.trees import read_tree, write_tree
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.checkpoints import (
     CheckpointError,
+    CheckpointExists,
     fetch_checkpoint,
+    manifest_digest,
     publish_checkpoint,
     read_manifest,
+    staging_folder,
+    verify_in_place,
 )
 from popflow.infra.store.layout import MANIFEST
 
@@ -69,18 +73,59 @@ def test_local_publish_leaves_no_temporary_folders(tmp_path):
     storage = Storage(str(tmp_path / "store"))
     src = write_tree(tmp_path / "src", FILES)
     publish_checkpoint(storage, src, CKPT, {"iteration": 1})
-    publish_checkpoint(storage, src, CKPT, {"iteration": 2})
+    with pytest.raises(CheckpointExists):
+        publish_checkpoint(storage, src, CKPT, {"iteration": 2})
     assert storage.listdir("Trainable_t0") == ["checkpoint_000003"]
 
 
-def test_republishing_replaces_the_checkpoint(published, tmp_path):
-    storage, _ = published
-    newer = write_tree(tmp_path / "newer", {"model.bin": b"v2", "other.txt": b"new"})
-    publish_checkpoint(storage, newer, CKPT, {"iteration": 7})
-    dst = tmp_path / "dst"
-    assert fetch_checkpoint(storage, CKPT, str(dst)) == {"iteration": 7}
-    assert read_tree(dst) == {"model.bin": b"v2", "other.txt": b"new"}
-    assert sorted(read_manifest(storage, CKPT)["files"]) == ["model.bin", "other.txt"]
+def _snapshot(storage: Storage, rel_path: str) -> dict[str, bytes]:
+    return {rel: storage.read_bytes(rel_path, rel) for rel in storage.walk_files(rel_path)}
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["copied", "staged"])
+def test_a_second_publish_of_a_name_fails_and_changes_nothing(storage, tmp_path, staged):
+    """Issue 46 (Break A): a stale attempt's late publish of a name once replaced the
+    committed checkpoint (local disk: swapped in; object stores: its manifest deleted,
+    then written over). Publishing is create-only now: the second publish of
+    ``checkpoint_000010_e3`` by epoch 3 fails and the first stays, byte for byte, the
+    version its digest names."""
+    name, metadata = "T_0/checkpoint_000010_e3", {"iteration": 10, "epoch": 3}
+    publish_checkpoint(storage, write_tree(tmp_path / "first", FILES), name, metadata)
+    before = _snapshot(storage, name)
+    digest = manifest_digest(read_manifest(storage, name))
+    files = {"model.bin": b"stale", "other.txt": b"stale"}
+    if staged and storage.is_local:  # a segment's save folder, moved into place
+        folder = staging_folder(storage, "T_0")
+        assert folder is not None
+        write_tree(storage.path(folder), files)
+        local, kwargs = storage.path(folder), {"staged": folder}
+    else:
+        local, kwargs = write_tree(tmp_path / "stale", files), {}
+    with pytest.raises(CheckpointExists, match="is published already.*changed nothing"):
+        publish_checkpoint(storage, local, name, {**metadata, "stale": True}, **kwargs)
+    assert _snapshot(storage, name) == before
+    assert manifest_digest(read_manifest(storage, name)) == digest
+    assert fetch_checkpoint(storage, name, str(tmp_path / "dst"), digest) == metadata
+    assert read_tree(tmp_path / "dst") == FILES
+    assert storage.listdir("T_0") == ["checkpoint_000010_e3"]  # no scratch left
+
+
+def test_a_restore_refuses_another_version_than_the_committed_one(published, tmp_path):
+    """What is stored under a committed name is loaded only if its manifest is the
+    version the commit recorded (its digest): another version (written over by hand, or
+    by a stale writer of an earlier release) is a damaged checkpoint, never loaded."""
+    storage, metadata = published
+    committed = manifest_digest(read_manifest(storage, CKPT))
+    other = write_tree(tmp_path / "other", {"model.bin": b"other"})
+    storage.remove(CKPT)
+    publish_checkpoint(storage, other, CKPT, metadata)
+    with pytest.raises(CheckpointError, match="not the version its commit names"):
+        fetch_checkpoint(storage, CKPT, str(tmp_path / "dst"), committed)
+    if storage.is_local:
+        with pytest.raises(CheckpointError, match="not the version its commit names"):
+            verify_in_place(storage, CKPT, committed)
+    mine = manifest_digest(read_manifest(storage, CKPT))
+    assert fetch_checkpoint(storage, CKPT, str(tmp_path / "dst2"), mine) == metadata
 
 
 def test_publishing_a_missing_folder_fails_and_publishes_nothing(storage, tmp_path):
@@ -175,7 +220,8 @@ def test_a_republish_never_replaces_a_newer_drivers_checkpoint(tmp_path):
     assert (exp / "checkpoint_000002_e2" / "w.bin").read_bytes() == b"newer"
     assert (exp / "checkpoint_000002" / "w.bin").read_bytes() == b"stale"
     assert sorted(p.name for p in exp.iterdir()) == ["checkpoint_000002", "checkpoint_000002_e2"]
-    retried = write_tree(tmp_path / "retried", {"w.bin": b"retried"})  # its own retry
-    publish_checkpoint(storage, str(retried), "t/checkpoint_000002_e2", {"epoch": 2})
-    assert (exp / "checkpoint_000002_e2" / "w.bin").read_bytes() == b"retried"
+    retried = write_tree(tmp_path / "retried", {"w.bin": b"retried"})  # its own epoch's
+    with pytest.raises(CheckpointExists):  # create-only: a retry has names of its own
+        publish_checkpoint(storage, str(retried), "t/checkpoint_000002_e2", {"epoch": 2})
+    assert (exp / "checkpoint_000002_e2" / "w.bin").read_bytes() == b"newer"
     assert sorted(p.name for p in exp.iterdir()) == ["checkpoint_000002", "checkpoint_000002_e2"]

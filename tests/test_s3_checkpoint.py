@@ -12,7 +12,9 @@ from test_s3 import BrokenFS, FlakyFS
 from popflow.infra.storage.folder import Storage, StorageError
 from popflow.infra.store.checkpoints import (
     CheckpointError,
+    CheckpointExists,
     fetch_checkpoint,
+    manifest_digest,
     publish_checkpoint,
     read_manifest,
 )
@@ -101,7 +103,7 @@ def test_deleted_data_object_fails(s3, tmp_path, reader):
 def test_checkpoint_without_manifest_is_not_visible(s3, tmp_path, reader):
     """A publish that dies before its manifest leaves data objects that no reader uses."""
     s3._fs = BrokenFS(s3.fs, "pipe_file", PermissionError("AccessDenied"))  # the manifest PUT
-    with pytest.raises(StorageError, match=rf"storage write of .*{MANIFEST} failed"):
+    with pytest.raises(StorageError, match=rf"storage create of .*{MANIFEST} failed"):
         publish_checkpoint(s3, write_tree(tmp_path / "src", FILES), CKPT, METADATA)
     s3._fs = None
     assert sorted(reader.find(s3.path(CKPT))) == sorted(s3.path(CKPT, f) for f in FILES)
@@ -112,25 +114,93 @@ def test_checkpoint_without_manifest_is_not_visible(s3, tmp_path, reader):
         fetch_checkpoint(s3, CKPT, str(tmp_path / "dst"))
 
 
-def test_interrupted_republish_hides_the_old_version_and_the_next_one_replaces_it(
-    s3, tmp_path, reader
-):
-    publish_checkpoint(s3, write_tree(tmp_path / "v1", FILES), CKPT, {"iteration": 1})
+def test_an_interrupted_publish_shows_nothing_and_leaves_the_name_free(s3, tmp_path, reader):
     v2 = write_tree(tmp_path / "v2", {"model.bin": b"v2", "other.txt": b"new"})
     broken = BrokenFS(s3.fs, "put_file", TimeoutError("connection lost"))
     s3._fs = broken
     with pytest.raises(StorageError, match="gave up after 5 attempts"):
         publish_checkpoint(s3, v2, CKPT, {"iteration": 2})
     s3._fs = None
-    with pytest.raises(CheckpointError, match="has no manifest"):  # neither v1 nor a v1/v2 mix
+    with pytest.raises(CheckpointError, match="has no manifest"):
         fetch_checkpoint(s3, CKPT, str(tmp_path / "dst"))
-    publish_checkpoint(s3, v2, CKPT, {"iteration": 2})
+    publish_checkpoint(s3, v2, CKPT, {"iteration": 2})  # no manifest: nothing published
     assert fetch_checkpoint(s3, CKPT, str(tmp_path / "dst2")) == {"iteration": 2}
     assert read_tree(tmp_path / "dst2") == {"model.bin": b"v2", "other.txt": b"new"}
-    # v1's other objects are no part of it (its manifest says so), and go with the folder
-    assert sorted(read_manifest(s3, CKPT)["files"]) == ["model.bin", "other.txt"]
     s3.remove(CKPT)
     assert reader.find(s3.path(CKPT)) == []
+
+
+class DeletesRecorded(RecordingFS):
+    """:class:`RecordingFS` that also records every delete."""
+
+    def __init__(self, fs: Any) -> None:
+        super().__init__(fs)
+        self.deletes: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = super().__getattr__(name)
+        if name in ("rm", "rm_file", "_rm", "_rm_file"):
+            return lambda path, *a, **k: (self.deletes.append(str(path)), attr(path, *a, **k))[1]
+        return attr
+
+
+def test_a_second_publish_of_a_name_fails_and_changes_nothing(s3, tmp_path, reader):
+    """Issue 46 (Break A) on S3: a stale attempt's late publish of a committed name
+    DELETEd its manifest, uploaded over its data objects and PUT its own manifest (a kill
+    between lost the committed checkpoint). Now it looks first and stops: no DELETE, no
+    upload, the committed objects byte for byte as they were."""
+    name, metadata = "T_0/checkpoint_000010_e3", {"iteration": 10, "epoch": 3}
+    publish_checkpoint(s3, write_tree(tmp_path / "first", FILES), name, metadata)
+    before = {p: reader.cat_file(p) for p in reader.find(s3.path(name))}
+    digest = manifest_digest(read_manifest(s3, name))
+    recording = DeletesRecorded(s3.fs)
+    s3._fs = recording
+    stale = write_tree(tmp_path / "stale", {"model.bin": b"stale", "other.txt": b"stale"})
+    with pytest.raises(CheckpointExists, match="is published already.*changed nothing"):
+        publish_checkpoint(s3, stale, name, {**metadata, "stale": True})
+    s3._fs = None
+    assert recording.writes == [] and recording.deletes == []
+    assert {p: reader.cat_file(p) for p in reader.find(s3.path(name))} == before
+    assert fetch_checkpoint(s3, name, str(tmp_path / "dst"), digest) == metadata
+
+
+def test_of_two_publishes_racing_for_a_name_one_wins_and_the_other_changes_no_manifest(
+    s3, tmp_path, reader
+):
+    """Both looked before either published: the manifest's conditional PUT (If-None-Match)
+    lets only the first one's manifest land; the second fails and the first's manifest,
+    the checkpoint's existence and version, stays."""
+    name = "T_0/checkpoint_000010_e3"
+    first = write_tree(tmp_path / "first", {"model.bin": b"first"})
+    second = write_tree(tmp_path / "second", {"model.bin": b"second"})
+
+    class LooksTooEarly:
+        """The second publisher's store: its look finds no manifest (it looked before the
+        first one published), and the first one publishes just after that look."""
+
+        def __init__(self, fs: Any) -> None:
+            self._fs = fs
+
+        def __getattr__(self, attr: str) -> Any:
+            found = getattr(self._fs, attr)
+            if attr == "call_s3":
+
+                def call(method: str, *a: Any, **k: Any) -> Any:
+                    if method != "head_object":
+                        return found(method, *a, **k)
+                    s3._fs = None
+                    publish_checkpoint(s3, first, name, {"iteration": 10, "epoch": 3})
+                    s3._fs = self
+                    raise FileNotFoundError(k.get("Key"))
+
+                return call
+            return found
+
+    s3._fs = LooksTooEarly(s3.fs)
+    with pytest.raises(CheckpointExists):
+        publish_checkpoint(s3, second, name, {"iteration": 10, "epoch": 3, "stale": True})
+    s3._fs = None
+    assert read_manifest(s3, name)["metadata"] == {"iteration": 10, "epoch": 3}
 
 
 def test_publish_and_fetch_through_a_flaky_connection(s3, tmp_path):

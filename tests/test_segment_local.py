@@ -316,9 +316,10 @@ def test_on_local_disk_checkpoints_are_saved_and_loaded_where_they_live(storage,
         f.write("tampered")
     bad = run(spec(storage, DirCounter, restore=restore, max_iterations=1))
     assert bad.bad_checkpoint == restore and "fails its check" in bad.error
-    fn = ok(run(spec(storage, counting_function, max_iterations=1)))
+    fn_store = storage.child("fn")  # a trial of its own: publishes never replace a name
+    fn = ok(run(spec(fn_store, counting_function, max_iterations=1)))
     restore = f"{TRIAL_DIR}/{fn.checkpoints[-1].name}"
-    ok(run(spec(storage, counting_function, restore=restore, max_iterations=1)))
+    ok(run(spec(fn_store, counting_function, restore=restore, max_iterations=1)))
     assert any("popflow-restore-" in m for m in made)
 
 

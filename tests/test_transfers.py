@@ -22,7 +22,12 @@ from test_segment_local import DirCounter, spec
 from popflow.flows.backends.dask_pool import RunnerPool
 from popflow.infra.cluster.credentials_plugin import credentials_on_workers
 from popflow.infra.storage.folder import Storage
-from popflow.infra.store.checkpoints import fetch_checkpoint, read_manifest
+from popflow.infra.store.checkpoints import (
+    fetch_checkpoint,
+    manifest_digest,
+    publish_checkpoint,
+    read_manifest,
+)
 from popflow.tasks.live import discard_parked
 from popflow.tasks.restore_fetch import MAX_EARLY, drop_fetched, fetch_early, take_early
 from popflow.tasks.segment import run_segments
@@ -136,13 +141,19 @@ def test_a_restore_downloaded_early_is_what_its_segment_restores(s3):
     assert take_early(s3, path, ckpt.digest) is None  # taken by the segment
 
 
-def test_early_downloads_nobody_takes_are_bounded_and_removed(s3):
-    (first,) = [ok(o) for o in run_call([trial_spec(s3, 0)])]
-    path = f"DirCounter_t0/{first.checkpoints[-1].name}"
-    # versions of one path (a digest names what is restored, not what is read)
-    downloads = [fetch_early(s3, path, f"version-{i}") for i in range(MAX_EARLY + 1)]
-    assert take_early(s3, path, "version-0") is None  # the oldest went first
-    taken = [take_early(s3, path, f"version-{i}") for i in range(1, MAX_EARLY + 1)]
+def test_early_downloads_nobody_takes_are_bounded_and_removed(s3, tmp_path):
+    # one version each of MAX_EARLY + 1 checkpoints (a download is checked against the
+    # version it names: its committed digest)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w.bin").write_bytes(b"w")
+    versions = []
+    for i in range(MAX_EARLY + 1):
+        path = f"DirCounter_t0/checkpoint_{i + 1:06d}"
+        versions.append((path, manifest_digest(publish_checkpoint(s3, str(src), path, {}))))
+    downloads = [fetch_early(s3, path, digest) for path, digest in versions]
+    assert take_early(s3, *versions[0]) is None  # the oldest went first
+    taken = [take_early(s3, path, digest) for path, digest in versions[1:]]
     assert taken == downloads[1:]
     dropped, _ = downloads[0].result()
     assert dropped is not None

@@ -127,7 +127,13 @@ def _train(
                     )
                     rounds.lost()
                     controller = Controller(
-                        spec, experiment, backend, events, topic, pipeline_after=lost.round_no + 1
+                        spec,
+                        experiment,
+                        backend,
+                        events,
+                        topic,
+                        pipeline_after=lost.round_no + 1,
+                        attempts=controller.attempts,  # the same epoch: its attempts go on
                     )
                     fresh = False
             grid = results_of(experiment.records, experiment.storage, spec.metric, spec.mode)

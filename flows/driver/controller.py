@@ -32,6 +32,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from popflow.flows.driver.attempts import Attempts
 from popflow.flows.driver.backend import Backend
 from popflow.flows.driver.commit_steps import RoundCommits
 from popflow.flows.driver.dispatch_steps import RoundDispatch
@@ -75,6 +76,7 @@ class Controller(RoundDispatch, RoundReduction, RoundCommits):
         events: EventBus | None = None,
         progress_topic: str | None = None,
         pipeline_after: int = 0,
+        attempts: Attempts | None = None,
     ) -> None:
         self.spec = spec
         self.records = experiment.records
@@ -130,6 +132,9 @@ class Controller(RoundDispatch, RoundReduction, RoundCommits):
         self._decisions: list[str] = []  # the round's exploits in Ray's words, for its log
         self._discards: dict[str, list[str]] = {}  # worker address -> parked tokens to drop
         self.retries = Retries(self.clock)
+        #: the trials' segment attempts in this epoch (a controller after a lost round in
+        #: the same epoch goes on with its predecessor's)
+        self.attempts = attempts if attempts is not None else Attempts()
         self.missing_metric = MissingMetric(self.scheduler.metric, type(self.scheduler).__name__)
         self.early_end = EarlyEnd(spec, resumed, self.clock)
         self.endings = TrialEndings(self)
@@ -192,6 +197,8 @@ class Controller(RoundDispatch, RoundReduction, RoundCommits):
                         continue
                     break
                 returned = self.backend.returned()
+                for outcome in returned:  # rebuilds and fallbacks too (not reduced below)
+                    self.attempts.returned(outcome)
                 self.publishing.note(returned, self.by_id)
                 outcomes.extend(
                     o
@@ -283,6 +290,7 @@ class Controller(RoundDispatch, RoundReduction, RoundCommits):
             self.seal()
         except RoundLost:
             lost = True  # the backend stays: the door goes on from the last commit
+            self.attempts.reopen_all()  # its publishes were never settled
             raise
         finally:
             self.cancel()

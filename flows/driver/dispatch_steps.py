@@ -112,6 +112,7 @@ class RoundDispatch:
             taken=self._taken(rec),
             live_token=rec.live[0] if rec.live else None,
             lease_epoch=self.lease.epoch if self.lease is not None else 0,
+            attempt=self.attempts.dispatch(rec.trial_id),
             progress_topic=self.progress_topic,
             defer_publish=self._pipelining,
         )
@@ -141,6 +142,7 @@ class RoundDispatch:
             checkpoint_at_end=False,
             taken=self._taken(rec),
             lease_epoch=self.lease.epoch if self.lease is not None else 0,
+            attempt=self.attempts.dispatch(rec.trial_id),
         )
 
     @property

@@ -45,6 +45,7 @@ class RoundReduction:
         return asked
 
     def _reduce(self: Controller, outcome: SegmentOutcome) -> None:
+        self.attempts.returned(outcome)  # before anything turns it into an error
         if self.endings.rebuilt(outcome):  # the state an exploit cloned, made again
             return
         rec = self.by_id[outcome.trial_id]

@@ -377,6 +377,16 @@ class Storage(StorageCalls):
             self._call("copy", target, lambda f=f, target=target: self.fs.cp_file(f, target))
         self.remove(*src)
 
+    def rename_new(self, src: tuple[str, ...], dst: tuple[str, ...]) -> None:
+        """Move ``src`` to ``dst`` in one step on local disk, only if nothing is at ``dst``
+        (``FileExistsError``, nothing moved); local disk only."""
+        if not self.is_local:
+            raise NotImplementedError("rename_new moves folders on local disk only")
+        s, d = self.path(*src), self.path(*dst)
+        self._forget_tails(s)
+        self._forget_tails(d)
+        self._call("rename", s, lambda: local_files.rename_new(s, d), retry=False)
+
     def exchange(self, a: tuple[str, ...], b: tuple[str, ...]) -> bool:
         """Swap what is at ``a`` and ``b`` in one step (local disk: files or folders);
         False where the filesystem cannot (or on an object store): nothing changed."""

@@ -97,7 +97,9 @@ def read_regular_file(target: str, limit: int) -> bytes | None:
 #: child processes.
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
-#: renameat2's flag: swap two names atomically (Linux 3.15+; ext4, tmpfs, xfs, btrfs)
+#: renameat2's flags: refuse an existing target; swap two names atomically (Linux 3.15+;
+#: ext4, tmpfs, xfs, btrfs)
+_RENAME_NOREPLACE = 1
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 _libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
@@ -117,6 +119,29 @@ def exchange(a: str, b: str) -> bool:
     if err == errno.ENOENT:
         raise FileNotFoundError(err, os.strerror(err), b)
     raise OSError(err, os.strerror(err), b)
+
+
+def rename_new(a: str, b: str) -> None:
+    """Move ``a`` to ``b``, which must not exist (``FileExistsError``, nothing moved):
+    renameat2's no-replace where the system has it, else a look then a rename (a rename
+    onto a folder that holds anything fails there too)."""
+    fn = getattr(_libc, "renameat2", None)
+    if fn is not None:
+        if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_NOREPLACE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err == errno.EEXIST:
+            raise FileExistsError(err, os.strerror(err), b)
+        if err not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise OSError(err, os.strerror(err), b)
+    if os.path.lexists(b):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), b)
+    try:
+        os.rename(a, b)
+    except OSError as e:
+        if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), b) from None
+        raise
 
 
 def read_prefix(fd: int, limit: int) -> bytes:

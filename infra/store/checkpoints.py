@@ -30,7 +30,6 @@ from popflow.infra.store.layout import (
     checkpoint_owner,
     save_folder,
     staging_path,
-    trash_path,
 )
 
 
@@ -155,22 +154,26 @@ def publish_checkpoint(
     staged: str | None = None,
     known: Mapping[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Upload ``local_dir`` to ``rel_path`` and make it visible atomically.
+    """Upload ``local_dir`` to ``rel_path`` and make it visible atomically, only if no
+    checkpoint is published there yet: a published checkpoint is never replaced.
 
-    ``fence`` runs just before the checkpoint becomes visible (and on object
-    stores before an old version is hidden); it raises to stop a publish of a
-    driver that another has taken over (:func:`popflow.infra.store.lease.fence`).
+    ``fence`` runs just before the checkpoint becomes visible (and on object stores
+    before any data object is uploaded); it raises to stop a publish of a driver that
+    another has taken over (:func:`popflow.infra.store.lease.fence`).
     ``staged``: ``local_dir`` is this :func:`staging_folder` of the storage, moved into
     place (and removed if the publish fails) rather than copied. ``known``: manifest
     entries of files popflow wrote there itself (:class:`DigestingWriter`), by path
     relative to ``local_dir``; every other file is read to take its digest.
 
-    Re-publishing the same path (a retried segment) replaces what was there;
-    only uncommitted checkpoints are ever re-published, so no reader holds them. The
-    name's owner epoch (:func:`~popflow.infra.store.layout.checkpoint_owner`) must be
-    ``metadata["epoch"]``, the publisher's, where it has one (else ``ValueError``, nothing
-    written): so a publisher only ever replaces its own driver's uncommitted checkpoint,
-    and a stale driver, however it stalls or dies, never one a newer driver committed.
+    Create-only: a publish onto a name that holds a checkpoint raises
+    :class:`CheckpointExists` and changes nothing there (local disk: the staged folder is
+    renamed to a name that must not exist; object stores: the manifest is looked for
+    before any upload and PUT last with ``If-None-Match: *``). Each writer has names of its
+    own: the name's owner epoch (:func:`~popflow.infra.store.layout.checkpoint_owner`) must
+    be ``metadata["epoch"]``, the publisher's, where it has one (else ``ValueError``,
+    nothing written), and within an epoch a re-dispatched segment publishes under its own
+    attempt's names (:func:`~popflow.infra.store.layout.checkpoint_name`): a stale writer,
+    however it stalls, never changes what a current driver committed.
     """
     _check_owner(storage, rel_path, metadata.get("epoch"))
     if not os.path.isdir(local_dir):  # os.walk would see an empty checkpoint and publish it
@@ -185,35 +188,44 @@ def publish_checkpoint(
             if not staged:
                 storage.put_dir(local_dir, tmp)
             storage.write_bytes(manifest_bytes, tmp, MANIFEST, private=True)  # tmp is ours
-        except BaseException:  # leave no half-copied folder behind
+            if fence is not None:
+                fence()
+            storage.rename_new((tmp,), (rel_path,))
+        except StorageError as e:
+            storage.remove(tmp)  # leave no half-copied folder behind
+            if e.errno == errno.EEXIST:
+                raise _exists(storage, rel_path) from None
+            raise
+        except BaseException:
             storage.remove(tmp)
             raise
-        if fence is not None:
-            try:
-                fence()
-            except BaseException:
-                storage.remove(tmp)
-                raise
-        try:
-            storage.rename((tmp,), (rel_path,))
-        except StorageError as e:  # published before (a retried segment): replace it
-            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                raise
-            _replace_published(storage, tmp, rel_path)
     else:
-        # object stores: hide any previous version by deleting its manifest (one
-        # DELETE, no listing), upload every data object, publish the manifest last.
-        # A checkpoint exists once its manifest does, and only the files its manifest
-        # lists belong to it: objects of an earlier version that the new one does
-        # not overwrite are ignored, and go when the checkpoint folder is removed.
+        # object stores: a checkpoint exists once its manifest does. One that is there is
+        # left alone (no upload over its data objects); the manifest is PUT last, created
+        # only where none is (If-None-Match), so of two publishes of one name one wins
         if fence is not None:
             fence()
-        storage.remove_file(rel_path, MANIFEST)
+        if storage.file_exists(rel_path, MANIFEST):
+            raise _exists(storage, rel_path)
         storage.put_dir(local_dir, rel_path)
         if fence is not None:
             fence()
-        storage.write_bytes(manifest_bytes, rel_path, MANIFEST)
+        if not storage.create_bytes(manifest_bytes, rel_path, MANIFEST):
+            raise _exists(storage, rel_path)
     return manifest
+
+
+class CheckpointExists(CheckpointError):
+    """A publish found a checkpoint already published under its name (never replaced)."""
+
+
+def _exists(storage: Storage, rel_path: str) -> CheckpointExists:
+    return CheckpointExists(
+        f"checkpoint {storage.full_url(rel_path)} is published already; a published "
+        "checkpoint is never replaced, so this publish changed nothing (a re-dispatched "
+        "segment publishes under its own attempt's names: "
+        "popflow.infra.store.layout.checkpoint_name)"
+    )
 
 
 def _check_owner(storage: Storage, rel_path: str, epoch: Any) -> None:
@@ -228,22 +240,6 @@ def _check_owner(storage: Storage, rel_path: str, epoch: Any) -> None:
             f"segment of driver epoch {epoch} publishes only under its own "
             "(popflow.infra.store.layout.checkpoint_name)"
         )
-
-
-def _replace_published(storage: Storage, tmp: str, rel_path: str) -> None:
-    """Put the staged checkpoint ``tmp`` at ``rel_path`` over one published there before:
-    the same driver's uncommitted one (a retried segment's), since a name has one owner
-    epoch (:func:`_check_owner`), so nothing is looked at and nothing is put back. One
-    atomic exchange, then the old folder (now at ``tmp``, a scratch name a resume removes)
-    is removed; where the filesystem has no exchange, the old one is moved aside and
-    removed first (a crash between leaves the name empty: it was uncommitted)."""
-    if storage.exchange((tmp,), (rel_path,)):  # the old one is at ``tmp`` now
-        storage.remove(tmp)
-        return
-    trash = trash_path(rel_path)
-    storage.rename((rel_path,), (trash,))
-    storage.remove(trash)
-    storage.rename((tmp,), (rel_path,))
 
 
 def read_manifest(storage: Storage, rel_path: str) -> dict[str, Any]:
@@ -277,9 +273,27 @@ def read_manifest(storage: Storage, rel_path: str) -> dict[str, Any]:
     return manifest
 
 
-def fetch_checkpoint(storage: Storage, rel_path: str, local_dir: str) -> dict[str, Any]:
-    """Download a published checkpoint into ``local_dir``, verify it, return its metadata."""
+def check_version(
+    storage: Storage, rel_path: str, manifest: Mapping[str, Any], digest: Any
+) -> None:
+    """:class:`CheckpointError` unless ``manifest`` is version ``digest`` of the checkpoint
+    (the :func:`manifest_digest` its commit recorded; None: the commit recorded none, as
+    commits of earlier releases): what is stored under a committed name is never loaded
+    unless it is the version committed."""
+    if digest is not None and manifest_digest(manifest) != digest:
+        raise CheckpointError(
+            f"checkpoint {storage.full_url(rel_path)} is not the version its commit names: "
+            "its manifest's digest differs from the committed one, so nothing of it is loaded"
+        )
+
+
+def fetch_checkpoint(
+    storage: Storage, rel_path: str, local_dir: str, digest: str | None = None
+) -> dict[str, Any]:
+    """Download a published checkpoint into ``local_dir``, verify it, return its metadata
+    (``digest``: the version committed, :func:`check_version`)."""
     manifest = read_manifest(storage, rel_path)
+    check_version(storage, rel_path, manifest, digest)
     os.makedirs(local_dir, exist_ok=True)
     source = storage.path(rel_path) if storage.is_local else None
     for rel, expected in manifest["files"].items():
@@ -297,10 +311,14 @@ def fetch_checkpoint(storage: Storage, rel_path: str, local_dir: str) -> dict[st
     return manifest["metadata"]
 
 
-def verify_in_place(storage: Storage, rel_path: str) -> tuple[str, dict[str, Any]]:
+def verify_in_place(
+    storage: Storage, rel_path: str, digest: str | None = None
+) -> tuple[str, dict[str, Any]]:
     """A local checkpoint verified where it is (no copy): its folder and its metadata. The
-    folder must hold exactly the files its manifest lists (see :func:`check_folder`)."""
+    folder must hold exactly the files its manifest lists (see :func:`check_folder`), and
+    be the version ``digest`` where given (:func:`check_version`)."""
     manifest = read_manifest(storage, rel_path)
+    check_version(storage, rel_path, manifest, digest)
     folder = storage.path(rel_path)
     # a trial or checkpoint folder that is a link inside the experiment (which the
     # storage lets by) would hand the trainable another checkpoint than the one named

@@ -23,6 +23,8 @@ disk and object stores alike)::
     │   ├── checkpoint_000010_1/           the same iteration reached again by a restarted lineage
     │   ├── checkpoint_000010_e3/          the same iteration published by driver epoch 3: each
     │   │                                  name has one owner epoch (checkpoint_owner())
+    │   ├── checkpoint_000010_e3_a2/       the same, by the trial's second segment attempt of
+    │   │                                  that epoch (a re-dispatch: checkpoint_attempt())
     │   └── *.tmp-<hex>, *.old-<hex>       scratch (SCRATCH_MARKERS): half-published
     │                                      checkpoints, staging_path() save_folder() trash_path();
     │                                      nothing reads them and a resume removes them
@@ -97,9 +99,11 @@ DICT_CHECKPOINT_FILE = "_dict_checkpoint.pkl"
 SCRATCH_MARKERS = (".tmp-", ".old-")
 
 #: What :func:`checkpoint_name` makes; a name read back from storage must look so: the
-#: iteration, the owner epoch's ``_e<epoch>`` above epoch 1, a restarted lineage's ``_k``.
+#: iteration, the owner epoch's ``_e<epoch>`` above epoch 1, the segment attempt's
+#: ``_a<attempt>`` from attempt 2 on, a restarted lineage's ``_k``.
 _CHECKPOINT_NAME = re.compile(
-    re.escape(CHECKPOINT_PREFIX) + r"[0-9]{6,}(?:_e([1-9][0-9]{0,14}))?(?:_[0-9]+)?"
+    re.escape(CHECKPOINT_PREFIX)
+    + r"[0-9]{6,}(?:_e([1-9][0-9]{0,14}))?(?:_a([2-9]|[1-9][0-9]{1,14}))?(?:_[0-9]+)?"
 )
 #: What :func:`parameters_path` makes: the first 32 hex digits of the pickle's SHA-256.
 _PARAMETERS_PATH = re.compile(re.escape(PARAMETERS_DIR) + r"/([0-9a-f]{32})\.pkl")
@@ -203,17 +207,30 @@ def checkpoint_path(trial_dir: str, name: str) -> str:
     return f"{trial_dir}/{name}"
 
 
-def checkpoint_name(iteration: int, taken: frozenset[str] | set[str], epoch: int = 0) -> str:
+def checkpoint_name(
+    iteration: int, taken: frozenset[str] | set[str], epoch: int = 0, attempt: int = 1
+) -> str:
     """``checkpoint_000010``; a suffix when a restarted lineage reaches a used iteration.
 
     ``epoch``: the driver's lease epoch. Above epoch 1 the name carries it
     (``checkpoint_000010_e3``), so that no two drivers ever publish under one name: a stale
     driver's publish lands under a name no newer driver writes, commits or reads
     (:func:`checkpoint_owner`). Epoch 1 (the experiment's first lease, created once) and
-    0 (no lease) keep Ray's plain name, which only they write from this release on."""
+    0 (no lease) keep Ray's plain name, which only they write from this release on.
+
+    ``attempt``: the trial's segment attempt within that epoch (the driver starts a new one
+    for a segment that could reach an iteration an earlier dispatch of the trial may still
+    publish: a lost worker's, say). From attempt 2 on the name carries it
+    (``checkpoint_000010_e3_a2``, ``checkpoint_000010_a2`` in epoch 1), so that a stale
+    attempt's late publish lands under a name the current one never writes; every publish
+    is create-only (:func:`~popflow.infra.store.checkpoints.publish_checkpoint`)."""
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or not 1 <= attempt <= MAX_NUMBER:
+        raise ValueError(f"a segment attempt is a number from 1 to {MAX_NUMBER}, not {attempt!r}")
     base = f"{CHECKPOINT_PREFIX}{iteration:06d}"
     if epoch > 1:
         base = f"{base}_e{epoch}"
+    if attempt > 1:
+        base = f"{base}_a{attempt}"
     name = base
     k = 1
     while name in taken:
@@ -236,6 +253,15 @@ def checkpoint_owner(name: str) -> int | None:
     if match is None:
         return None
     return int(match.group(1)) if match.group(1) else 1
+
+
+def checkpoint_attempt(name: str) -> int | None:
+    """The segment attempt that published checkpoint ``name`` (from the name): the
+    ``_a<attempt>`` it carries, else 1. None if ``name`` is no checkpoint name."""
+    match = _CHECKPOINT_NAME.fullmatch(name)
+    if match is None:
+        return None
+    return int(match.group(2)) if match.group(2) else 1
 
 
 def is_scratch(name: str) -> bool:
