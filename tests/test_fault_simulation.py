@@ -293,6 +293,42 @@ def test_a_stale_driver_killed_mid_step_never_loses_or_replaces_a_newer_checkpoi
     assert run_schedule(Schedule.parse(text)).problems == []
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        # found by benchmarks/simulate_faults.py --schedules 400 --seed 300000 on the code
+        # before issue 46's Break A fix (seeds 300037, 300105, 300285, 300317, shrunk): each
+        # broke "kept", the stale attempt's version under the committed name
+        "asha/4x3/s2:46=stall_segment",
+        "hyperband/3x4/s2:22=stall_segment",
+        "pbt/4x4/s1:31=crash,76=stall_segment",
+        "pbt/3x5/s2:31=stall_segment",
+        "pbt/3x4/s2:30=stall_segment",
+    ],
+)
+def test_a_stale_segment_attempt_of_the_same_driver_never_replaces_a_committed_checkpoint(
+    text,
+):
+    """Issue 46, Break A: a segment call stalls on its worker, which is declared dead; the
+    same driver runs the segments again and commits them; the stale call wakes and
+    publishes in the same epoch. Now the new attempt's names carry ``_a<attempt>`` and
+    every publish is create-only (tests/test_segment_attempts.py looks at the names)."""
+    ran = run_schedule(Schedule.parse(text))
+    assert Fault.STALL_SEGMENT in [f for _, f in ran.fired]
+    assert ran.problems == []
+
+
+def test_random_schedules_stall_a_segment_call_without_changing_the_seeds_other_faults():
+    """A share of the schedules gets a STALL_SEGMENT at a call drawn apart from the rest."""
+    drawn = {seed: random_schedule(seed) for seed in range(300)}
+    with_segment = [s for s in drawn.values() if Fault.STALL_SEGMENT in dict(s.faults).values()]
+    assert 30 <= len(with_segment) <= 120
+    assert random_schedule(2) == Schedule.parse("pbt/2x3/s2:42=stall_inside")
+    assert random_schedule(300037) == Schedule.parse(
+        "asha/4x3/s2:9=forge_lease,46=stall_segment,56=stall,63=crash"
+    )
+
+
 def _unfenced_append(self: LocalLogs, path: str, data: bytes) -> int:
     """A local append as before issue 46's fix: ``open("ab")``, no fence."""
     with open(path, "ab") as f:

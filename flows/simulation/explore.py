@@ -50,6 +50,9 @@ WEIGHTS: dict[Fault, float] = {
 }
 #: The share of drawn stalls that stop inside their call (Fault.STALL_INSIDE)
 STALL_INSIDE_SHARE = 0.5
+#: The share of schedules that also stall one segment call on its worker
+#: (Fault.STALL_SEGMENT), at a call of their own
+STALL_SEGMENT_SHARE = 0.25
 #: What sits beside the experiment: it must be left as it is
 BESIDE = ("other", "victim.txt")
 BESIDE_TEXT = "nobody writes here\n"
@@ -167,7 +170,8 @@ def random_schedule(
 ) -> Schedule:
     """The schedule of ``seed``: a scenario of ``kinds`` and 1-3 faults drawn by
     ``weights`` (default :data:`WEIGHTS`) at calls an undisturbed run makes; of the
-    stalls, :data:`STALL_INSIDE_SHARE` stop inside their call."""
+    stalls, :data:`STALL_INSIDE_SHARE` stop inside their call; :data:`STALL_SEGMENT_SHARE`
+    of the schedules also stall a segment call on its worker."""
     rng = random.Random(seed)
     scenario = Scenario(rng.choice(kinds), rng.randint(2, 4), rng.randint(3, 5), rng.randint(1, 2))
     calls = undisturbed(scenario).calls
@@ -182,6 +186,11 @@ def random_schedule(
     for index in sorted(chosen):
         if chosen[index] is Fault.STALL and inside.random() < STALL_INSIDE_SHARE:
             chosen[index] = Fault.STALL_INSIDE
+    # A stalled segment call, added to a share of the schedules from a stream of its own:
+    # every seed keeps what it drew before, and some stall a segment besides
+    segment = random.Random(f"stall_segment/{seed}")
+    if segment.random() < STALL_SEGMENT_SHARE:
+        chosen.setdefault(segment.randrange(calls), Fault.STALL_SEGMENT)
     return Schedule(scenario, tuple(sorted(chosen.items(), key=lambda p: p[0])))
 
 

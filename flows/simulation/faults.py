@@ -58,6 +58,11 @@ class Fault(enum.Enum):
     #: land (a derived log's append or adoption on local disk, where the check and the
     #: write are two steps of one call); at other calls, as STALL
     STALL_INSIDE = "stall_inside"
+    #: the next segment call the driver sends stalls on its worker (SIGSTOP): the worker is
+    #: declared dead and the same driver runs the segments again; once it has committed
+    #: what the new attempt made (or once it ends), the stale attempt wakes and runs on,
+    #: publishing what it trains (issue 46, Break A). The storage call itself goes on
+    STALL_SEGMENT = "stall_segment"
     #: a lease file is planted for the next epoch with ttl and expiry 1e300, an hour old
     FORGE_LEASE = "forge_lease"
     #: a garbled lease file ``99999999.json`` is planted

@@ -17,6 +17,9 @@ schedule alone, so a schedule replays exactly:
   driver wakes, or a new one starts after a stale one stopped), a reader looks at the
   experiment first (``look``): what a stale driver wrote on top of a finished
   experiment shows there, before a later resume repairs it;
+- a ``stall_segment`` stops the worker of the driver's next segment call
+  (:class:`~popflow.flows.simulation.stalled_segments.StallingBackend`); the stale call
+  wakes once the driver has committed its trials' new attempts, or when the driver ends;
 - at most :data:`MAX_DRIVERS` drivers and :data:`MAX_CALLS` storage calls each: past
   either, the schedule fails as "did not end".
 
@@ -36,7 +39,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from popflow.flows.api.simulate import drive_simulated
-from popflow.flows.backends.simulated import SimulatedBackend
 from popflow.flows.driver.clock import VirtualClock
 from popflow.flows.simulation.faults import (
     DEATHS,
@@ -45,6 +47,7 @@ from popflow.flows.simulation.faults import (
     Schedule,
     SimulatedCrash,
 )
+from popflow.flows.simulation.stalled_segments import StallingBackend
 from popflow.flows.spec.run_spec import RunSpec
 from popflow.infra.storage import local_files
 from popflow.infra.storage.errors import StorageError
@@ -142,6 +145,7 @@ class Driver:
     outcome: str | None = None
     error: BaseException | None = None
     thread: threading.Thread | None = None
+    backend: StallingBackend | None = None
 
     @property
     def written(self) -> dict[str, float]:
@@ -177,6 +181,8 @@ class Driver:
             return out
         if fault is not None:
             world.fired.append((index, fault))
+            if fault is Fault.STALL_SEGMENT and self.backend is not None:
+                self.backend.stall_next()
             world.apply(self, fault, storage)
             if fault is Fault.FAIL:
                 raise StorageError(op, storage._url_of(path), "injected failure (simulated)")
@@ -255,6 +261,8 @@ class World:
             first = self.experiment.read_text(rel).split("\n", 1)[0]
             record = json.loads(first)
             self.commits.append((int(record["seq"]), int(record["epoch"]), driver.number))
+            if driver.backend is not None:  # what the new attempts made is committed
+                driver.backend.wake()
 
     def raw_append(self, path: str, data: bytes) -> None:
         with open(path, "ab") as f:
@@ -333,7 +341,7 @@ class World:
                 return
         self.intercepting = driver
         storage = FaultStorage.over(self.root, driver)
-        backend = SimulatedBackend(self.slots, 1.0, clock=self.clock)
+        backend = driver.backend = StallingBackend(self.slots, 1.0, clock=self.clock)
         try:
             drive_simulated(
                 self.spec_of(storage), backend, resume=driver.resume, force_takeover=driver.force
@@ -379,6 +387,8 @@ class World:
                 ended: Driver = what
                 if ended.thread is not None:
                     ended.thread.join(WATCHDOG_S)
+                if ended.backend is not None:  # its stopped workers wake, whatever it did
+                    ended.backend.wake(all_of_them=True)
                 held = held + 1 if ended.outcome == "held" else 0
                 done = finished()
                 last = done and ended.outcome == "finished" and not self._stalled
