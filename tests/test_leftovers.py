@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 from support import leftovers
-from support.inner_pytest import run_pytest, write_tests
+from support.inner_pytest import TESTS, run_pytest, write_tests
+from support.polling import wait_for
 from support.prefect_homes import changes, settings_files, snapshot
 from support.scripts import embedded_env
 
@@ -98,6 +99,9 @@ def test_writing_through_a_link_in_a_prefect_home_is_a_change(tmp_path):
     [
         (".env", "OTHER=1\nPREFECT_API_URL=http://127.0.0.1:4200/api\n", ".env (PREFECT_API_URL)"),
         (".env", "export PREFECT_HOME=/x\n", ".env (PREFECT_HOME)"),
+        (".env", "export\tPREFECT_API_URL=http://h/api\n", ".env (PREFECT_API_URL)"),
+        (".env", "'PREFECT_API_URL'=http://h/api\n", ".env (PREFECT_API_URL)"),
+        (".env", "prefect_api_url = http://h/api\n", ".env (prefect_api_url)"),
         ("prefect.toml", '[api]\nurl = "http://127.0.0.1:4200/api"\n', "prefect.toml"),
         ("pyproject.toml", '[tool.prefect]\nhome = "/x"\n', "pyproject.toml ([tool.prefect])"),
     ],
@@ -452,3 +456,258 @@ def test_a_change_to_either_of_the_users_prefect_homes_fails_the_run(tmp_path, w
     result.stdout.fnmatch_lines(
         [f"*the suite changed the user's Prefect home {where} *", f"*{line}*"]
     )
+
+
+def pytest_command(folder: Path) -> list[str]:
+    return [sys.executable, "-m", "pytest", f"--basetemp={folder / 'basetemp'}", "-q",
+            "-p", "no:cacheprovider", "-p", "support.leftovers"]  # fmt: skip
+
+
+def inner_env(tmp_path: Path, **settings: str) -> dict[str, str]:
+    (tmp_path / "user").mkdir(exist_ok=True)
+    return {**as_user(tmp_path / "user", **settings), "PYTHONPATH": TESTS}
+
+
+@pytest.mark.integration
+def test_what_ran_below_pytest_before_it_began_is_not_the_suites(tmp_path):
+    """A shell (a container's entrypoint) starts the user's server, then ``exec``s
+    pytest: the server is pytest's child, but not the suite's; it is left running."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    write_tests(folder, test_inner="def test_nothing():\n    pass\n")
+    marker = f"users-own-server-{uuid.uuid4().hex}"
+    script = f'exec -a {marker} sleep 600 >/dev/null 2>&1 & echo $! > users.pid; exec "$@"'
+    done = subprocess.run(
+        ["bash", "-c", script, "bash", *pytest_command(folder)],
+        cwd=folder, env=inner_env(tmp_path), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    users = int((folder / "users.pid").read_text())
+    try:
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "left behind" not in done.stdout
+        assert alive(users)
+    finally:
+        os.kill(users, 9)
+
+
+@pytest.mark.integration
+def test_a_daemon_a_conftest_starts_as_it_is_imported_is_the_suites(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    marker = f"conftest-daemon-{uuid.uuid4().hex}"
+    write_tests(
+        folder,
+        conftest=f"import subprocess\nsubprocess.run(['bash', '-c', 'exec -a {marker} sleep 600 &'])\n",
+        test_inner="def test_nothing():\n    pass\n",
+    )
+    result = run_pytest(folder, "-p", "support.leftovers", env=inner_env(tmp_path))
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines([f"*started during the session's start*{marker}*"])
+    assert running_with(marker) == []
+
+
+@pytest.mark.integration
+def test_a_service_a_conftest_stops_as_pytest_ends_is_not_left(tmp_path):
+    """A conftest may stop what it started in its own ``pytest_unconfigure``; loky's
+    reusable workers (joblib) end with pytest."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    write_tests(
+        folder,
+        conftest=f"""
+        import subprocess, sys
+
+        def pytest_configure(config):
+            config.service = subprocess.Popen({SLEEPER})
+
+        def pytest_unconfigure(config):
+            config.service.terminate()
+            config.service.wait()
+        """,
+        test_inner="""
+        from joblib import Parallel, delayed
+
+        def test_joblib():
+            assert Parallel(n_jobs=2)(delayed(abs)(-i) for i in range(4)) == [0, 1, 2, 3]
+        """,
+    )
+    result = run_pytest(folder, "-p", "support.leftovers", env=inner_env(tmp_path))
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
+    assert "left behind" not in result.stdout.str()
+
+
+@pytest.mark.integration
+def test_lowercase_prefect_settings_are_the_users_too(tmp_path):
+    """Prefect reads ``prefect_api_url`` as ``PREFECT_API_URL``: the suite must not."""
+    result, _ = inner_run(
+        tmp_path,
+        """
+        import os
+        from support.scripts import embedded_env
+
+        def test_no_setting_of_the_users():
+            mine = {k for k in os.environ if k.upper().startswith("PREFECT_")}
+            assert mine == {"PREFECT_HOME"}
+            env = embedded_env(os.environ["PREFECT_HOME"], {"prefect_api_url": "x", "A": "1"})
+            assert env["A"] == "1" and "prefect_api_url" not in env
+        """,
+        prefect_api_url="http://127.0.0.1:9/api",
+        prefect_server_database_connection_url="sqlite+aiosqlite:////nowhere/prefect.db",
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+
+
+@pytest.mark.integration
+def test_a_process_that_forks_every_two_milliseconds_is_found_and_stopped(tmp_path):
+    marker = f"popflow-hopper-{uuid.uuid4().hex}"
+    hopper = (
+        "import os, signal, time\\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
+        "open('started', 'w').close()\\n"
+        "while True:\\n"
+        "    if os.fork():\\n"
+        "        os._exit(0)\\n"
+        "    time.sleep(0.002)\\n"
+    )
+    result, _ = inner_run(
+        tmp_path,
+        f"""
+        import os, subprocess, sys, time
+
+        def test_leaves_a_hopper():
+            subprocess.Popen([sys.executable, "-c", "{hopper}", "{marker}"], start_new_session=True)
+            while not os.path.exists("started"):
+                time.sleep(0.01)
+        """,
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(["*the suite left * process(es) running*"])
+    assert running_with(marker) == []
+
+
+@pytest.mark.integration
+def test_a_sigterm_to_pytest_ends_the_run_with_its_sweep(tmp_path):
+    """A cancelled CI job or ``timeout`` sends SIGTERM: what the run left is stopped."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    write_tests(
+        folder,
+        test_inner=f"""
+        import subprocess, sys, time
+
+        def test_waits():
+            proc = subprocess.Popen({SLEEPER}, start_new_session=True)
+            open("left.pid", "w").write(str(proc.pid))
+            time.sleep(600)
+        """,
+    )
+    inner = subprocess.Popen(
+        pytest_command(folder), cwd=folder, env=inner_env(tmp_path),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: (folder / "left.pid").exists() and (folder / "left.pid").read_text(),
+                 120, "the inner test's process")  # fmt: skip
+        inner.terminate()
+        out, _ = inner.communicate(timeout=120)
+    finally:
+        inner.kill()
+    assert inner.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "what the suite left behind" in out, out
+    assert not alive(int((folder / "left.pid").read_text()))
+
+
+@pytest.mark.integration
+def test_ctrl_c_during_the_sweep_does_not_stop_it(tmp_path):
+    """A second Ctrl-C while the run waits for its processes once left them running."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    write_tests(
+        folder,
+        conftest="""
+        import os, signal
+        from support import processes
+
+        looks = processes.looks
+
+        def interrupted_looks(find, n=3):  # Ctrl-C at each look for what the run left
+            os.kill(os.getpid(), signal.SIGINT)
+            return looks(find, n)
+
+        processes.looks = interrupted_looks
+        """,
+        test_inner=f"""
+        import subprocess, sys
+
+        def test_leaves_one():
+            proc = subprocess.Popen({SLEEPER}, start_new_session=True)
+            open("left.pid", "w").write(str(proc.pid))
+        """,
+    )
+    result = run_pytest(folder, "-p", "support.leftovers", env=inner_env(tmp_path))
+    assert_left(result, folder, "test_inner.py::test_leaves_one (call)")
+
+
+@pytest.mark.integration
+def test_the_processes_of_quick_tests_are_each_named_with_their_own(tmp_path):
+    """Several tests begin in one 10 ms tick: each process is named with the test that
+    started it (it is first seen as that test ends), environment or not."""
+    result, _ = inner_run(
+        tmp_path,
+        """
+        import os, pytest
+
+        @pytest.mark.parametrize("i", range(12))
+        def test_starts(i):
+            os.posix_spawn("/bin/sleep", ["sleep", str(600 + i)], {"PATH": "/bin"})
+
+        @pytest.mark.parametrize("i", range(12))
+        def test_nothing(i):
+            pass
+        """,
+    )
+    out = result.stdout.str()
+    for i in range(12):
+        assert f"started during test_inner.py::test_starts[{i}] (call)" in out, out
+        assert (
+            f"test_starts[{i}] (call), PREFECT_HOME=unset: ~/.prefect (the user's own): sleep {600 + i}"
+            in out
+        )
+
+
+@pytest.mark.integration
+def test_orphans_the_run_adopts_are_reaped(tmp_path):
+    """pytest is their subreaper: an orphan that exits is its zombie until reaped."""
+    result, _ = inner_run(
+        tmp_path,
+        """
+        import os, subprocess, time, pytest
+
+        @pytest.mark.parametrize("i", range(30))
+        def test_orphans_one(i):
+            subprocess.run(["sh", "-c", "(exec sleep 0.01 &) ; exit 0"], check=True)
+
+        def zombies():
+            out = []
+            for tid in os.listdir(f"/proc/{os.getpid()}/task"):
+                with open(f"/proc/{os.getpid()}/task/{tid}/children") as f:
+                    out += f.read().split()
+            def state(pid):
+                try:
+                    with open(f"/proc/{pid}/stat") as f:
+                        return f.read().rsplit(")", 1)[1].split()[0]
+                except OSError:
+                    return "gone"
+            return [p for p in out if state(p) == "Z"]
+
+        def test_waits_for_them_to_exit():
+            deadline = time.monotonic() + 60
+            while len([p for p in os.listdir("/proc") if p.isdigit() and b"sleep\\x000.01" in
+                       open(f"/proc/{p}/cmdline", "rb").read()]) and time.monotonic() < deadline:
+                time.sleep(0.05)
+
+        def test_none_is_left_a_zombie():
+            assert zombies() == []
+        """,
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()

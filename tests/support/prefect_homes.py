@@ -9,6 +9,8 @@ import stat
 import tomllib
 from pathlib import Path
 
+from dotenv import dotenv_values
+
 #: What a snapshot holds for one path: a file's (size, mtime_ns, link target or None), or
 #: ("folder", link target or None), or ("dangling", link target).
 Entry = tuple[object, ...]
@@ -90,14 +92,11 @@ def settings_files(folder: Path) -> list[str]:
     and they outrank its profiles."""
     found = []
     env = folder / ".env"
-    with contextlib.suppress(OSError, UnicodeDecodeError):
-        keys = [
-            line.split("=", 1)[0].strip().removeprefix("export ").strip()
-            for line in env.read_text().splitlines()
-            if line.strip().removeprefix("export ").strip().upper().startswith("PREFECT_")
-        ]
-        if keys:
-            found.append(f"{env} ({', '.join(keys)})")
+    if env.is_file():  # read as Prefect reads it (pydantic-settings: python-dotenv)
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            keys = [k for k in dotenv_values(env) if k.upper().startswith("PREFECT_")]
+            if keys:
+                found.append(f"{env} ({', '.join(keys)})")
     toml = folder / "prefect.toml"
     if toml.is_file():
         found.append(str(toml))

@@ -29,7 +29,7 @@ def embedded_env(home: Path | str, env: dict[str, str] | None = None) -> dict[st
     out = {
         k: v
         for k, v in (os.environ if env is None else env).items()
-        if not k.startswith("PREFECT_")
+        if not leftovers.is_prefect_setting(k)
     }
     out["PREFECT_HOME"] = str(home)
     out.update(leftovers.marks())  # what the script starts stays known to the suite's sweep
