@@ -45,6 +45,12 @@ logger = logging.getLogger(__name__)
 REFRESH_INTERVAL_S = 5.0
 #: Seconds to wait for a worker when the cluster has none.
 WORKER_WAIT_S = 120.0
+#: Seconds between looks at whether a worker whose runner is being made is still there.
+ACTOR_LOOK_S = 2.0
+
+
+class WorkerGone(RuntimeError):
+    """The worker a runner was being made on left the cluster first."""
 #: Seconds between the waiting driver's looks at what is still running.
 WAIT_POLL_S = 1.0
 #: Seconds the driver waits for its slots to be given back when it closes (a slot whose
@@ -167,7 +173,7 @@ class RunnerPool:
         made_on = []
         for w, token, actor in made:
             try:
-                made_on.append((w, token, actor, actor.result()))
+                made_on.append((w, token, actor, self._made(w, actor)))
             except Exception as exc:  # the worker died meanwhile (a trial took it down)
                 logger.warning("no runner on worker %s: %s: %s", w, type(exc).__name__, exc)
                 self._dead_workers.add(w)
@@ -184,6 +190,19 @@ class RunnerPool:
             self.runners.append(Runner(w, handle, actor, hold))
         if made:
             logger.debug("runners: %d on %d workers", len(self.runners), len(alive))
+
+    def _made(self, worker: str, actor: Future) -> Any:
+        """The runner ``actor`` on ``worker`` once made. A task bound to a worker that left
+        before it ran waits for it for ever: looked at every ``ACTOR_LOOK_S``, a worker no
+        longer in the cluster raises (a run hung so in CI, a trial having taken the
+        worker down as its runners were being made)."""
+        while True:
+            try:
+                return actor.result(timeout=ACTOR_LOOK_S)
+            except TimeoutError:
+                if worker not in self.client.scheduler_info(n_workers=-1)["workers"]:
+                    self.client.cancel([actor])
+                    raise WorkerGone(f"worker {worker} left before its runner was made") from None
 
     def _threads(self) -> dict[str, int]:
         """Each worker's threads, by address (one look at the scheduler)."""
