@@ -397,3 +397,27 @@ def test_a_lease_file_modified_a_little_ahead_holds_for_two_ttls_after_that(tmp_
         Lease(storage, ttl_s=5, clock=clock).acquire(renew=False)
     clock.now = ahead + 11  # 2 x 5 s after that mtime
     assert Lease(storage, ttl_s=5, clock=clock).plan() == 2
+
+
+@pytest.mark.unit
+def test_an_epoch_pruned_before_a_planted_lease_is_never_taken_again(tmp_path):
+    """The third adversarial pass: epoch 1 held by a driver that stalls; a lease planted at
+    10**12 and a forced takeover above it prune epoch 1's file; a lease planted at the
+    largest epoch is cleared by the next forced takeover, which started again at epoch 1:
+    the stalled driver's check and renewal passed, two drivers under one epoch."""
+    storage = Storage(str(tmp_path))
+    stalled = Lease(storage, ttl_s=1.0)
+    stalled.take(stalled.plan(), renew=False)
+    assert stalled.epoch == 1
+    storage.write_text("garbage", lease_path(10**12))
+    above = Lease(storage, ttl_s=1.0, force=True)
+    above.take(above.plan(), renew=False)
+    assert above.epoch == 10**12 + 1
+    storage.write_text("garbage", lease_path(MAX_NUMBER))
+    cleared = Lease(storage, ttl_s=1.0, force=True)
+    cleared.take(cleared.plan(), renew=False)
+    assert cleared.epoch == 2
+    with pytest.raises(LeaseLost, match="driver epoch 2 took the experiment over"):
+        stalled.check()
+    assert not stalled.renew_once()
+    cleared.check()

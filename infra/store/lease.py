@@ -286,7 +286,8 @@ class Lease:
 
     def take(self, epoch: int, renew: bool = True) -> None:
         """Create lease ``epoch`` (:meth:`plan`'s), or :class:`LeaseHeldError` if another
-        driver created it or a newer one first; then delete all but the two newest."""
+        driver created it or a newer one first; then delete all but the two newest (and
+        the newest below the planted range)."""
         self.epoch = epoch
         if not self.storage.create_text(self._body(), lease_path(self.epoch)):
             raise LeaseHeldError(
@@ -301,8 +302,13 @@ class Lease:
                 f"driver epoch {newest} took the lease of {self.storage.url} while this "
                 f"one was taking epoch {self.epoch}"
             )
-        for old in epochs[:-_KEEP_EPOCHS]:
-            self.storage.remove_file(lease_path(old))
+        # the newest epoch below the planted range is kept too: after a planted lease is
+        # cleared, the next epoch is taken above it, never one a stalled driver may hold
+        plausible = [e for e in epochs if e < IMPLAUSIBLE_EPOCH]
+        keep = set(epochs[-_KEEP_EPOCHS:]) | set(plausible[-1:])
+        for old in epochs:
+            if old not in keep:
+                self.storage.remove_file(lease_path(old))
         if renew:
             self._thread = threading.Thread(target=self._renew, name="popflow-lease", daemon=True)
             self._thread.start()
