@@ -101,7 +101,7 @@ def test_a_second_publish_of_a_name_fails_and_changes_nothing(storage, tmp_path,
         local, kwargs = storage.path(folder), {"staged": folder}
     else:
         local, kwargs = write_tree(tmp_path / "stale", files), {}
-    with pytest.raises(CheckpointExists, match="is published already.*changed nothing"):
+    with pytest.raises(CheckpointExists, match=r"is published already.*changed nothing"):
         publish_checkpoint(storage, local, name, {**metadata, "stale": True}, **kwargs)
     assert _snapshot(storage, name) == before
     assert manifest_digest(read_manifest(storage, name)) == digest

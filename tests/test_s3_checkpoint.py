@@ -156,7 +156,7 @@ def test_a_second_publish_of_a_name_fails_and_changes_nothing(s3, tmp_path, read
     recording = DeletesRecorded(s3.fs)
     s3._fs = recording
     stale = write_tree(tmp_path / "stale", {"model.bin": b"stale", "other.txt": b"stale"})
-    with pytest.raises(CheckpointExists, match="is published already.*changed nothing"):
+    with pytest.raises(CheckpointExists, match=r"is published already.*changed nothing"):
         publish_checkpoint(s3, stale, name, {**metadata, "stale": True})
     s3._fs = None
     assert recording.writes == [] and recording.deletes == []
