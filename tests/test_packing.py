@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from popflow.flows.backends.dask_pool import Runner, pick_runner
-from popflow.flows.driver.packing import PACK_BELOW_SECONDS, pack_size, packs
+from popflow.flows.driver.packing import PACK_BELOW_SECONDS, pack_size, packs, spread
 from popflow.flows.experiment.trial_table import TrialRecord
 from popflow.schedulers import Trial
 
@@ -87,3 +87,24 @@ def test_a_suspect_trial_goes_in_a_call_of_its_own():
     recs = [record(0, None), record(1, None), record(2, None)]
     out = packs(recs, 3, alone={"t1"})
     assert [[r.trial_id for r in p] for p in out] == [["t0", "t2"], ["t1"]]
+
+
+def test_a_synchronous_rounds_packs_reach_slots_that_joined_and_no_pack_grows():
+    # 8 trials parked two by two on 4 workers, cut for 4 slots; 2 workers joined since
+    recs = [record(i, f"w{i // 2}") for i in range(8)]
+    calls = spread(packs(recs, 2), slots=6)
+    assert sorted(len(c) for c in calls) == [1, 1, 1, 1, 2, 2]
+    assert sorted(r.trial_id for c in calls for r in c) == sorted(r.trial_id for r in recs)
+    for call in calls:
+        assert len({r.live[1] for r in call if r.live}) == 1  # still one worker's trials
+
+
+@given(st.integers(1, 40), st.integers(1, 12), st.integers(1, 6), st.integers(1, 12))
+def test_spreading_never_lengthens_a_call_nor_loses_a_trial(n, size, workers, slots):
+    recs = [record(i, f"w{i % workers}" if i % 3 else None) for i in range(n)]
+    before = packs(recs, size)
+    after = spread(before, slots)
+    assert max(map(len, after)) <= max(map(len, before))
+    assert [r.trial_id for c in after for r in c] == [r.trial_id for c in before for r in c]
+    assert len(after) >= min(slots, n) or len(after) >= len(before)
+    assert len(after) == max(len(before), min(slots, n))

@@ -15,6 +15,7 @@ from distributed import Client
 
 from popflow.flows.backends.dask_backend import DaskBackend
 from popflow.flows.backends.dask_pool import RunnerPool
+from popflow.flows.backends.storage_probe import StorageProbe
 from popflow.flows.console.live_table import LiveTable, shown
 from popflow.flows.console.verbose import DETAIL
 from popflow.flows.driver.controller import Controller
@@ -39,7 +40,8 @@ from popflow.flows.record.run_log import run_logger
 from popflow.flows.spec.config import check_verbose
 from popflow.flows.spec.run_spec import RunSpec
 from popflow.infra.cluster.credentials_plugin import credentials_on_workers
-from popflow.infra.cluster.dask_cluster import ClusterStart, dask_client
+from popflow.infra.cluster.dask_cluster import ClusterStart, SchedulerLost, dask_client
+from popflow.infra.storage.errors import StorageError
 from popflow.schedulers import PopulationBasedTraining, PopulationBasedTrainingReplay
 
 
@@ -103,7 +105,8 @@ def _train(
             # shown at verbose=3); the Prefect UI has them always
             run_logger().info("Dask dashboard: %s", client.dashboard_link, extra=DETAIL)
             backend = DaskBackend(
-                RunnerPool(client, spec.resources, spec.name), spec.segment_timeout_s
+                RunnerPool(client, spec.resources, spec.name, _probe(cluster, experiment)),
+                spec.segment_timeout_s,
             )
             rounds = RoundRecord(feed, table)
             events = EventBus(_log_errors, rounds)
@@ -112,11 +115,21 @@ def _train(
             topic = table.live.topic if table is not None else None
             controller = Controller(spec, experiment, backend, events, progress_topic=topic)
             fresh = experiment.resumed_from is None
+            committed = Committed(experiment)
+            events.subscribe(committed)
             while True:
                 rounds.controller = controller
                 try:
                     controller.drive(fresh)
                     break
+                except SchedulerLost as lost:
+                    raise committed.scheduler_lost(lost, controller.rounds) from None
+                except StorageError as error:
+                    # storage unreachable past its retries: the lease may have lapsed
+                    lease_lost = experiment.lease.outage(error) if experiment.lease else None
+                    if lease_lost is None:
+                        raise
+                    raise lease_lost from error
                 except RoundLost as lost:
                     # its results were decided on: only the last commit is certain
                     experiment = reopen(spec, experiment, str(lost))
@@ -164,6 +177,38 @@ def _train(
     population = isinstance(spec.scheduler, PopulationBasedTraining | PopulationBasedTrainingReplay)
     summary = summary_markdown(grid, message, records, spec.metric, spec.mode, population)
     return Trained(grid, message, summary)
+
+
+class Committed:
+    """The last round committed, from the run's events: what a stopped run resumes after."""
+
+    def __init__(self, experiment: Experiment) -> None:
+        self.storage = experiment.storage
+        self.round = (experiment.resumed_from or {}).get("round", 0)
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, RoundCommitted):
+            self.round = event.round
+
+    def scheduler_lost(self, lost: SchedulerLost, round_no: int) -> SchedulerLost:
+        """The one line a user reads: what went, what was kept, how to go on."""
+        return SchedulerLost(
+            f"{lost} in round {round_no} (rounds up to {self.round} are committed); its "
+            "workers closed with it: start the scheduler and its workers again, then "
+            f"`popflow resume {self.storage.url}` (what finished after round {self.round} "
+            "runs again)"
+        )
+
+
+def _probe(
+    cluster: str | Client | ClusterStart | None, experiment: Experiment
+) -> StorageProbe | None:
+    """The storage probe for a cluster of the user's (``dask_address``), whose workers may
+    be on other machines; the embedded cluster's run on this one."""
+    if cluster is None or isinstance(cluster, ClusterStart):
+        return None
+    lease = experiment.lease
+    return StorageProbe(experiment.storage, lease.guard() if lease is not None else lambda: None)
 
 
 def _log_errors(event: Event) -> None:

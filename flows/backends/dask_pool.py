@@ -34,7 +34,8 @@ from typing import Any
 
 from distributed import Client, Future, wait
 
-from popflow.infra.cluster.dask_cluster import slots_per_worker
+from popflow.flows.backends.storage_probe import StorageProbe
+from popflow.infra.cluster.dask_cluster import cluster_workers, slots_per_worker
 from popflow.infra.cluster.gpus import shared_process_warning
 from popflow.tasks.runner import SegmentRunner, early_restores, hold_slot, pack_specs
 from popflow.tasks.specs import Published, SegmentSpec
@@ -51,6 +52,8 @@ ACTOR_LOOK_S = 2.0
 
 class WorkerGone(RuntimeError):
     """The worker a runner was being made on left the cluster first."""
+
+
 #: Seconds between the waiting driver's looks at what is still running.
 WAIT_POLL_S = 1.0
 #: Seconds the driver waits for its slots to be given back when it closes (a slot whose
@@ -106,10 +109,15 @@ class RunnerPool:
         client: Client,
         resources: Mapping[str, float] | None = None,
         label: str = "trials",
+        probe: StorageProbe | None = None,
     ) -> None:
         """``resources``: what one trial holds (Dask's names); ``label``: the experiment's
-        name, in the slot tasks' keys that the Dask dashboard shows."""
+        name, in the slot tasks' keys that the Dask dashboard shows; ``probe``: each
+        worker must see the storage before it gets runners (:mod:`.storage_probe`)."""
         self.client = client
+        self.probe = probe
+        #: workers that do not see the storage: never given runners
+        self._unseeing: set[str] = set()
         self.resources = resources
         self.label = re.sub(r"[^A-Za-z0-9_.]+", "_", label) or "trials"
         self.runners: list[Runner] = []
@@ -124,6 +132,7 @@ class RunnerPool:
         #: worker -> the call running there alone (see :meth:`exclusive_runner`)
         self._exclusive: dict[str, int] = {}
         self._refreshed = 0.0
+        self._probed = False  # the first workers have been asked
         self.refresh()
 
     @property
@@ -149,7 +158,8 @@ class RunnerPool:
 
     def _make_runners(self) -> None:
         per_worker = slots_per_worker(self.client, self.resources)
-        alive = {w for w in per_worker if w not in self._dead_workers}
+        self._probe([w for w in per_worker if w not in self._dead_workers | self._unseeing])
+        alive = {w for w in per_worker if w not in self._dead_workers | self._unseeing}
         gone = [r for r in self.runners if r.worker not in alive]
         if gone:
             self.client.cancel([r.hold for r in gone] + [r.future for r in gone])
@@ -191,6 +201,27 @@ class RunnerPool:
         if made:
             logger.debug("runners: %d on %d workers", len(self.runners), len(alive))
 
+    def _probe(self, workers: list[str]) -> None:
+        """Ask ``workers`` without runners yet whether they see the storage: the first
+        look's must all see it (else :class:`StorageUnseen`); a worker that joined later
+        and does not is left out."""
+        have = {r.worker for r in self.runners}
+        new = [w for w in workers if w not in have]
+        if self.probe is None or not new:
+            return
+        unseen = self.probe.unseen(self.client, new)
+        if unseen and not self._probed:
+            raise self.probe.refusal(unseen, len(new))
+        self._probed = True
+        for worker, why in unseen.items():
+            logger.error(
+                "Dask worker %s joined but does not see the storage %s (%s): it gets no trials",
+                worker,
+                self.probe.storage.url,
+                why,
+            )
+            self._unseeing.add(worker)
+
     def _made(self, worker: str, actor: Future) -> Any:
         """The runner ``actor`` on ``worker`` once made. A task bound to a worker that left
         before it ran waits for it for ever: looked at every ``ACTOR_LOOK_S``, a worker no
@@ -200,13 +231,13 @@ class RunnerPool:
             try:
                 return actor.result(timeout=ACTOR_LOOK_S)
             except TimeoutError:
-                if worker not in self.client.scheduler_info(n_workers=-1)["workers"]:
+                if worker not in cluster_workers(self.client):
                     self.client.cancel([actor])
                     raise WorkerGone(f"worker {worker} left before its runner was made") from None
 
     def _threads(self) -> dict[str, int]:
         """Each worker's threads, by address (one look at the scheduler)."""
-        workers = self.client.scheduler_info(n_workers=-1)["workers"]
+        workers = cluster_workers(self.client)
         return {w: int(info.get("nthreads", 1)) for w, info in workers.items()}
 
     def refresh_soon(self) -> None:
@@ -278,6 +309,7 @@ class RunnerPool:
                 done = [self._done.get(timeout=WAIT_POLL_S)]
                 break
             except queue.Empty:
+                self.check_scheduler()
                 if on_wait is not None:
                     on_wait()
         while True:
@@ -303,8 +335,15 @@ class RunnerPool:
             out.append((call, value))
         self._mark_started()
         if any(isinstance(v, CallFailed) and v.worker_lost for _, v in out):
+            self.check_scheduler()  # its workers close with it: not one worker's death
             self.refresh()
         return out
+
+    def check_scheduler(self) -> None:
+        """:class:`SchedulerLost` once the client has lost its scheduler (it tries to
+        reconnect meanwhile, but the workers that ran the trials closed with it)."""
+        if self.client.status != "running":
+            cluster_workers(self.client)  # raises, naming the scheduler
 
     def settle(
         self, publishing: Iterable[tuple[str, str]], on_wait: Callable[[], None] | None = None

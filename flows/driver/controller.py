@@ -39,7 +39,7 @@ from popflow.flows.driver.dispatch_steps import RoundDispatch
 from popflow.flows.driver.early_end import EarlyEnd
 from popflow.flows.driver.ending_trials import TrialEndings
 from popflow.flows.driver.guards import MissingMetric, Retries
-from popflow.flows.driver.packing import packs
+from popflow.flows.driver.packing import packs, spread
 from popflow.flows.driver.pipelined_commit import PreparedCommit, Publishing, RoundLost
 from popflow.flows.driver.reduce_steps import RoundReduction
 from popflow.flows.driver.retention import Janitor
@@ -183,10 +183,11 @@ class Controller(RoundDispatch, RoundReduction, RoundCommits):
             outcomes: list[SegmentOutcome] = []
             while True:
                 planned = self._plan(limit=None)
-                size = math.ceil(len(planned) / self.backend.slots) if planned else 1
+                slots = self.backend.slots
+                size = math.ceil(len(planned) / slots) if planned else 1
                 later = [
                     rest
-                    for pack in packs(planned, size, self.backend.isolated)
+                    for pack in spread(packs(planned, size, self.backend.isolated), slots)
                     if (rest := self._dispatch_now(pack)) is not None
                 ]
                 self._write_prepared()  # the last round's commit, as this one trains

@@ -62,3 +62,21 @@ def packs(
             pack.append(cold.pop(0))
     out += [cold[i : i + size] for i in range(0, len(cold), size)]
     return out + singles
+
+
+def spread(calls: list[list[TrialRecord]], slots: int) -> list[list[TrialRecord]]:
+    """``calls`` split until every one of ``slots`` has a call, or each holds one trial: the
+    largest call is halved first, so no call grows and the slowest slot's work does not
+    either. A synchronous round's packs are cut by the slots the round began with, trials
+    parked on one worker together; a worker that joined since (another host) would get
+    none of them (a half that queues behind its other half on their worker goes to an
+    idle runner, :meth:`~popflow.flows.driver.backend.Backend.place`)."""
+    out = [list(c) for c in calls]
+    while len(out) < slots:
+        largest = max(range(len(out)), key=lambda i: len(out[i]), default=None)
+        if largest is None or len(out[largest]) < 2:
+            break
+        call = out[largest]
+        half = len(call) // 2
+        out[largest : largest + 1] = [call[: len(call) - half], call[len(call) - half :]]
+    return out

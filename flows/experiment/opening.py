@@ -34,6 +34,7 @@ from popflow.flows.experiment.trial_table import TrialRecord, is_finished
 from popflow.flows.spec.run_args import save_code_origin, save_run_args
 from popflow.flows.spec.run_spec import RunSpec
 from popflow.infra.storage.folder import Storage
+from popflow.infra.storage.retry import RetryPolicy
 from popflow.infra.storage.safe_paths import is_name
 from popflow.infra.store.commit_log import CommitConflict, ExperimentLog
 from popflow.infra.store.layout import (
@@ -115,6 +116,10 @@ def open_experiment(
         return
     with make_lease(storage, spec.lease_ttl) as lease:
         log.epoch = lease.epoch
+        if not storage.is_local and storage.retry == RetryPolicy():
+            # an object store's outage shorter than the lease is ridden out, by the driver
+            # and by the workers its storage is sent to (Lease.outage: a longer one ends it)
+            storage.retry = RetryPolicy.within(spec.lease_ttl)
         if latest is not None:
             yield _resume(spec, storage, log, lease)
         elif log.commit_numbers():  # another driver started it while this one took the lease

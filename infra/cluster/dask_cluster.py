@@ -372,6 +372,28 @@ def dask_resources(per_trial: Mapping[str, float] | None) -> dict[str, float] | 
     return out or None
 
 
+class SchedulerLost(RuntimeError):
+    """The Dask scheduler went away (its process ended, its host is unreachable): the
+    client cannot reach it, and its workers close with it."""
+
+
+def scheduler_address(client: Client) -> str:
+    """The address of ``client``'s scheduler, as the user gave it."""
+    return str(getattr(client.scheduler, "address", None) or client.scheduler_file or "?")
+
+
+def cluster_workers(client: Client) -> dict[str, Any]:
+    """The scheduler's workers, by address (one look at the scheduler); raises
+    :class:`SchedulerLost` when the client is not connected to it. A client whose
+    scheduler went away answers from its cache, or nothing at all."""
+    address = scheduler_address(client)
+    if client.status == "running":
+        info = client.scheduler_info(n_workers=-1)
+        if client.status == "running" and "workers" in info:
+            return dict(info["workers"])
+    raise SchedulerLost(f"the Dask scheduler at {address} went away")
+
+
 def slots_per_worker(
     client: Client, resources: Mapping[str, float] | None = None
 ) -> dict[str, int]:
@@ -381,7 +403,7 @@ def slots_per_worker(
     fit in what the worker offers. Raises ValueError when no worker can hold
     one trial, instead of letting its segments wait forever.
     """
-    workers = client.scheduler_info(n_workers=-1)["workers"]
+    workers = cluster_workers(client)
     slots = {}
     for address, w in workers.items():
         n = w.get("nthreads", 1)

@@ -38,12 +38,19 @@ from popflow.infra.storage.errors import (
     is_transient,
     missing_bucket,
 )
-from popflow.infra.storage.retry import RetryPolicy, backoff_delay
+from popflow.infra.storage.retry import OUTAGE_ATTEMPTS, RetryPolicy, backoff_delay
 
 #: the retries are the storage's messages: logged under its module's name
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+def _limits(policy: RetryPolicy) -> str:
+    """What ends ``policy``'s retries, in words."""
+    if policy.attempts >= OUTAGE_ATTEMPTS:
+        return f"{policy.deadline:g} s of retries"
+    return f"at most {policy.attempts} attempts and {policy.deadline:g} s"
 
 
 class StorageCalls:
@@ -87,14 +94,18 @@ class StorageCalls:
             delay = backoff_delay(attempt, policy, self._jitter())
             if not (retry and is_transient(failure, remote=not self.is_local)):
                 raise self._error(op, path, failure, "")
-            if attempt >= policy.attempts or time.monotonic() - start + delay > policy.deadline:
-                raise self._error(op, path, failure, f" (gave up after {attempt} attempts)")
+            spent = time.monotonic() - start
+            if attempt >= policy.attempts or spent + delay > policy.deadline:
+                raise self._error(
+                    op, path, failure, f" (gave up after {attempt} attempts in {spent:.1f} s)"
+                )
             logger.warning(
-                "storage %s of %s failed (attempt %d of %d): %s; retrying in %.2f s",
+                "storage %s of %s failed (attempt %d, %.1f s into %s): %s; retrying in %.2f s",
                 op,
                 self._url_of(path),
                 attempt,
-                policy.attempts,
+                spent,
+                _limits(policy),
                 self._describe(failure),
                 delay,
             )

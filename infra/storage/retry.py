@@ -5,6 +5,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+#: Attempts :meth:`RetryPolicy.within` allows: its deadline ends the retries first (at
+#: most ``max_delay`` apart, a connect timeout each on an object store)
+OUTAGE_ATTEMPTS = 10_000
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -20,6 +24,13 @@ class RetryPolicy:
     base_delay: float = 0.25
     max_delay: float = 4.0
     deadline: float = 30.0
+
+    @classmethod
+    def within(cls, seconds: float) -> RetryPolicy:
+        """Retries for as long as ``seconds`` (a driver's lease: an outage shorter than
+        it is ridden out; a longer one ends the driver, which can no longer prove it
+        holds the experiment), however many attempts that takes."""
+        return cls(attempts=OUTAGE_ATTEMPTS, deadline=seconds)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.attempts, int) and self.attempts >= 1):

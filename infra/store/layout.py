@@ -38,6 +38,9 @@ disk and object stores alike)::
         ├── run_args.pkl                   PICKLED_ARGS_FILE: the arguments JSON cannot hold
         ├── tune_args.pkl                  OLD_RUN_ARGS_FILE: older versions' arguments (read)
         ├── code.json                      CODE_FILE: where the trainable's code was loaded from
+        ├── storage_probe.json             STORAGE_PROBE_FILE: the driver's token, which each
+        │                                  Dask worker reads back before it trains (it sees
+        │                                  this storage: not a folder of its own machine's)
         └── parameters/<sha256>.pkl        parameters_path(): with_parameters' objects
 
 The numbered files' names are their numbers in decimal, zero-padded to at least 8 digits
@@ -71,6 +74,9 @@ PICKLED_ARGS_FILE = f"{LOG_DIR}/run_args.pkl"
 OLD_RUN_ARGS_FILE = f"{LOG_DIR}/tune_args.pkl"
 #: Where the trainable's code came from (for ``popflow resume`` in another folder)
 CODE_FILE = f"{LOG_DIR}/code.json"
+#: A token the driver writes and every Dask worker reads back before its first segment:
+#: a worker on another machine that sees none of it has a folder of its own at that path
+STORAGE_PROBE_FILE = f"{LOG_DIR}/storage_probe.json"
 #: ``with_parameters``' objects, each named by its pickle's SHA-256
 PARAMETERS_DIR = f"{LOG_DIR}/parameters"
 

@@ -72,6 +72,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from popflow.infra.storage.errors import StorageError
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.layout import (
     LEASE_DIR,
@@ -186,6 +187,10 @@ class Lease:
         }
         self.epoch = 0
         self._lost: str | None = None  # why, once a newer driver is seen
+        #: (the lease's clock) when storage last showed this driver holds the lease, and
+        #: since when looks at it fail (None: the last one answered)
+        self._proven = clock()
+        self._failing: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -289,6 +294,7 @@ class Lease:
         driver created it or a newer one first; then delete all but the two newest (and
         the newest below the planted range)."""
         self.epoch = epoch
+        self._proven = self.clock()
         if not self.storage.create_text(self._body(), lease_path(self.epoch)):
             raise LeaseHeldError(
                 f"another driver took the lease of {self.storage.url} at the same time "
@@ -315,15 +321,49 @@ class Lease:
 
     def _look(self) -> None:
         """Note a newer driver, or this driver's own lease file gone, if storage shows
-        either (one listing)."""
+        either (one listing). A listing that fails for good (storage unreachable past
+        its retries) is :meth:`outage`'s to judge."""
         if self._lost is not None:
             return
-        epochs = lease_epochs(self.storage)
+        try:
+            epochs = lease_epochs(self.storage)
+        except StorageError as error:
+            self._failed(error)
+            raise
         newest = max(epochs, default=0)
         if newest > self.epoch:
             self._lost = f"driver epoch {newest} took the experiment over"
         elif self.epoch not in epochs:  # removed as planted (see the module's doc)
             self._lost = f"its lease file {lease_path(self.epoch)} was removed"
+        else:
+            self._proven, self._failing = self.clock(), None
+
+    def _failed(self, error: StorageError) -> None:
+        if self._failing is None:
+            self._failing = self.clock()
+        if self._lost is None and self.clock() - self._proven >= self.ttl_s:
+            self._lost = (
+                f"storage has not answered for {self.clock() - self._proven:.0f} s, longer "
+                f"than its lease ({self.ttl_s:g} s): another driver may hold the experiment "
+                f"now (last: {error.reason})"
+            )
+
+    def outage(self, error: BaseException) -> LeaseLost | None:
+        """:class:`LeaseLost` if ``error`` is storage failing for good and this driver can
+        no longer prove it holds the lease (storage has not shown it for a ttl: the lease
+        may have lapsed and another driver taken over); None: ``error`` is the run's.
+        A shorter outage is ridden out by the storage's retries (their deadline is the
+        ttl, :func:`~popflow.infra.storage.retry.RetryPolicy.within`)."""
+        if not isinstance(error, StorageError):
+            return None
+        self._failed(error)
+        if self._lost is None:
+            return None
+        return LeaseLost(
+            f"this driver (epoch {self.epoch}) lost the lease of {self.storage.url}: "
+            f"{self._lost}; it stops and writes nothing more (`popflow resume "
+            f"{self.storage.url}` goes on from the last commit)"
+        )
 
     def check(self, fresh: bool = True) -> None:
         """Raise :class:`LeaseLost` if a newer driver has taken the experiment over.
@@ -362,7 +402,12 @@ class Lease:
         self._look()
         if self._lost is not None:
             return False
-        self.storage.write_text(self._body(), lease_path(self.epoch))
+        try:
+            self.storage.write_text(self._body(), lease_path(self.epoch))
+        except StorageError as error:
+            self._failed(error)
+            raise
+        self._proven, self._failing = self.clock(), None
         return True
 
     def _renew(self) -> None:
@@ -371,6 +416,9 @@ class Lease:
                 if not self.renew_once():
                     logger.error("experiment at %s: %s", self.storage.url, self._lost)
                     return
+            except StorageError as e:  # keep trying: the driver stops once it is a ttl
+                self._failed(e)
+                logger.warning("renewing the lease of %s failed: %s", self.storage.url, e)
             except Exception:  # keep trying; the lease only lapses after ttl
                 logger.exception("renewing the experiment lease failed")
 
