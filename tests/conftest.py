@@ -33,9 +33,9 @@ for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_threads, "1")
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -68,15 +68,16 @@ def stop_server(proc: subprocess.Popen) -> None:
 
 
 @contextmanager
-def prefect_server_process(**settings: str) -> Iterator[tuple[str, str]]:
-    """``prefect server start`` on 127.0.0.1 with its own home (and ``settings``, as
-    environment variables), stopped by its PID on exit; yields its API URL and home."""
+def prefect_server_process(host: str = "127.0.0.1", **settings: str) -> Iterator[tuple[str, str]]:
+    """``prefect server start`` on ``host`` (127.0.0.1, or a simulated hosts' bridge) with
+    its own home (and ``settings``, as environment variables), stopped by its PID on exit;
+    yields its API URL and home."""
     home = tempfile.mkdtemp(prefix="popflow-prefect-")
-    port = free_port()
+    port = free_port(host)
     env = {
         **os.environ,
         "PREFECT_HOME": home,
-        "PREFECT_SERVER_API_HOST": "127.0.0.1",
+        "PREFECT_SERVER_API_HOST": host,
         "PREFECT_SERVER_API_PORT": str(port),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_UI_ENABLED": "false",
@@ -92,7 +93,7 @@ def prefect_server_process(**settings: str) -> Iterator[tuple[str, str]]:
             "server",
             "start",
             "--host",
-            "127.0.0.1",
+            host,
             "--port",
             str(port),
         ],
@@ -101,7 +102,7 @@ def prefect_server_process(**settings: str) -> Iterator[tuple[str, str]]:
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    url = f"http://127.0.0.1:{port}/api"
+    url = f"http://{host}:{port}/api"
     try:
         wait_until_answering(f"{url}/health", proc, 180.0, healthy=True)
         yield url, home

@@ -247,6 +247,17 @@ class WhereTrainable(GatedTrainable):
         return {**super().step(), "cwd": os.getcwd()}
 
 
+class HostTrainable(GatedTrainable):
+    """GatedTrainable whose results say which Dask worker ran them (``worker``: its address,
+    on a simulated host its own IP), each step taking ``config["sleep"]`` seconds."""
+
+    def step(self) -> dict[str, Any]:
+        from distributed import get_worker
+
+        time.sleep(self.config.get("sleep", 0.0))
+        return {**super().step(), "worker": get_worker().address}
+
+
 class Drifting(Trainable):
     """``score`` grows by ``lr * (1 - lr)`` plus seeded noise each step; ``cost`` says what
     an iteration would take (seconds), for a simulated backend's clock."""

@@ -42,8 +42,10 @@ from popflow.tasks.specs import Published, SegmentSpec
 
 logger = logging.getLogger(__name__)
 
-#: Seconds between looks for workers that joined the cluster.
-REFRESH_INTERVAL_S = 5.0
+#: Seconds between looks for workers that joined the cluster (a look is one request to the
+#: scheduler; a round begins with one once this has passed: a synchronous round longer than
+#: this uses a worker that joined during the round before)
+REFRESH_INTERVAL_S = 1.0
 #: Seconds to wait for a worker when the cluster has none.
 WORKER_WAIT_S = 120.0
 #: Seconds between looks at whether a worker whose runner is being made is still there.
