@@ -319,6 +319,8 @@ class RunnerPool:
                 done.append(self._done.get_nowait())
             except queue.Empty:
                 break
+        if any(isinstance(v, CallFailed) and v.worker_lost for _, v in done):
+            self.check_scheduler()  # its workers close with it: not one worker's death
         out = []
         for call, value in done:
             runner = self._calls.get(call)
@@ -337,7 +339,7 @@ class RunnerPool:
             out.append((call, value))
         self._mark_started()
         if any(isinstance(v, CallFailed) and v.worker_lost for _, v in out):
-            self.check_scheduler()  # its workers close with it: not one worker's death
+            self.check_scheduler()
             self.refresh()
         return out
 
