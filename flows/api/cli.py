@@ -137,6 +137,9 @@ def _quiet_console() -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     quiet_http_requests()
+    # Dask's INFO is its own chatter (a client's comm closing as the run ends, with a
+    # trace): its warnings and errors still show
+    logging.getLogger("distributed").setLevel(logging.WARNING)
 
 
 def main(argv: list[str] | None = None) -> int:

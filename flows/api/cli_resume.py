@@ -87,6 +87,7 @@ def add_resume_arguments(parser: argparse.ArgumentParser) -> None:
 
 def resume(args: argparse.Namespace) -> int:
     from popflow.flows.api.launch import run
+    from popflow.infra.cluster.dask_cluster import SchedulerUnreachable
     from popflow.infra.store.lease import LeaseHeldError, break_lease
 
     # as `python -m` would: the trainable's module may live in the folder run from
@@ -127,6 +128,10 @@ def resume(args: argparse.Namespace) -> int:
         )
     except LeaseHeldError as e:
         raise UserError(str(e), f"popflow status {url} shows it") from e
+    except SchedulerUnreachable as e:
+        raise UserError(
+            str(e), "--dask-address ADDRESS, or --n-workers N for a local cluster"
+        ) from e
     except (ValueError, TypeError) as e:  # an argument check: the stored arguments' values
         raise UserError(str(e), "--verbose shows where") from e
     for line in ended_lines(before, read_experiment(args), results, run_args, args):

@@ -94,65 +94,77 @@ def _train(
         if experiment.finished:
             grid = results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
             return Trained(grid, f"{experiment.name} had already finished: nothing to run", None)
-        with (
-            dask_client(cluster, spec.n_workers, spec.resources) as client,
-            # before anything of the run reaches a worker: its storage pickles without them
-            credentials_on_workers(client, experiment.storage.storage_options),
-            shown(_live_table(spec, experiment), client) as table,
-        ):
-            feed.training.set()
-            # the console's table has the dashboard, the start and the end (the detail:
-            # shown at verbose=3); the Prefect UI has them always
-            run_logger().info("Dask dashboard: %s", client.dashboard_link, extra=DETAIL)
-            backend = DaskBackend(
-                RunnerPool(client, spec.resources, spec.name, _probe(cluster, experiment)),
-                spec.segment_timeout_s,
-            )
-            rounds = RoundRecord(feed, table)
-            events = EventBus(_log_errors, rounds)
-            if table is not None:
-                events.subscribe(table.follow)
-            topic = table.live.topic if table is not None else None
-            controller = Controller(spec, experiment, backend, events, progress_topic=topic)
-            fresh = experiment.resumed_from is None
-            committed = Committed(experiment)
-            events.subscribe(committed)
-            while True:
-                rounds.controller = controller
-                try:
-                    controller.drive(fresh)
-                    break
-                except SchedulerLost as lost:
-                    raise committed.scheduler_lost(lost, controller.rounds) from None
-                except StorageError as error:
-                    # storage unreachable past its retries: the lease may have lapsed
-                    lease_lost = experiment.lease.outage(error) if experiment.lease else None
-                    if lease_lost is None:
-                        raise
-                    raise lease_lost from error
-                except RoundLost as lost:
-                    # its results were decided on: only the last commit is certain
-                    experiment = reopen(spec, experiment, str(lost))
-                    run_logger().warning(
-                        "%s; going on from round %d, the last committed",
-                        lost,
-                        experiment.resumed_from["round"] if experiment.resumed_from else 0,
-                    )
-                    rounds.lost()
-                    controller = Controller(
-                        spec,
-                        experiment,
-                        backend,
-                        events,
-                        topic,
-                        pipeline_after=lost.round_no + 1,
-                        attempts=controller.attempts,  # the same epoch: its attempts go on
-                    )
-                    fresh = False
-            grid = results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
-            if table is not None:
-                table.close(experiment.records, grid, _how_it_ended(experiment, controller))
-        failed = controller.early_end.failed
+        committed = Committed(experiment)
+        try:
+            return _train_on(spec, cluster, experiment, feed, committed)
+        except SchedulerLost as lost:
+            raise committed.scheduler_lost(lost) from None
+
+
+def _train_on(
+    spec: RunSpec,
+    cluster: str | Client | ClusterStart | None,
+    experiment: Experiment,
+    feed: RunFeed,
+    committed: Committed,
+) -> Trained:
+    """The opened ``experiment``'s rounds on ``cluster``."""
+    with (
+        dask_client(cluster, spec.n_workers, spec.resources) as client,
+        # before anything of the run reaches a worker: its storage pickles without them
+        credentials_on_workers(client, experiment.storage.storage_options),
+        shown(_live_table(spec, experiment), client) as table,
+    ):
+        feed.training.set()
+        # the console's table has the dashboard, the start and the end (the detail:
+        # shown at verbose=3); the Prefect UI has them always
+        run_logger().info("Dask dashboard: %s", client.dashboard_link, extra=DETAIL)
+        backend = DaskBackend(
+            RunnerPool(client, spec.resources, spec.name, _probe(cluster, experiment)),
+            spec.segment_timeout_s,
+        )
+        rounds = RoundRecord(feed, table)
+        events = EventBus(_log_errors, rounds)
+        if table is not None:
+            events.subscribe(table.follow)
+        topic = table.live.topic if table is not None else None
+        controller = Controller(spec, experiment, backend, events, progress_topic=topic)
+        fresh = experiment.resumed_from is None
+        events.subscribe(committed)
+        while True:
+            rounds.controller = controller
+            try:
+                controller.drive(fresh)
+                break
+            except StorageError as error:
+                # storage unreachable past its retries: the lease may have lapsed
+                lease_lost = experiment.lease.outage(error) if experiment.lease else None
+                if lease_lost is None:
+                    raise
+                raise lease_lost from error
+            except RoundLost as lost:
+                # its results were decided on: only the last commit is certain
+                experiment = reopen(spec, experiment, str(lost))
+                run_logger().warning(
+                    "%s; going on from round %d, the last committed",
+                    lost,
+                    experiment.resumed_from["round"] if experiment.resumed_from else 0,
+                )
+                rounds.lost()
+                controller = Controller(
+                    spec,
+                    experiment,
+                    backend,
+                    events,
+                    topic,
+                    pipeline_after=lost.round_no + 1,
+                    attempts=controller.attempts,  # the same epoch: its attempts go on
+                )
+                fresh = False
+        grid = results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
+        if table is not None:
+            table.close(experiment.records, grid, _how_it_ended(experiment, controller))
+    failed = controller.early_end.failed
     if failed is not None and spec.fail_fast == "raise":
         raise TrialError(failed.trial_id, failed.error or "")
     records = experiment.records
@@ -185,18 +197,24 @@ class Committed:
     def __init__(self, experiment: Experiment) -> None:
         self.storage = experiment.storage
         self.round = (experiment.resumed_from or {}).get("round", 0)
+        self.running: int | None = None  # the round begun last
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, RoundCommitted):
             self.round = event.round
+        elif isinstance(event, RoundBegan):
+            self.running = event.round
 
-    def scheduler_lost(self, lost: SchedulerLost, round_no: int) -> SchedulerLost:
+    def scheduler_lost(self, lost: SchedulerLost) -> SchedulerLost:
         """The one line a user reads: what went, what was kept, how to go on."""
+        when = (
+            "before the run's first round" if self.running is None else f"in round {self.running}"
+        )
         return SchedulerLost(
-            f"{lost} in round {round_no} (rounds up to {self.round} are committed); its "
-            "workers closed with it: start the scheduler and its workers again, then "
-            f"`popflow resume {self.storage.url}` (what finished after round {self.round} "
-            "runs again)"
+            f"{lost} {when} (rounds up to {self.round} are committed); its workers closed "
+            "with it: start the scheduler and its workers again, then `popflow resume "
+            f"{self.storage.url}` (with --dask-address if the scheduler's address changed; "
+            f"what finished after round {self.round} runs again)"
         )
 
 

@@ -12,14 +12,18 @@ later and does not is left out, said once in the log.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable
 
 from distributed import Client
 
+from popflow.infra.cluster.dask_cluster import cluster_workers
 from popflow.infra.storage.folder import Storage
+from popflow.infra.storage.retry import RetryPolicy
 from popflow.infra.store.layout import STORAGE_PROBE_FILE
 from popflow.tasks.storage_probe import read_probe
 
@@ -44,11 +48,16 @@ class StorageProbe:
         storage.write_text(json.dumps({"token": self.token}), STORAGE_PROBE_FILE)
 
     def unseen(self, client: Client, workers: list[str]) -> dict[str, str]:
-        """Each of ``workers`` that does not read the token, with what it found instead."""
+        """Each of ``workers`` that does not read the token, with what it found instead. A
+        worker that does not answer within ``PROBE_TIMEOUT_S`` (a hung mount) does not see
+        it either; one that left the cluster meanwhile is not asked again."""
+        # the probe's read retries as storage calls do by default, not for a whole lease
+        storage = copy.copy(self.storage)
+        storage.retry = RetryPolicy()
         futures = {
             w: client.submit(
                 read_probe,
-                self.storage,
+                storage,
                 self.token,
                 workers=[w],
                 allow_other_workers=False,
@@ -57,23 +66,32 @@ class StorageProbe:
             )
             for w in workers
         }
+        deadline = time.monotonic() + PROBE_TIMEOUT_S
         found = {}
         for w, future in futures.items():
             try:
-                why = future.result(timeout=PROBE_TIMEOUT_S)
-            except Exception as exc:  # the worker died meanwhile: the pool drops it
-                logger.debug("storage probe on %s: %s: %s", w, type(exc).__name__, exc)
-                continue
+                why = future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                client.cancel([future])
+                why = f"it did not answer within {PROBE_TIMEOUT_S:.0f} s (a hung mount?)"
+            except Exception as exc:
+                if w not in cluster_workers(client):
+                    logger.debug("storage probe on %s: it left: %s", w, exc)
+                    continue
+                why = f"reading it failed there: {type(exc).__name__}: {exc}"
             if why is not None:
                 found[w] = why
         return found
 
     def refusal(self, unseen: dict[str, str], of: int) -> StorageUnseen:
         """The run's error when ``unseen`` of the ``of`` first workers do not see the storage."""
-        first = next(iter(unseen.values()))
+        reasons = "; ".join(
+            f"{', '.join(sorted(w for w, r in unseen.items() if r == why))}: {why}"
+            for why in dict.fromkeys(unseen.values())
+        )
         return StorageUnseen(
             f"{len(unseen)} of {of} Dask workers do not see the storage {self.storage.url} "
-            f"that this driver writes ({', '.join(sorted(unseen))}: {first}), so their "
+            f"that this driver writes ({reasons}), so their "
             "checkpoints would be written on their own machines' disks and lost to this "
             "run; use storage that every host reaches: S3 (storage='s3://bucket/prefix', "
             "storage_options for its endpoint and credentials) or a folder every host "

@@ -120,6 +120,7 @@ def open_experiment(
             # an object store's outage shorter than the lease is ridden out, by the driver
             # and by the workers its storage is sent to (Lease.outage: a longer one ends it)
             storage.retry = RetryPolicy.within(spec.lease_ttl)
+            storage.answered_within = lease.answered_within
         if latest is not None:
             yield _resume(spec, storage, log, lease)
         elif log.commit_numbers():  # another driver started it while this one took the lease

@@ -62,6 +62,9 @@ def credentials_on_workers(
         yield
     finally:
         try:
-            client.unregister_worker_plugin(name)
+            # a client that lost its scheduler waits for it (30 s) before it fails the call;
+            # the workers went with the scheduler, and the plugin with them
+            if client.status == "running":
+                client.unregister_worker_plugin(name)
         except Exception as e:  # the cluster is going or gone: its workers with it
             logger.debug("could not take the credentials plugin back: %s", e)

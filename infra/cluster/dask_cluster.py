@@ -346,8 +346,17 @@ def dask_client(
             yield client
         return
     if address:
-        with Client(address) as client:
+        try:
+            client = Client(address)
+        except OSError as e:  # Dask's "Timed out trying to connect to ... after 30 s"
+            raise SchedulerUnreachable(
+                f"no Dask scheduler answers at {address} ({e}): start it, or point "
+                "dask_address (popflow resume --dask-address) at one that runs"
+            ) from None
+        try:
             yield client
+        finally:
+            _close(client)
         return
     cluster = _local_cluster(_size_for(n_workers, resources))
     try:
@@ -355,6 +364,22 @@ def dask_client(
             yield client
     finally:
         _close_local_cluster(cluster)
+
+
+def _close(client: Client) -> None:
+    """Close a client of the user's scheduler. One that lost its scheduler is reconnecting:
+    closing it cancels that, which Dask logs as an ERROR with a trace; the run has said
+    what happened in one line (:class:`SchedulerLost`)."""
+    if client.status == "running":
+        client.close()
+        return
+    dask_client_log = logging.getLogger("distributed.client")
+    level = dask_client_log.level
+    dask_client_log.setLevel(logging.CRITICAL)
+    try:
+        client.close()
+    finally:
+        dask_client_log.setLevel(level)
 
 
 def dask_resources(per_trial: Mapping[str, float] | None) -> dict[str, float] | None:
@@ -375,6 +400,10 @@ def dask_resources(per_trial: Mapping[str, float] | None) -> dict[str, float] | 
 class SchedulerLost(RuntimeError):
     """The Dask scheduler went away (its process ended, its host is unreachable): the
     client cannot reach it, and its workers close with it."""
+
+
+class SchedulerUnreachable(RuntimeError):
+    """No Dask scheduler answers at the address a run was given."""
 
 
 def scheduler_address(client: Client) -> str:

@@ -40,10 +40,18 @@ from popflow.infra.storage.errors import (
 )
 from popflow.infra.storage.retry import OUTAGE_ATTEMPTS, RetryPolicy, backoff_delay
 
+#: How far past its retries' deadline a call goes on while the lease shows storage answered
+#: meanwhile (a call that began in an outage the lease outlived)
+EXTENDED = 2.0
+
 #: the retries are the storage's messages: logged under its module's name
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+def _attempts(n: int) -> str:
+    return "1 attempt" if n == 1 else f"{n} attempts"
 
 
 def _limits(policy: RetryPolicy) -> str:
@@ -59,6 +67,7 @@ class StorageCalls:
     retry: RetryPolicy
     is_local: bool
     _rng: random.Random | None
+    answered_within: Callable[[float], bool] | None
 
     # provided by Storage
     fs: Any
@@ -95,9 +104,11 @@ class StorageCalls:
             if not (retry and is_transient(failure, remote=not self.is_local)):
                 raise self._error(op, path, failure, "")
             spent = time.monotonic() - start
-            if attempt >= policy.attempts or spent + delay > policy.deadline:
+            if (attempt >= policy.attempts or spent + delay > policy.deadline) and not (
+                self._lease_answered(spent) and spent + delay <= EXTENDED * policy.deadline
+            ):
                 raise self._error(
-                    op, path, failure, f" (gave up after {attempt} attempts in {spent:.1f} s)"
+                    op, path, failure, f" (gave up after {_attempts(attempt)} in {spent:.1f} s)"
                 )
             logger.warning(
                 "storage %s of %s failed (attempt %d, %.1f s into %s): %s; retrying in %.2f s",
@@ -110,6 +121,11 @@ class StorageCalls:
                 delay,
             )
             time.sleep(delay)
+
+    def _lease_answered(self, seconds: float) -> bool:
+        """Storage answered the driver's lease within the last ``seconds`` (a call that
+        ran out of retries after an outage that has ended gets more), and it holds."""
+        return self.answered_within is not None and self.answered_within(seconds)
 
     def _describe(self, exc: BaseException) -> str:
         return redact(f"{type(exc).__name__}: {exc}", self._secrets())

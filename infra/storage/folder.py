@@ -110,6 +110,9 @@ class Storage(StorageCalls):
         self.root = os.path.abspath(root) if self.is_local else root.rstrip("/")
         self._fs: fsspec.AbstractFileSystem | None = fs
         self._rng: random.Random | None = None
+        #: the driver's lease, when it holds one: retries go on past their deadline while it
+        #: was proven since the call began (StorageCalls._call); this process's only
+        self.answered_within: Callable[[float], bool] | None = None
 
     # -- identity and pickling -------------------------------------------------
     @property
@@ -128,6 +131,7 @@ class Storage(StorageCalls):
         state = self.__dict__.copy()
         state["_fs"] = None
         state["_rng"] = None  # each process jitters on its own
+        state["answered_within"] = None  # the driver's lease stays with the driver
         state["_appends"] = None
         state["_logs"] = None  # what a writer knows of its logs stays with it
         return state

@@ -336,7 +336,25 @@ class Lease:
         elif self.epoch not in epochs:  # removed as planted (see the module's doc)
             self._lost = f"its lease file {lease_path(self.epoch)} was removed"
         else:
-            self._proven, self._failing = self.clock(), None
+            self._answered()
+
+    def answered_within(self, seconds: float) -> bool:
+        """Storage proved this driver's lease within the last ``seconds`` and it is held."""
+        return self._lost is None and self.clock() - self._proven <= seconds
+
+    def _answered(self) -> None:
+        """Storage answered a look at the lease: it is proven again, unless storage had
+        failed and not answered for a whole ttl meanwhile (the lease lapsed: a driver
+        may have planned its takeover then, and this one stops all the same, whichever
+        of its threads saw the failure first)."""
+        now = self.clock()
+        if self._failing is not None and now - self._proven >= self.ttl_s:
+            self._lost = (
+                f"storage did not answer for {now - self._proven:.0f} s, longer than its "
+                f"lease ({self.ttl_s:g} s): another driver may hold the experiment now"
+            )
+            return
+        self._proven, self._failing = now, None
 
     def _failed(self, error: StorageError) -> None:
         if self._failing is None:
@@ -407,8 +425,8 @@ class Lease:
         except StorageError as error:
             self._failed(error)
             raise
-        self._proven, self._failing = self.clock(), None
-        return True
+        self._answered()
+        return self._lost is None
 
     def _renew(self) -> None:
         while not self._stop.wait(self.ttl_s / 3):
