@@ -29,8 +29,10 @@ from popflow.tasks.storage_probe import read_probe
 
 logger = logging.getLogger(__name__)
 
-#: Seconds a worker gets to read the probe (a GET on S3, a stat on local disk).
-PROBE_TIMEOUT_S = 120.0
+#: Seconds a worker gets to read the probe back: a GET on S3, a read on a mounted folder
+#: (its retries take up to 30 s, RetryPolicy's default); a worker that joins mid-run holds
+#: the round's start that long at most, once.
+PROBE_TIMEOUT_S = 60.0
 
 
 class StorageUnseen(RuntimeError):

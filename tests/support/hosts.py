@@ -106,6 +106,11 @@ class Hosts:
     # -- making and unmaking -------------------------------------------------------
 
     def __enter__(self) -> Hosts:
+        if os.geteuid() != 0:
+            raise RuntimeError(
+                "simulated hosts need root (network and mount namespaces, a bridge): run "
+                "`make test` as root, as CI does"
+            )
         try:
             self._make()
         except BaseException:
