@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from popflow.flows.backends.dask_pool import Runner, pick_runner
+from popflow.flows.backends.runners import Runner, pick_runner
 from popflow.flows.driver.packing import PACK_BELOW_SECONDS, pack_size, packs, spread
 from popflow.flows.experiment.trial_table import TrialRecord
 from popflow.schedulers import Trial

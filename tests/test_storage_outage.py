@@ -116,7 +116,8 @@ def test_a_scheduler_nobody_answers_at_is_one_line_naming_it():
 
     import dask
 
-    from popflow.infra.cluster.dask_cluster import SchedulerUnreachable, dask_client
+    from popflow.infra.cluster.dask_cluster import dask_client
+    from popflow.infra.cluster.scheduler_link import SchedulerUnreachable
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))

@@ -87,7 +87,7 @@ def add_resume_arguments(parser: argparse.ArgumentParser) -> None:
 
 def resume(args: argparse.Namespace) -> int:
     from popflow.flows.api.launch import run
-    from popflow.infra.cluster.dask_cluster import SchedulerUnreachable
+    from popflow.infra.cluster.scheduler_link import SchedulerUnreachable
     from popflow.infra.store.lease import LeaseHeldError, break_lease
 
     # as `python -m` would: the trainable's module may live in the folder run from

@@ -40,7 +40,8 @@ from popflow.flows.record.run_log import run_logger
 from popflow.flows.spec.config import check_verbose
 from popflow.flows.spec.run_spec import RunSpec
 from popflow.infra.cluster.credentials_plugin import credentials_on_workers
-from popflow.infra.cluster.dask_cluster import ClusterStart, SchedulerLost, dask_client
+from popflow.infra.cluster.dask_cluster import ClusterStart, dask_client
+from popflow.infra.cluster.scheduler_link import SchedulerLost
 from popflow.infra.storage.errors import StorageError
 from popflow.schedulers import PopulationBasedTraining, PopulationBasedTrainingReplay
 

@@ -31,7 +31,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from popflow.flows.backends.dask_pool import CallFailed, Runner, RunnerPool
+from popflow.flows.backends.dask_pool import RunnerPool
+from popflow.flows.backends.runners import CallFailed, Runner
 from popflow.flows.backends.segment_watch import SegmentWatch
 from popflow.flows.driver.clock import SystemClock
 from popflow.flows.experiment.trial_table import TrialRecord

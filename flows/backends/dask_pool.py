@@ -29,14 +29,15 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from distributed import Client, Future, wait
 
+from popflow.flows.backends.runners import CallFailed, Runner, pick_runner
 from popflow.flows.backends.storage_probe import StorageProbe
-from popflow.infra.cluster.dask_cluster import cluster_workers, slots_per_worker
+from popflow.infra.cluster.dask_cluster import slots_per_worker
 from popflow.infra.cluster.gpus import shared_process_warning
+from popflow.infra.cluster.scheduler_link import cluster_workers
 from popflow.tasks.runner import SegmentRunner, early_restores, hold_slot, pack_specs
 from popflow.tasks.specs import Published, SegmentSpec
 
@@ -61,48 +62,6 @@ WAIT_POLL_S = 1.0
 #: Seconds the driver waits for its slots to be given back when it closes (a slot whose
 #: segment still runs, as after a time budget, is cancelled then).
 CLOSE_WAIT_S = 2.0
-
-
-@dataclass
-class CallFailed:
-    """A call that returned no outcomes: its segments must run again.
-
-    ``worker_lost``: the worker's connection closed under it (the worker died).
-    Otherwise the call itself failed there (e.g. its arguments could not be
-    unpickled on the worker).
-    """
-
-    message: str
-    worker_lost: bool
-    #: the worker could not unpickle the call's segments: the trial's code (or an object
-    #: its config or stop condition refers to) is not loadable there
-    code_missing: bool = False
-    #: (worker lost) the call was running when its worker died, not waiting behind another
-    running: bool = False
-    #: (worker lost) the call ran alone on its worker (``exclusive``): it took it down
-    alone: bool = False
-
-
-@dataclass
-class Runner:
-    worker: str
-    actor: Any  # distributed.Actor
-    future: Future  # the actor lives as long as this future is held
-    hold: Future  # its slot: the hold_slot task its segments run in
-    queued: int = 0
-
-
-def pick_runner(runners: list[Runner], worker: str | None, idle_first: bool) -> Runner:
-    """The least busy runner on ``worker`` (where the call's trainables are parked) if
-    it has one, else the least busy anywhere. ``idle_first``: a free runner, on
-    ``worker`` if it has one free, before any busy one (a parked trainable is cheaper
-    to restore elsewhere than a slot is to leave idle)."""
-    on_worker = [r for r in runners if r.worker == worker]
-    if idle_first:
-        idle = [r for r in on_worker if not r.queued] or [r for r in runners if not r.queued]
-        if idle:
-            return idle[0]
-    return min(on_worker or runners, key=lambda r: r.queued)
 
 
 class RunnerPool:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from distributed import Client
 
-from popflow.infra.cluster.dask_cluster import cluster_workers
+from popflow.infra.cluster.scheduler_link import cluster_workers
 from popflow.infra.storage.folder import Storage
 from popflow.infra.storage.retry import RetryPolicy
 from popflow.infra.store.layout import STORAGE_PROBE_FILE

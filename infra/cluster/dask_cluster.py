@@ -15,6 +15,11 @@ from typing import Any, NamedTuple
 from distributed import Client, LocalCluster
 
 from popflow.infra.cluster.gpus import CUDA_VISIBLE_DEVICES, detect_gpus, visible_devices
+from popflow.infra.cluster.scheduler_link import (
+    SchedulerUnreachable,
+    close_client,
+    cluster_workers,
+)
 from popflow.infra.cluster.worker_close_logs import DEAD_WORKER_BROADCAST
 from popflow.infra.cluster.worker_main import WITHOUT_MAIN
 
@@ -356,7 +361,7 @@ def dask_client(
         try:
             yield client
         finally:
-            _close(client)
+            close_client(client)
         return
     cluster = _local_cluster(_size_for(n_workers, resources))
     try:
@@ -364,22 +369,6 @@ def dask_client(
             yield client
     finally:
         _close_local_cluster(cluster)
-
-
-def _close(client: Client) -> None:
-    """Close a client of the user's scheduler. One that lost its scheduler is reconnecting:
-    closing it cancels that, which Dask logs as an ERROR with a trace; the run has said
-    what happened in one line (:class:`SchedulerLost`)."""
-    if client.status == "running":
-        client.close()
-        return
-    dask_client_log = logging.getLogger("distributed.client")
-    level = dask_client_log.level
-    dask_client_log.setLevel(logging.CRITICAL)
-    try:
-        client.close()
-    finally:
-        dask_client_log.setLevel(level)
 
 
 def dask_resources(per_trial: Mapping[str, float] | None) -> dict[str, float] | None:
@@ -395,32 +384,6 @@ def dask_resources(per_trial: Mapping[str, float] | None) -> dict[str, float] | 
         if amount:
             out[{"cpu": "CPU", "gpu": "GPU"}.get(name.lower(), name)] = float(amount)
     return out or None
-
-
-class SchedulerLost(RuntimeError):
-    """The Dask scheduler went away (its process ended, its host is unreachable): the
-    client cannot reach it, and its workers close with it."""
-
-
-class SchedulerUnreachable(RuntimeError):
-    """No Dask scheduler answers at the address a run was given."""
-
-
-def scheduler_address(client: Client) -> str:
-    """The address of ``client``'s scheduler, as the user gave it."""
-    return str(getattr(client.scheduler, "address", None) or client.scheduler_file or "?")
-
-
-def cluster_workers(client: Client) -> dict[str, Any]:
-    """The scheduler's workers, by address (one look at the scheduler); raises
-    :class:`SchedulerLost` when the client is not connected to it. A client whose
-    scheduler went away answers from its cache, or nothing at all."""
-    address = scheduler_address(client)
-    if client.status == "running":
-        info = client.scheduler_info(n_workers=-1)
-        if client.status == "running" and "workers" in info:
-            return dict(info["workers"])
-    raise SchedulerLost(f"the Dask scheduler at {address} went away")
 
 
 def slots_per_worker(

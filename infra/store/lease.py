@@ -82,6 +82,7 @@ from popflow.infra.store.layout import (
     stray_numbered_names,
 )
 from popflow.infra.store.lease_files import number, process_start, read_lease, shown
+from popflow.infra.store.lease_proof import LeaseProof
 
 logger = logging.getLogger(__name__)
 
@@ -187,10 +188,7 @@ class Lease:
         }
         self.epoch = 0
         self._lost: str | None = None  # why, once a newer driver is seen
-        #: (the lease's clock) when storage last showed this driver holds the lease, and
-        #: since when looks at it fail (None: the last one answered)
-        self._proven = clock()
-        self._failing: float | None = None
+        self.proof = LeaseProof(ttl_s, clock)  # whether storage still shows it holds
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -294,7 +292,7 @@ class Lease:
         driver created it or a newer one first; then delete all but the two newest (and
         the newest below the planted range)."""
         self.epoch = epoch
-        self._proven = self.clock()
+        self.proof.taken()
         if not self.storage.create_text(self._body(), lease_path(self.epoch)):
             raise LeaseHeldError(
                 f"another driver took the lease of {self.storage.url} at the same time "
@@ -340,31 +338,17 @@ class Lease:
 
     def answered_within(self, seconds: float) -> bool:
         """Storage proved this driver's lease within the last ``seconds`` and it is held."""
-        return self._lost is None and self.clock() - self._proven <= seconds
+        return self._lost is None and self.proof.within(seconds)
 
     def _answered(self) -> None:
-        """Storage answered a look at the lease: it is proven again, unless storage had
-        failed and not answered for a whole ttl meanwhile (the lease lapsed: a driver
-        may have planned its takeover then, and this one stops all the same, whichever
-        of its threads saw the failure first)."""
-        now = self.clock()
-        if self._failing is not None and now - self._proven >= self.ttl_s:
-            self._lost = (
-                f"storage did not answer for {now - self._proven:.0f} s, longer than its "
-                f"lease ({self.ttl_s:g} s): another driver may hold the experiment now"
-            )
-            return
-        self._proven, self._failing = now, None
+        why = self.proof.answered()
+        if why is not None and self._lost is None:
+            self._lost = why
 
     def _failed(self, error: StorageError) -> None:
-        if self._failing is None:
-            self._failing = self.clock()
-        if self._lost is None and self.clock() - self._proven >= self.ttl_s:
-            self._lost = (
-                f"storage has not answered for {self.clock() - self._proven:.0f} s, longer "
-                f"than its lease ({self.ttl_s:g} s): another driver may hold the experiment "
-                f"now (last: {error.reason})"
-            )
+        why = self.proof.failed(error)
+        if why is not None and self._lost is None:
+            self._lost = why
 
     def outage(self, error: BaseException) -> LeaseLost | None:
         """:class:`LeaseLost` if ``error`` is storage failing for good and this driver can
