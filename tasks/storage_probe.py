@@ -8,8 +8,10 @@ folder reads its own machine's folder at that path: no token, or an older run's.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
+from typing import Any
 
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.layout import STORAGE_PROBE_FILE
@@ -35,3 +37,16 @@ def read_probe(storage: Storage, token: str) -> str | None:
             "driver wrote (an earlier run's, on that host's own disk)"
         )
     return None
+
+
+async def probe_on_worker(
+    storage: Storage, token: str, timeout_s: float, dask_worker: Any = None
+) -> str | None:
+    """:func:`read_probe` on a worker, run by ``Client.run`` on its event loop: the read
+    goes to a thread of its own, so a worker whose task threads are all busy (another
+    run's segments, a colleague's job) answers all the same, and a read that hangs (a
+    hung mount) is given up after ``timeout_s`` without blocking the worker's loop."""
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(read_probe, storage, token), timeout_s)
+    except TimeoutError:
+        return f"reading it did not end within {timeout_s:.0f} s there (a hung mount?)"

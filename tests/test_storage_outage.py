@@ -18,6 +18,14 @@ from popflow.infra.store.lease import Lease, LeaseLost
 OUTAGE = StorageError("listdir", "s3://b/x/.popflow/lease", "ConnectTimeoutError: no answer")
 
 
+def _hold_until(path: str) -> None:
+    """A task that holds its worker's thread until ``path`` exists (another run's segment)."""
+    import time
+
+    while not os.path.exists(path):
+        time.sleep(0.02)
+
+
 def _lease(now: list[float], ttl: float = 10.0) -> Lease:
     lease = Lease(Storage(tempfile.mkdtemp()), ttl_s=ttl, clock=lambda: now[0])
     lease.acquire(renew=False)
@@ -35,7 +43,9 @@ def test_an_answer_after_failures_that_outlasted_the_ttl_does_not_prove_the_leas
     assert lease.outage(OUTAGE) is None  # a failure, inside the ttl: ridden out
     now[0] += 26  # no answer for 30 s, three times the ttl; then storage is back
     assert lease.renew_once() is False
-    with pytest.raises(LeaseLost, match=r"storage did not answer for 30 s, longer than its lease"):
+    with pytest.raises(
+        LeaseLost, match=r"its lease was not renewed for 30 s, longer than its lease \(10 s\)"
+    ):
         lease.check()
     lost = lease.outage(OUTAGE)
     assert isinstance(lost, LeaseLost) and "popflow resume" in str(lost)
@@ -48,6 +58,19 @@ def test_a_driver_that_only_stalled_keeps_its_lease_when_no_driver_took_over():
     now[0] += 30  # stopped (SIGSTOP) past its ttl, storage never failed
     assert lease.renew_once() is True
     lease.check()
+
+
+@pytest.mark.unit
+def test_a_listing_that_answers_renews_nothing():
+    """Before: a look that listed the lease folder counted as proof, so a renewal write
+    refused for longer than the lease went on past its deadline (the extended retries)
+    and got through after another driver had taken over."""
+    now = [1000.0]
+    lease = _lease(now)  # renewed at 1000
+    now[0] = 1010.0
+    lease.check()  # lists the lease folder: no newer driver
+    now[0] = 1015.0
+    assert not lease.answered_within(12)  # a call begun at 1003: no renewal since
 
 
 @pytest.mark.unit
@@ -107,7 +130,32 @@ def test_a_worker_that_never_answers_the_storage_probe_does_not_see_the_storage(
             os.write(fd, b"{}")
             os.close(fd)
     assert list(unseen) == workers
-    assert "did not answer within 2 s" in unseen[workers[0]]
+    assert "did not end within 2 s there (a hung mount?)" in unseen[workers[0]]
+
+
+@pytest.mark.integration
+def test_a_worker_whose_threads_are_busy_answers_the_storage_probe(monkeypatch):
+    """Before: the probe was a task, which waited behind another run's segment holding the
+    worker's one thread, and the run was refused ("a hung mount?")."""
+    from distributed import Client, LocalCluster
+
+    import popflow.flows.backends.storage_probe as probes
+
+    monkeypatch.setattr(probes, "PROBE_TIMEOUT_S", 2.0)
+    probe = probes.StorageProbe(Storage(tempfile.mkdtemp()))
+    release = os.path.join(tempfile.mkdtemp(), "release")
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as c,
+        Client(c) as client,
+    ):
+        busy = client.submit(_hold_until, release, pure=False)  # the worker's one thread
+        try:
+            assert probe.unseen(client, list(client.scheduler_info()["workers"])) == {}
+        finally:
+            open(release, "w").close()
+            busy.result()
 
 
 @pytest.mark.integration

@@ -337,8 +337,11 @@ class RunnerPool:
                 out.append(answers.get(timeout=WAIT_POLL_S))
                 asked -= 1
             except queue.Empty:
+                self.check_scheduler()
                 if on_wait is not None:
                     on_wait()
+        if any(p.errors for p in out):
+            self.check_scheduler()  # publishes lost with the workers a lost scheduler took
         return out
 
     @staticmethod

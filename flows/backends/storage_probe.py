@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import time
 import uuid
 from collections.abc import Callable
 
@@ -25,11 +24,11 @@ from popflow.infra.cluster.scheduler_link import cluster_workers
 from popflow.infra.storage.folder import Storage
 from popflow.infra.storage.retry import RetryPolicy
 from popflow.infra.store.layout import STORAGE_PROBE_FILE
-from popflow.tasks.storage_probe import read_probe
+from popflow.tasks.storage_probe import probe_on_worker
 
 logger = logging.getLogger(__name__)
 
-#: Seconds a worker gets to read the probe back: a GET on S3, a read on a mounted folder
+#: Seconds a worker's read of the probe may take: a GET on S3, a read on a mounted folder
 #: (its retries take up to 30 s, RetryPolicy's default); a worker that joins mid-run holds
 #: the round's start that long at most, once.
 PROBE_TIMEOUT_S = 60.0
@@ -51,36 +50,31 @@ class StorageProbe:
 
     def unseen(self, client: Client, workers: list[str]) -> dict[str, str]:
         """Each of ``workers`` that does not read the token, with what it found instead. A
-        worker that does not answer within ``PROBE_TIMEOUT_S`` (a hung mount) does not see
-        it either; one that left the cluster meanwhile is not asked again."""
+        worker's read that does not end within ``PROBE_TIMEOUT_S`` (a hung mount) does not
+        see it either; one that left the cluster meanwhile is not counted. The read runs
+        beside the worker's tasks (``Client.run``), so a busy worker answers at once."""
         # the probe's read retries as storage calls do by default, not for a whole lease
         storage = copy.copy(self.storage)
         storage.retry = RetryPolicy()
-        futures = {
-            w: client.submit(
-                read_probe,
-                storage,
-                self.token,
-                workers=[w],
-                allow_other_workers=False,
-                pure=False,
-                key=f"popflow-storage-probe-{uuid.uuid4().hex}",
-            )
-            for w in workers
-        }
-        deadline = time.monotonic() + PROBE_TIMEOUT_S
+        answers = client.run(
+            probe_on_worker,
+            storage,
+            self.token,
+            PROBE_TIMEOUT_S,
+            workers=workers,
+            on_error="return",
+        )
+        present = cluster_workers(client)
         found = {}
-        for w, future in futures.items():
-            try:
-                why = future.result(timeout=max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                client.cancel([future])
-                why = f"it did not answer within {PROBE_TIMEOUT_S:.0f} s (a hung mount?)"
-            except Exception as exc:
-                if w not in cluster_workers(client):
-                    logger.debug("storage probe on %s: it left: %s", w, exc)
+        for w in workers:
+            why = answers.get(w)
+            if isinstance(why, BaseException):
+                if w not in present:
+                    logger.debug("storage probe on %s: it left: %s", w, why)
                     continue
-                why = f"reading it failed there: {type(exc).__name__}: {exc}"
+                why = f"asking it failed: {type(why).__name__}: {why}"
+            elif w not in answers:
+                continue  # it left before it was asked
             if why is not None:
                 found[w] = why
         return found

@@ -355,8 +355,8 @@ def dask_client(
             client = Client(address)
         except OSError as e:  # Dask's "Timed out trying to connect to ... after 30 s"
             raise SchedulerUnreachable(
-                f"no Dask scheduler answers at {address} ({e}): start it, or point "
-                "dask_address (popflow resume --dask-address) at one that runs"
+                f"no Dask scheduler answers at {address} ({e}): start it, or give the "
+                "address of one that runs"
             ) from None
         try:
             yield client

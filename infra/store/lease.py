@@ -333,11 +333,9 @@ class Lease:
             self._lost = f"driver epoch {newest} took the experiment over"
         elif self.epoch not in epochs:  # removed as planted (see the module's doc)
             self._lost = f"its lease file {lease_path(self.epoch)} was removed"
-        else:
-            self._answered()
 
     def answered_within(self, seconds: float) -> bool:
-        """Storage proved this driver's lease within the last ``seconds`` and it is held."""
+        """This driver renewed its lease within the last ``seconds`` and holds it."""
         return self._lost is None and self.proof.within(seconds)
 
     def _answered(self) -> None:
