@@ -26,6 +26,9 @@ WRITTEN_BY_MAIN = {
     ".popflow/parameters/<32 hex>.pkl",
     ".popflow/run_args.json",
     ".popflow/run_args.pkl",
+    # since issue 47, on a cluster of the user's (this test's): the storage probe, which
+    # nothing reads back on a resume (an older folder without it resumes the same)
+    ".popflow/storage_probe.json",
     "<trial>/checkpoint_000001/.popflow_manifest.json",
     "<trial>/checkpoint_000001/_dict_checkpoint.pkl",
     "<trial>/checkpoint_000002/.popflow_manifest.json",
