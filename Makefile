@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install -q --disable-pip-version-check
 QUIET := 2>&1 | { grep -v '^WARNING: Location' || true; }
 
-.PHONY: demo test test-fast lint docs bench clean chromium
+.PHONY: demo test test-fast test-hosts lint docs bench clean chromium
 
 $(VENV)/bin/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "popflow needs Python 3.11+"'
@@ -43,6 +43,10 @@ test: $(VENV)/.installed-dev chromium
 ## property test's examples (tests/support/examples.py): under a minute
 test-fast: $(VENV)/.installed-dev
 	$(VENV)/bin/pytest -q -m unit --hypothesis-profile=fast
+
+## The hosts tier alone: popflow on simulated machines (network namespaces; needs root)
+test-hosts: $(VENV)/.installed-dev
+	$(VENV)/bin/pytest -q -m hosts
 
 ## The docs site into ./site (MkDocs Material; warnings are errors). `make test` builds it too.
 docs: $(VENV)/.installed-dev

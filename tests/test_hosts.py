@@ -17,7 +17,7 @@ from support import hosts as hosts_module
 from support.hosts import Hosts, start_moto, start_scheduler, start_workers
 from support.processes import read, subtree
 
-pytestmark = pytest.mark.system
+pytestmark = pytest.mark.hosts
 
 PORT = 9000
 #: A server on the host's address that accepts and closes connections.

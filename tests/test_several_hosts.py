@@ -23,7 +23,7 @@ from conftest import prefect_server_process
 from support.hosts import TESTS, Hosts, start_moto, start_scheduler, start_workers
 from support.polling import wait_for
 
-pytestmark = pytest.mark.system
+pytestmark = pytest.mark.hosts
 
 BUCKET = "hosts"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}

@@ -1,8 +1,11 @@
-"""The test tiers: every test is exactly one of ``unit``, ``integration``, ``system``.
+"""The test tiers: every test is exactly one of ``unit``, ``integration``, ``system``,
+``hosts``.
 
 - ``unit``: no processes, no sockets; runs in milliseconds (``make test-fast``).
 - ``integration``: a Dask cluster, moto's S3 server or a Prefect server.
 - ``system``: subprocess drivers, kills, deployments, ``make demo``.
+- ``hosts``: popflow on several simulated machines (network namespaces, a scratch folder
+  per host: :mod:`support.hosts`); needs root (``make test-hosts`` runs these alone).
 
 A test with no tier or two fails at collection, so a new one cannot go untiered; a
 ``unit`` test that opens a socket or starts a process fails with :class:`NotAUnitTest`.
@@ -20,7 +23,7 @@ from typing import Any
 
 import pytest
 
-TIERS = ("unit", "integration", "system")
+TIERS = ("unit", "integration", "system", "hosts")
 
 
 class NotAUnitTest(RuntimeError):
@@ -73,7 +76,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     bad = untiered(items)
     if bad:
         raise pytest.UsageError(
-            "each test needs exactly one tier marker (unit, integration, system; "
+            "each test needs exactly one tier marker (unit, integration, system, hosts; "
             "tests/support/tiers.py):\n  " + "\n  ".join(bad)
         )
 
