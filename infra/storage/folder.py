@@ -40,6 +40,7 @@ from popflow.infra.storage.errors import StorageError
 from popflow.infra.storage.log_writes import LogChanged, LogWrites
 from popflow.infra.storage.object_writes import ObjectWrites
 from popflow.infra.storage.retry import RetryPolicy
+from popflow.infra.storage.s3_attempts import filesystem, url_to_fs
 from popflow.infra.storage.safe_paths import UnsafePath, escapes, leads_out
 
 __all__ = ["LogChanged", "RetryPolicy", "Storage", "StorageError", "UnsafePath"]
@@ -48,28 +49,6 @@ __all__ = ["LogChanged", "RetryPolicy", "Storage", "StorageError", "UnsafePath"]
 #: An object-store transfer's part size and parts in flight (:meth:`Storage._parts`)
 PART_BYTES = 8 << 20
 PART_CONCURRENCY = 4
-
-
-#: s3fs's own options under popflow's retries: one attempt each at s3fs's and botocore's
-#: level (each retries timeouts silently, 5 times, and botocore connect timeouts 5 times
-#: more: a call to an unreachable store took minutes before popflow's retry, which logs
-#: and knows the lease's deadline, saw it). The user's storage_options take precedence.
-S3_ONE_ATTEMPT = {"retries": {"max_attempts": 1}}
-
-
-def _fs_options(protocol: str, options: Mapping[str, Any]) -> dict[str, Any]:
-    """``options`` for fsspec, with botocore's :data:`S3_ONE_ATTEMPT` under them on S3
-    (s3fs's own attempts are :func:`_one_attempt`'s)."""
-    if protocol not in ("s3", "s3a"):
-        return dict(options)
-    return {**options, "config_kwargs": {**S3_ONE_ATTEMPT, **(options.get("config_kwargs") or {})}}
-
-
-def _one_attempt(fs: fsspec.AbstractFileSystem, options: Mapping[str, Any]) -> None:
-    """s3fs's own retries (a class attribute, not an option) off on ``fs``: an instance
-    of popflow's alone, fsspec caching instances by their options, botocore's among them."""
-    if "retries" in vars(type(fs)) and "retries" not in (options.get("config_kwargs") or {}):
-        fs.retries = 1
 
 
 class Storage(StorageCalls):
@@ -95,9 +74,7 @@ class Storage(StorageCalls):
             )
         self._options = Hidden(storage_options)  # a RunConfig's StorageOptions too
         self.retry = retry or RetryPolicy()
-        protocol = fsspec.core.split_protocol(url)[0] or "file"
-        fs, root = fsspec.core.url_to_fs(url, **_fs_options(protocol, self.storage_options))
-        _one_attempt(fs, self.storage_options)
+        fs, root = url_to_fs(url, self.storage_options)
         self.protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
         self.is_local = isinstance(fs, LocalFileSystem)
         # s3fs asks for an object's size (a HEAD) before each GET, to split big
@@ -139,10 +116,7 @@ class Storage(StorageCalls):
     @property
     def fs(self) -> fsspec.AbstractFileSystem:
         if self._fs is None:
-            self._fs = fsspec.filesystem(
-                self.protocol, **_fs_options(self.protocol, self.storage_options)
-            )
-            _one_attempt(self._fs, self.storage_options)
+            self._fs = filesystem(self.protocol, self.storage_options)
         return self._fs
 
     def child(self, *parts: str) -> Storage:
