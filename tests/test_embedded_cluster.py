@@ -421,46 +421,43 @@ def test_init_num_gpus_lets_a_one_gpu_trial_run(prefect_server, tmp_path):
 
 
 @pytest.mark.unit
-def test_workers_starting_at_once_never_parse_the_main_script_at_once(tmp_path, monkeypatch):
-    """The embedded cluster's workers start in threads of their own, each asking whether
-    ``__main__`` is guarded. CPython 3.11's ``ast.parse`` is not thread-safe: two at once
-    failed a CI run with ``SystemError: AST constructor recursion depth mismatch`` and
-    ``Nanny failed to start``. The script is parsed once, by one thread."""
+def test_whether_main_is_guarded_never_depends_on_pythons_ast(tmp_path, monkeypatch):
+    """CPython 3.11's AST conversion is not thread-safe: an ``ast.parse`` here while
+    another thread parsed (a 3.11 traceback does) failed a deployed run's first attempt
+    with ``SystemError: AST constructor recursion depth mismatch`` and ``Nanny failed
+    to start``; a lock around popflow's own parse could not stop the others. Before:
+    the SystemError below reached the worker's start."""
     import ast
     import threading
 
     from popflow.infra.cluster import worker_main as cluster
 
-    script = tmp_path / "script.py"
-    script.write_text('if __name__ == "__main__":\n    pass\n')
-    inside, most, calls = [0], [0], []
-    lock, entered = threading.Lock(), threading.Event()
-    real_parse = ast.parse
+    def broken(*args, **kwargs):
+        raise SystemError("AST constructor recursion depth mismatch (before=54, after=95)")
 
-    def parse(*args, **kwargs):
-        with lock:
-            inside[0] += 1
-            most[0] = max(most[0], inside[0])
-            calls.append(1)
-            if inside[0] > 1:
-                entered.set()
-        entered.wait(timeout=0.5)  # long enough for a second thread to come in, if it can
-        with lock:
-            inside[0] -= 1
-        return real_parse(*args, **kwargs)
+    monkeypatch.setattr(ast, "parse", broken)
+    sources = {
+        "guarded": (
+            '# coding: utf-8\nimport x\n\nif (__name__ == "__main__"):  # run\n    x.go()\n',
+            True,
+        ),
+        "one_line": ("if __name__ == '__main__': main()\n", True),
+        "nested": ("class A:\n    if __name__ == '__main__':\n        pass\nx = 1\n", False),
+        "after_dedent": ("def f():\n    pass\nif '__main__' == __name__:\n    f()\n", True),
+        "elif": ("if a:\n    pass\nelif __name__ == '__main__':\n    pass\n", False),
+        "and": ("if __name__ == '__main__' and x:\n    pass\n", False),
+        "unterminated": ("x = (\n", False),
+    }
+    answers: dict[str, bool] = {}
 
-    monkeypatch.setattr(cluster.ast, "parse", parse)
-    start = threading.Barrier(4)
-    answers: list[bool] = []
+    def ask(name: str, source: str) -> None:
+        script = tmp_path / f"{name}.py"
+        script.write_text(source)
+        answers[name] = cluster.main_is_guarded(str(script))
 
-    def ask() -> None:
-        start.wait()
-        answers.append(cluster.main_is_guarded(str(script)))
-
-    threads = [threading.Thread(target=ask) for _ in range(4)]
+    threads = [threading.Thread(target=ask, args=(n, s)) for n, (s, _) in sources.items()]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert answers == [True] * 4
-    assert most[0] == 1 and len(calls) == 1
+    assert answers == {name: guarded for name, (_, guarded) in sources.items()}

@@ -4,11 +4,11 @@ embedded cluster spawns (:mod:`popflow.infra.cluster.dask_cluster`)."""
 
 from __future__ import annotations
 
-import ast
 import functools
 import importlib.util
 import threading
-from collections.abc import Callable, Mapping
+import tokenize
+from collections.abc import Callable, Iterator, Mapping
 from multiprocessing import spawn
 from typing import Any
 
@@ -50,21 +50,27 @@ def _main_path(data: Mapping[str, Any]) -> str | None:
     return None
 
 
-#: CPython 3.11's ``ast.parse`` is not thread-safe ("AST constructor recursion depth
-#: mismatch", gh-106905), and the embedded cluster's workers start in threads at once
-_PARSE_LOCK = threading.Lock()
-
-
 def main_is_guarded(path: str | None) -> bool:
     """Whether the script at ``path`` runs its work under ``if __name__ == "__main__":``.
 
-    Such a script is safe to import in a worker, and is (Dask's usual way: what its
-    objects refer to by name, a ``functools.cache``'d function say, is found
-    there). One without the guard would start tune again in every worker, so its
-    workers do without it. Parsed once per path, one thread at a time.
+    A guarded script is safe for a worker to run again as ``__mp_main__`` (the
+    objects its functions refer to by name, a ``functools.cache``'d function say, is
+    found there). One without the guard would start tune again in every worker, so
+    its workers do without it. Read with :mod:`tokenize`, not :func:`ast.parse`:
+    CPython 3.11's AST conversion is not thread-safe ("AST constructor recursion depth
+    mismatch", gh-106905, also when another thread parses: 3.11's tracebacks do), and
+    the embedded cluster's workers start in threads at once.
     """
-    with _PARSE_LOCK:
-        return _main_is_guarded(path)
+    return _main_is_guarded(path)
+
+
+#: ``__name__ == "__main__"`` as tokens, either way round
+_GUARDS = {
+    ("__name__", "==", "'__main__'"),
+    ("__name__", "==", '"__main__"'),
+    ("'__main__'", "==", "__name__"),
+    ('"__main__"', "==", "__name__"),
+}
 
 
 @functools.lru_cache(maxsize=16)
@@ -73,23 +79,40 @@ def _main_is_guarded(path: str | None) -> bool:
         return False
     try:
         with open(path, "rb") as f:
-            tree = ast.parse(f.read(), filename=path)
-    except (OSError, SyntaxError, ValueError):
+            return any(tuple(test) in _GUARDS for test in _top_level_if_tests(f.readline))
+    except (OSError, SyntaxError, ValueError, tokenize.TokenError):
         return False
-    return any(_is_main_guard(node) for node in tree.body)
 
 
-def _is_main_guard(node: ast.stmt) -> bool:
-    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
-        return False
-    test = node.test
-    sides = [test.left, *test.comparators]
-    return (
-        len(test.ops) == 1
-        and isinstance(test.ops[0], ast.Eq)
-        and any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides)
-        and any(isinstance(x, ast.Constant) and x.value == "__main__" for x in sides)
-    )
+def _top_level_if_tests(readline: Callable[[], bytes]) -> Iterator[list[str]]:
+    """The tests of the module's top-level ``if`` statements, each as its tokens' strings
+    (brackets, comments and line breaks left out)."""
+    indent = brackets = 0
+    line_start = True
+    test: list[str] | None = None
+    for tok in tokenize.tokenize(readline):
+        kind, text = tok.type, tok.string
+        if kind == tokenize.INDENT:
+            indent += 1
+        elif kind == tokenize.DEDENT:
+            indent -= 1
+        elif kind == tokenize.OP and text in "([{":
+            brackets += 1
+        elif kind == tokenize.OP and text in ")]}":
+            brackets -= 1
+        elif test is not None and kind == tokenize.OP and text == ":" and brackets == 0:
+            yield test
+            test = None
+        elif test is not None and kind not in _SKIPPED:
+            test.append(text)
+        elif line_start and indent == 0 and kind == tokenize.NAME and text == "if":
+            test = []
+        line_start = kind in (tokenize.NEWLINE, tokenize.ENCODING) or (
+            line_start and kind in _SKIPPED
+        )
+
+
+_SKIPPED = {tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT}
 
 
 class _WorkersWithoutMain:
