@@ -11,7 +11,8 @@ trainable's module, and have no use for Prefect.
     prefect deploy --name pbt-benchmark-smoke
     prefect deployment run pbt-benchmark/pbt-benchmark-smoke
 
-Run directly, it says so; ``--run`` runs the flow once, here, without a deployment:
+Run directly, it says so; ``--run`` runs the flow once, here, without a deployment
+(on ``PREFECT_API_URL``'s server, else on popflow's local one, as ``popflow.run`` does):
 
     python examples/pbt_benchmark_flow.py --run --smoke-test
 
@@ -33,6 +34,7 @@ from prefect.states import Completed, State
 
 from popflow.flows.record.flow_retries import mistakes_not_retried
 from popflow.flows.record.plot_artifacts import plots_artifact
+from popflow.flows.record.prefect_flow import prefect_api
 from popflow.infra.storage.options_cli import resolve_storage_options
 
 
@@ -86,8 +88,10 @@ def pbt_benchmark_flow(
 USAGE = """\
 pbt_benchmark_flow.py defines the Prefect flow 'pbt-benchmark' that prefect.yaml deploys
 (the PBT benchmark of pbt_benchmark.py; each run resumes the experiment of its name).
-To deploy it, from the repository's root, with a Prefect server (PREFECT_API_URL):
+To deploy it, from the repository's root, on a Prefect server (PREFECT_API_URL; see
+docs/tutorials/deploying.md):
 
+    eval "$(popflow server start)"
     prefect work-pool create popflow-local --type process
     prefect deploy --name pbt-benchmark-smoke
     prefect worker start --pool popflow-local
@@ -111,7 +115,12 @@ def main(argv: list[str] | None = None) -> None:
     if not args.run:
         print(USAGE)
         return
-    state = pbt_benchmark_flow(storage=args.storage, smoke_test=args.smoke_test, return_state=True)
+    # This flow run and its `tune` subflow on one server: popflow's local one unless
+    # PREFECT_API_URL names another (else Prefect starts a temporary server for this one)
+    with prefect_api():
+        state = pbt_benchmark_flow(
+            storage=args.storage, smoke_test=args.smoke_test, return_state=True
+        )
     print(state.message)
     sys.exit(0 if state.is_completed() else 1)
 

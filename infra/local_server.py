@@ -6,7 +6,8 @@ and stops it at the script's end (seconds each time, more for a new database:
 benchmarks/RESULTS.md). popflow instead starts one on 127.0.0.1 in the background, with the
 ``PREFECT_HOME``'s database, and leaves it running: a later run finds it in
 ``<PREFECT_HOME>/popflow-server.json`` and uses it at once, and its UI outlives
-the script. ``popflow server stop`` stops it (by its PID).
+the script. ``popflow server start`` starts it (or finds it) for deployments and
+workers, ``popflow server stop`` stops it (by its PID).
 
 Setting ``POPFLOW_PREFECT_SERVER=temporary`` keeps Prefect's temporary server;
 a user's own ``PREFECT_API_URL`` is always used as it is (see
@@ -39,6 +40,10 @@ MODE_VARIABLE = "POPFLOW_PREFECT_SERVER"
 #: Dask workers start beside it, and a loaded machine is slower still.
 STARTUP_TIMEOUT_S = 120.0
 RECORD = "popflow-server.json"
+
+
+class PortInUse(RuntimeError):
+    """The port asked for a new local server is taken."""
 
 
 @dataclass(frozen=True)
@@ -101,8 +106,9 @@ def _serves_its_ui(server: LocalServer) -> bool:
     return server.ui_api_url() == server.api_url
 
 
-def local_server(home: Path | None = None) -> LocalServer:
-    """The local server of ``home``: the running one, else one started now (waited for).
+def local_server(home: Path | None = None, port: int | None = None) -> LocalServer:
+    """The local server of ``home``: the running one, else one started now (waited for)
+    on ``port`` (default: a free one).
 
     Two scripts starting at once start one server: the check and the start
     happen under a lock on a file in ``home``.
@@ -121,7 +127,7 @@ def local_server(home: Path | None = None) -> LocalServer:
             _stop_locked(home)
             server = None
         if server is None:
-            server = _start(home)
+            server = _start(home, port)
     return server
 
 
@@ -149,8 +155,10 @@ def _stop_locked(home: Path, timeout: float = 30.0) -> LocalServer | None:
     return server
 
 
-def _start(home: Path) -> LocalServer:
-    port = _free_port()
+def _start(home: Path, port: int | None = None) -> LocalServer:
+    if port and not _can_bind(port):  # else the server's own start fails, less clearly
+        raise PortInUse(f"port {port} of 127.0.0.1 is in use: choose another, or none")
+    port = port or _free_port()
     server = LocalServer(0, port, str(home))
     # The server's UI asks /ui-settings where its API is; Prefect answers from these
     # settings, not from --port (else the UI calls port 4200: someone else's server, or none).
@@ -226,6 +234,15 @@ def _alive(pid: int) -> bool:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
+        return True
+
+
+def _can_bind(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
         return True
 
 

@@ -9,6 +9,8 @@ popflow resume s3://bucket/experiments/pbt --credentials-block aws-credentials/m
 popflow plot ./results/pbt_benchmark        # PNGs in ./results/pbt_benchmark/plots/
 popflow plot ./results/pbt_benchmark --out ./figs   # or elsewhere
 popflow server                              # the local Prefect server's UI address, if up
+popflow server start                        # start it for deployments (eval "$(...)" sets
+                                            # PREFECT_API_URL); a second start reuses it
 popflow server stop                         # stop it (a later run starts it again)
 
 status and show never write to the experiment's storage, and plot writes only
@@ -36,6 +38,7 @@ from popflow.flows.api.cli_reading import (
     user_error,
 )
 from popflow.flows.api.cli_resume import add_resume_arguments
+from popflow.flows.api.cli_server import add_server_arguments, server_command
 from popflow.infra.storage.options_cli import add_storage_arguments
 
 # Each command imports what it needs when it runs: `popflow --help` imports no fsspec,
@@ -113,24 +116,6 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
-def _server(args: argparse.Namespace) -> int:
-    """The embedded default's Prefect server (:mod:`popflow.infra.local_server`)."""
-    from popflow.infra import local_server
-
-    home = local_server.prefect_home()
-    if args.action == "stop":
-        stopped = local_server.stop(home)
-        print(f"stopped the local Prefect server (pid {stopped.pid})" if stopped else
-              f"no local Prefect server of {home} was running")  # fmt: skip
-        return 0
-    server = local_server.running(home)
-    if server is None:
-        print(f"no local Prefect server of {home} is running (the next run starts one)")
-        return 0
-    print(f"Prefect UI: {server.ui_url}  (API {server.api_url}; pid {server.pid}; home {home})")
-    return 0
-
-
 def _quiet_console() -> None:
     """popflow's and Prefect's INFO on the console; not a line per HTTP request."""
     from popflow.flows.console.verbose import quiet_http_requests
@@ -184,11 +169,12 @@ def _command(argv: list[str] | None) -> int:
     )
     p.add_argument("--log-y", action="store_true", help="the metric on a log scale")
     p = sub.add_parser("server", help="the local Prefect server that runs start and reuse")
-    p.add_argument("action", nargs="?", choices=("status", "stop"), default="status")
+    add_server_arguments(p)
     args = parser.parse_args(argv)
     _quiet_console()
     commands = {
-        "status": _status, "show": _show, "resume": _resume, "plot": _plot, "server": _server,
+        "status": _status, "show": _show, "resume": _resume, "plot": _plot,
+        "server": server_command,
     }  # fmt: skip
     try:
         return commands[args.command](args)
