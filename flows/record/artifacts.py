@@ -6,7 +6,9 @@ Artifacts are keyed by experiment (``<name>-leaderboard``, ``<name>-progress``,
 the runs that resume one experiment, and the key's page in the UI shows the
 latest version. The leaderboard has the console's columns and rounding: trial,
 status (``stopped early`` apart from ``finished``), the metric, iteration, time,
-a column per hyperparameter. They are sent from a thread of their own, in order
+a column per hyperparameter; every round gets its leaderboard version (unless the
+API falls ``MAX_BACKLOG`` rounds behind: the oldest waiting are then skipped, the
+last round's never). They are sent from a thread of their own, in order
 and in the round task's context (so the UI links them to it), off the round's
 path: a synchronous round does not wait for Prefect's API. The plots are drawn
 on another thread, at most every ``PLOTS_INTERVAL_S``, so a round never waits
@@ -36,6 +38,9 @@ logger = logging.getLogger(__name__)
 
 #: Leaderboard rows kept, best first: the UI pages a long table, and each round sends it.
 MAX_ROWS = 50
+#: Rounds whose leaderboard may wait for Prefect's API; past it the oldest are skipped
+#: (a run of many quick rounds on a slow API would otherwise end waiting seconds for them).
+MAX_BACKLOG = 32
 #: The leaderboard's status of a trial that ended before the others got as far.
 STOPPED_EARLY = "stopped early"
 
@@ -162,10 +167,11 @@ class RunArtifacts:
         self._sender = ThreadPoolExecutor(1, thread_name_prefix="popflow-artifacts")
         self._sent: list[Future[None]] = []
         self.plots = plots
-        #: the newest round's rows not yet sent: a record behind the training sends the
-        #: latest leaderboard, not one per round it missed (a backlog took seconds under load)
-        self._latest: tuple[list[dict[str, Any]], float, int, str] | None = None
-        self._latest_lock = threading.Lock()
+        #: the rounds not yet sent, oldest first: each gets its leaderboard version; a
+        #: record more than MAX_BACKLOG rounds behind skips the oldest (not the newest)
+        self._waiting: list[tuple[list[dict[str, Any]], float, int, str]] = []
+        self._waiting_lock = threading.Lock()
+        self.skipped = 0  # rounds whose leaderboard was skipped, as the API fell behind
 
     def _send(self, call: Callable[[], None]) -> None:
         """Run ``call`` on the sender thread, in this thread's context (the run's)."""
@@ -184,35 +190,38 @@ class RunArtifacts:
     ) -> None:
         """The leaderboard's next version (``rows``, :func:`leaderboard`'s), the progress
         (``done``, :func:`finished_percent`'s; ``progress``, :func:`progress_text`'s) after
-        round ``round_no``, and the plots if a drawing is due; when rounds come faster than
-        the API takes them, only the newest is sent."""
-        with self._latest_lock:
-            waiting, self._latest = self._latest is not None, (rows, done, round_no, progress)
-        if not waiting:
-            self._send(self._send_latest)
+        round ``round_no``, and the plots if a drawing is due. Each round gets its
+        leaderboard version; rounds that wait for the API together are sent in one go
+        (the progress once, the newest); beyond ``MAX_BACKLOG`` waiting, the oldest are
+        skipped, never the newest."""
+        with self._waiting_lock:
+            idle = not self._waiting
+            self._waiting.append((rows, done, round_no, progress))
+            if len(self._waiting) > MAX_BACKLOG:
+                self.skipped += len(self._waiting) - MAX_BACKLOG
+                del self._waiting[: len(self._waiting) - MAX_BACKLOG]
+        if idle:
+            self._send(self._send_waiting)
         if self.plots is not None:
             self.plots.due()
 
-    def _send_latest(self) -> None:
-        with self._latest_lock:
-            latest, self._latest = self._latest, None
-        if latest is not None:
-            self._send_round(*latest)
+    def _send_waiting(self) -> None:
+        from prefect.artifacts import create_table_artifact
 
-    def _send_round(
-        self, rows: list[dict[str, Any]], done: float, round_no: int, progress: str
-    ) -> None:
-        from prefect.artifacts import (
-            create_progress_artifact,
-            create_table_artifact,
-            update_progress_artifact,
-        )
+        with self._waiting_lock:
+            waiting, self._waiting = self._waiting, []
+        for rows, _, round_no, _ in waiting:
+            create_table_artifact(
+                rows,
+                key=artifact_key(self.experiment, "leaderboard"),
+                description=f"{self.experiment} after round {round_no}, best first",
+            )
+        if waiting:
+            self._send_progress(*waiting[-1][1:])
 
-        create_table_artifact(
-            rows,
-            key=artifact_key(self.experiment, "leaderboard"),
-            description=f"{self.experiment} after round {round_no}, best first",
-        )
+    def _send_progress(self, done: float, round_no: int, progress: str) -> None:
+        from prefect.artifacts import create_progress_artifact, update_progress_artifact
+
         what = f"{self.experiment}, round {round_no}: {progress or 'trials ended'}"
         if self._progress is None:
             self._progress = create_progress_artifact(

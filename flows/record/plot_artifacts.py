@@ -1,7 +1,7 @@
 """The plots on the Prefect UI's Artifacts page (``<name>-plots``): redrawn while a run
 goes, by :class:`PlotRefresh` (a thread of its own, at most every
-``PLOTS_INTERVAL_S``: a round never waits for a drawing), and drawn at the end of a
-deployment that asks for them (:func:`plots_artifact`). Each PNG is embedded as a
+``PLOTS_INTERVAL_S``: a round never waits for a drawing), and once more when every
+run ends; drawn at the end of a deployment that asks for them (:func:`plots_artifact`). Each PNG is embedded as a
 data URI, so the browser showing the UI need not reach the storage. A plot is a
 view: without matplotlib, or if drawing fails, the run goes on.
 """
@@ -26,8 +26,10 @@ class PlotRefresh:
     """The plots artifact, redrawn while a run goes: :meth:`due` after each round starts a
     drawing on a thread of its own when ``interval_s`` has passed since the run started
     or since the last drawing began, and none is under way; it never waits for one.
-    ``draw`` (default :func:`draw_plots_artifact`) sends one version; False: it cannot
-    (no matplotlib), and the refresh stops."""
+    :meth:`close` draws the last version, so every run ends with one. ``draw`` (default
+    :func:`draw_plots_artifact`) sends one version; False: it cannot (no matplotlib), and
+    the refresh stops. ``warm`` (default :func:`warm_plots`) runs first on the drawing's
+    thread, while the run trains: the end's drawing does not pay matplotlib's import."""
 
     def __init__(
         self,
@@ -37,6 +39,7 @@ class PlotRefresh:
         interval_s: float | None = None,
         draw: Callable[[str, str, dict[str, Any] | None], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        warm: Callable[[], None] | None = None,
     ) -> None:
         self.experiment, self.path, self.storage_options = experiment, path, storage_options
         self.interval_s = PLOTS_INTERVAL_S if interval_s is None else interval_s
@@ -48,6 +51,7 @@ class PlotRefresh:
         self._off = False
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="popflow-plots")
         self._future: Future[None] | None = None
+        self._thread.submit(contextvars.copy_context().run, warm or warm_plots)
 
     @property
     def drawn(self) -> int:
@@ -74,14 +78,34 @@ class PlotRefresh:
             self._busy.release()
 
     def close(self, final: bool) -> None:
-        """The run ended: wait for a drawing under way; with ``final``, once a version
-        was drawn, draw the last one (the artifact's page shows the end, not a minute
-        before it)."""
+        """The run ended: wait for a drawing under way; with ``final``, draw the last
+        version (every run ends with its plots: the artifact's page shows the end, not a
+        minute before it, and a run shorter than ``interval_s`` has them too)."""
         if self._future is not None:
             wait([self._future])
-        if final and self._drawn and not self._off and self._busy.acquire(False):
+        if final and not self._off and self._busy.acquire(False):
             self._run()
         self._thread.shutdown()
+
+
+def warm_plots() -> None:
+    """Import matplotlib's drawing parts and load its fonts with a tiny drawing (most of a
+    first drawing's time), off the run's path; nothing without matplotlib (the drawing
+    says so)."""
+    import io
+
+    from popflow.flows.plots.figures import PlotsUnavailable, _matplotlib
+
+    try:
+        _, figure, canvas = _matplotlib()
+        tiny = figure(figsize=(1, 1), dpi=10)
+        canvas(tiny)
+        tiny.add_subplot().set_title("warm")
+        tiny.savefig(io.BytesIO(), format="png")
+    except PlotsUnavailable:
+        pass
+    except Exception as e:  # a plot is a view: its failure never fails the run
+        logger.debug("matplotlib failed to import: %s", e)
 
 
 def _plots_markdown(experiment: str, pngs: Sequence[tuple[str, bytes, str]]) -> str:
