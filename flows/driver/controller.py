@@ -222,12 +222,13 @@ class Controller(RoundDispatch, RoundReduction, RoundCommits):
                     limit = 2 * slots * size
                 for pack in packs(self._plan(limit=limit), size, self.backend.isolated):
                     self._dispatch(pack)
+                # after the dispatch, not the reduce: the console shows the slots refilled
+                self.events.emit(Tick(self.records, self.rounds))
                 if not self.backend:
                     if self.endings.await_retry():
                         continue
                     break
                 self._reduce_all(self.backend.returned())
-                self.events.emit(Tick(self.records, self.rounds))
                 if self.clock.monotonic() >= deadline or self.early_end.due:
                     break
                 if self.early_end.over_budget():
