@@ -35,6 +35,7 @@ from popflow.flows.record.artifacts import (
     progress_text,
     summary_markdown,
 )
+from popflow.flows.record.prefect_events import EventNotices
 from popflow.flows.record.run_feed import CURRENT, Line, RunEnd, RunFeed
 from popflow.flows.record.run_log import run_logger
 from popflow.flows.spec.config import check_verbose
@@ -132,8 +133,10 @@ def _train_on(
         controller = Controller(spec, experiment, backend, events, progress_topic=topic)
         fresh = experiment.resumed_from is None
         events.subscribe(committed)
+        events.subscribe(EventNotices(feed, lambda: rounds.controller))  # Prefect events
         while True:
             rounds.controller = controller
+            controller.early_end.asked = feed.stop  # a cancel from Prefect ends the run
             try:
                 controller.drive(fresh)
                 break
@@ -326,9 +329,10 @@ def _how_it_ended(experiment: Experiment, controller: Controller) -> str:
     if controller.early_end.spent:
         to_go = sum(1 for r in records if r.trial.is_live)
         return (
-            f"{experiment.name}: {controller.early_end.budget} spent after round "
+            f"{experiment.name}: {controller.early_end.ended_by} after round "
             f"{controller.rounds}; {to_go} trials to go, committed: resume "
-            "(resume='auto', Tuner.restore) goes on from here"
+            f"(resume='auto', Tuner.restore, `popflow resume {experiment.storage.url}`) "
+            "goes on from here"
         )
     errors = sum(1 for r in records if r.error)
     return f"{experiment.name} finished: {len(records)} trials, {errors} errors"

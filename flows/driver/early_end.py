@@ -13,6 +13,8 @@ The budget is different: it ends the *run*, not the experiment. Once
 rounds of this run), segments in flight are cancelled, their trials wait as
 they were last committed, and the experiment stays resumable (the next
 ``resume="auto"`` run, a scheduled deployment's, goes on from there).
+A stop asked from outside the driver (:class:`StopAsked`: a cancel in Prefect's UI,
+seen by the record's thread) ends the run the same way, at the next look at the budget.
 """
 
 from __future__ import annotations
@@ -25,6 +27,19 @@ from popflow.schedulers.stoppers import Stopper
 
 if TYPE_CHECKING:
     from popflow.flows.spec.run_spec import RunSpec
+
+
+class StopAsked:
+    """A stop of the run asked from another thread (a cancel from Prefect): the driver
+    ends as at its budget. ``why`` says who asked; ``honoured`` that the run ended by it."""
+
+    def __init__(self) -> None:
+        self.why: str | None = None
+        self.honoured = False
+
+    def ask(self, why: str) -> None:
+        if self.why is None:  # the first asker is the one the run's end names
+            self.why = why
 
 
 class EarlyEnd:
@@ -44,6 +59,8 @@ class EarlyEnd:
         self._started = self.clock.monotonic()
         self._rounds = 0  # rounds this run has finished
         self._spent = False
+        #: a stop asked from outside (the door sets it: the Prefect record's)
+        self.asked = StopAsked()
 
     @property
     def due(self) -> bool:
@@ -74,7 +91,10 @@ class EarlyEnd:
         self._rounds += 1
 
     def over_budget(self) -> bool:
-        """This run has used its ``time_budget_s`` or its ``max_rounds``."""
+        """This run has used its ``time_budget_s`` or its ``max_rounds``, or was asked
+        to stop."""
+        if self.asked.why is not None:
+            return True
         if self.max_rounds is not None and self._rounds >= self.max_rounds:
             return True
         if self.time_budget_s is None:
@@ -84,6 +104,8 @@ class EarlyEnd:
     @property
     def budget(self) -> str:
         """The budget that ended the run, in words."""
+        if self.asked.why is not None:
+            return self.asked.why
         if self.max_rounds is not None and self._rounds >= self.max_rounds:
             return f"max_rounds={self.max_rounds}"
         return f"time_budget_s={self.time_budget_s}"
@@ -91,6 +113,12 @@ class EarlyEnd:
     def end_of_budget(self) -> None:
         """The run ends here, at its budget, with work left."""
         self._spent = True
+        self.asked.honoured = self.asked.why is not None
+
+    @property
+    def ended_by(self) -> str:
+        """What ended the run with work left, in words: the budget spent, or the stop asked."""
+        return self.budget if self.asked.honoured else f"{self.budget} spent"
 
     @property
     def spent(self) -> bool:

@@ -31,8 +31,22 @@ from popflow.flows.record.artifacts import RunArtifacts
 from popflow.flows.record.flow_parameters import Shown
 from popflow.flows.record.heartbeat import engine_heartbeats_off, heartbeats
 from popflow.flows.record.plot_artifacts import PlotRefresh
+from popflow.flows.record.prefect_control import (
+    cancel_watch,
+    cancelled_state,
+    worker_cancel_state,
+)
+from popflow.flows.record.prefect_events import emit_notice
 from popflow.flows.record.round_runs import RoundRuns, late_start_line, log_at
-from popflow.flows.record.run_feed import Line, Resumed, RoundBegins, RoundDone, RunEnd, RunFeed
+from popflow.flows.record.run_feed import (
+    Line,
+    Notice,
+    Resumed,
+    RoundBegins,
+    RoundDone,
+    RunEnd,
+    RunFeed,
+)
 from popflow.flows.record.run_log import popflow_logger, run_logger
 from popflow.flows.record.stale_runs import close_stale_runs
 from popflow.flows.spec.run_spec import RunSpec
@@ -170,7 +184,7 @@ def tune_flow(name: str, spec: Shown[RunSpec] | RunSpec, cluster: Shown[Any] | A
     late = late_start_line(feed.started_at)
     if late is not None:
         _log(late)
-    with heartbeats(_HEARTBEAT_S.get()):
+    with heartbeats(_HEARTBEAT_S.get()), cancel_watch(feed.stop):
         return _replay(feed, artifacts, RoundRuns(prefect_objects().round_task))
 
 
@@ -186,6 +200,8 @@ def _replay(feed: RunFeed, artifacts: RunArtifacts, rounds: RoundRuns) -> Any:
                     return _ended(end, artifacts)
             elif isinstance(event, Resumed):
                 close_stale_runs(event.experiment, event.epoch)
+            elif isinstance(event, Notice):  # Prefect events for automations
+                emit_notice(event)
             elif isinstance(event, RunEnd):
                 return _ended(event, artifacts)
     finally:
@@ -204,6 +220,8 @@ def _round(
     while (event := feed.next()) is not None:
         if isinstance(event, Line):
             _log(event, run.logger)
+        elif isinstance(event, Notice):  # Prefect events for automations
+            emit_notice(event)
         elif isinstance(event, RoundDone):
             for line in event.lines:
                 _log(line, run.logger)
@@ -227,6 +245,8 @@ def _ended(end: RunEnd, artifacts: RunArtifacts) -> Any:
     from prefect.states import Completed
 
     if end.error is not None:
+        if (cancelled := worker_cancel_state(end.error, artifacts.experiment)) is not None:
+            return cancelled  # a process worker's cancel: SIGTERM after its intent
         if not isinstance(end.error, Exception):
             raise KeyboardInterrupt()  # Prefect marks the run Crashed, as for any interrupt
         trace = "".join(traceback.format_exception(end.error)).rstrip()
@@ -235,7 +255,9 @@ def _ended(end: RunEnd, artifacts: RunArtifacts) -> Any:
     if end.summary is not None:
         artifacts.final_text(end.summary, end.message)
     end.grid.summary = end.message  # for a parent flow's own final state
-    return Completed(message=end.message, data=end.grid)
+    feed = _RECORDING.get()  # a cancel from Prefect that ended the run: Cancelled
+    cancelled = cancelled_state(feed.stop, end.message, end.grid) if feed else None
+    return cancelled or Completed(message=end.message, data=end.grid)
 
 
 #: Seconds the record waits for the run's events (task run states, heartbeats) to be sent.

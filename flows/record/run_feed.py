@@ -29,6 +29,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from popflow.flows.driver.early_end import StopAsked
+
 #: The feed of the run this thread trains (None: not a training thread).
 CURRENT: contextvars.ContextVar[RunFeed | None] = contextvars.ContextVar(
     "popflow_run_feed", default=None
@@ -86,6 +88,16 @@ class RunEnd:
     at: float = field(default_factory=time.time)
 
 
+@dataclass(frozen=True)
+class Notice:
+    """A Prefect event for automations (``popflow.round.committed``...): its name and
+    payload (:mod:`popflow.flows.record.prefect_events`)."""
+
+    event: str
+    payload: dict[str, Any]
+    at: float = field(default_factory=time.time)
+
+
 @dataclass
 class RunFeed:
     """A queue of :class:`Line`, :class:`RoundBegins`, :class:`RoundDone`,
@@ -102,6 +114,8 @@ class RunFeed:
     #: set once the cluster is up (or the training ended): the record's work (Prefect's
     #: import, its server) waits for it, so as not to slow the workers' start
     training: threading.Event = field(default_factory=threading.Event)
+    #: a stop asked from Prefect (a cancel, seen by the record): the driver ends at it
+    stop: StopAsked = field(default_factory=StopAsked)
 
     def line(self, level: int, message: str, detail: bool = False) -> None:
         self._queue.put(Line(level, message, detail))
@@ -122,6 +136,9 @@ class RunFeed:
 
     def resumed(self, experiment: str, epoch: int) -> None:
         self._queue.put(Resumed(experiment, epoch))
+
+    def notice(self, event: str, payload: dict[str, Any]) -> None:
+        self._queue.put(Notice(event, payload))
 
     def end(self, event: RunEnd) -> None:
         self.training.set()
