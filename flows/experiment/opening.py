@@ -419,6 +419,7 @@ def remove_uncommitted(
     its own epoch or an older one's, uncommitted, no driver from this one's fence on will
     commit (the takeover's commit came first)."""
     referenced = pinned(records)
+    removed = 0  # said in one line at the end: a resumed PBT run removes dozens
     for rec in records:
         kept = {c.name for c in rec.checkpoints}
         listed = (names or {}).get(rec.dirname)
@@ -431,11 +432,19 @@ def remove_uncommitted(
                 if epoch and owner is not None and owner > epoch:
                     _newer_owner(storage, rec.checkpoint_path(name), owner, epoch)
                     continue
-                logger.info("removing uncommitted %s/%s", rec.dirname, name)
+                logger.debug("removing uncommitted %s/%s", rec.dirname, name)
                 storage.remove(rec.dirname, name)
+                removed += 1
         if rec.trial.status != TrialStatus.ERROR and ERROR_FILE in names_here:
             guard()
             storage.remove(rec.dirname, ERROR_FILE)
         if (rec.num_results or rec.restore) and PARAMS not in names_here:
             guard()
             storage.write_text(params_text(rec.params), rec.dirname, PARAMS)
+    if removed:
+        logger.info(
+            "removed %d uncommitted checkpoint%s in %s (the paths at DEBUG)",
+            removed,
+            "" if removed == 1 else "s",
+            storage.url,
+        )
