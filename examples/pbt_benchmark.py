@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from popflow import CheckpointConfig, ResultGrid, run
+from popflow import CheckpointConfig, ResultGrid, run, uniform
 from popflow.infra.storage.options_cli import add_storage_arguments, resolve_storage_options
 from popflow.schedulers import PopulationBasedTraining
 from popflow.tasks import Trainable
@@ -69,6 +69,16 @@ class PBTBenchmarkExample(Trainable):
         return True
 
 
+def _by_import_path(trainable: type[Trainable]) -> type[Trainable]:
+    """Run as a script, the trainable is ``__main__``'s, which JSON cannot name (``popflow
+    resume`` would unpickle it): the same class from this file imported as a module is."""
+    if trainable.__module__ != "__main__":
+        return trainable
+    import pbt_benchmark  # the script's folder is on sys.path
+
+    return pbt_benchmark.PBTBenchmarkExample
+
+
 def run_benchmark(
     *,
     storage: str = "./results",
@@ -90,15 +100,16 @@ def run_benchmark(
         time_attr="training_iteration",
         perturbation_interval=perturbation_interval,
         hyperparam_mutations={
-            # distribution for resampling
-            "lr": lambda: random.uniform(0.0001, 0.02),
+            # distribution for resampling (a search space, as Ray allows: JSON can say it,
+            # so `popflow resume` needs no pickle, where it could a lambda)
+            "lr": uniform(0.0001, 0.02),
             # allow perturbations within this set of categorical values
             "some_other_factor": [1, 2],
         },
         synch=synch,
     )
     return run(
-        PBTBenchmarkExample,
+        _by_import_path(PBTBenchmarkExample),
         param_space={"lr": 0.0001, "some_other_factor": 1},
         scheduler=pbt,
         metric="mean_accuracy",

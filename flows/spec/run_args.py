@@ -89,13 +89,9 @@ def _say_pickled(storage: Storage, where: list[str]) -> None:
     level = logging.INFO if storage.is_local else logging.WARNING
     logger.log(
         level,
-        "%s: %s kept as a pickle (%s): no JSON can say a lambda, a closure or an object of "
-        "your own; `popflow resume` unpickles it, so whoever can write this storage can "
-        "run code where it is resumed (docs/how-to/s3-credentials.md: who can run code "
-        "through storage)",
-        storage.url,
+        "%s kept as a pickle: whoever can write this storage can run code where it is "
+        "resumed (docs/how-to/s3-credentials.md)",
         ", ".join(where),
-        PICKLED_ARGS_FILE,
     )
 
 
