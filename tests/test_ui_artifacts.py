@@ -7,7 +7,7 @@ import threading
 
 import pytest
 from support.parity import parity_run
-from support.prefect_api import artifacts
+from support.prefect_api import artifacts, run_logs
 
 from popflow.flows.record import artifacts as run_artifacts
 from popflow.flows.record.artifacts import RunArtifacts
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_run_under_a_minute_ends_with_its_plots_and_a_leaderboard_per_round(tune_env):
-    """Before, a run shorter than ``PLOTS_INTERVAL_S`` drew no plots, and rounds that came
+    """Each round task run says the best result so far. Before, a run shorter than ``PLOTS_INTERVAL_S`` drew no plots, and rounds that came
     while the leaderboard was being sent were coalesced (a 6-round demo had versions for
     rounds 1, 4, 5, 6)."""
     parity_run([10, 20, 40, 30], iterations=6, name="short-ui", **tune_env)
@@ -27,6 +27,12 @@ def test_a_run_under_a_minute_ends_with_its_plots_and_a_leaderboard_per_round(tu
     boards = artifacts("short-ui-leaderboard")
     rounds = [b.description.split("after round ")[1].split(",")[0] for b in boards]
     assert rounds == ["1", "2", "3", "4", "5", "6"], rounds
+    # each round task run's summary line says the best result so far (issue 43, 8c)
+    said = [m for m in run_logs("short-ui") if " committed: " in m]
+    assert len(said) == 6, said
+    for n, line in enumerate(said, 1):
+        assert line.startswith(f"round {n} committed: 4 results; best mean_accuracy "), said
+        assert f", iter {n}); trials " in line, said
 
 
 def test_rounds_waiting_for_the_api_each_get_their_version(prefect_server, monkeypatch):

@@ -30,6 +30,7 @@ from popflow.flows.events.run_events import (
 from popflow.flows.experiment.opening import Experiment, open_experiment, reopen
 from popflow.flows.experiment.results import ResultGrid, results_of
 from popflow.flows.record.artifacts import (
+    best_text,
     finished_percent,
     leaderboard,
     progress_text,
@@ -276,15 +277,16 @@ class RoundRecord:
 
     def _done(self, event: RoundCommitted) -> None:
         assert self.controller is not None
+        records, spec = self.controller.records, self.controller.spec
+        best = best_text(records, spec.metric, spec.mode)
         # the console shows the detail at verbose=3 only; the Prefect UI always
-        lines = [Line(logging.INFO, round_summary(event), detail=True)]
+        lines = [Line(logging.INFO, round_summary(event, best), detail=True)]
         lines += [Line(logging.INFO, d, detail=True) for d in event.decisions]
         lines += [
             Line(logging.INFO, e)
             for e in event.events
             if not e.startswith(("[exploit]", "[error]"))  # said above, or when it errored
         ]
-        records, spec = self.controller.records, self.controller.spec
         rows = leaderboard(records, spec.metric, spec.mode)
         done = finished_percent(len(records), self.controller.index.live)
         progress = progress_text(records, spec.metric, spec.mode)
@@ -293,12 +295,14 @@ class RoundRecord:
             self.table.tick(records, event.round)
 
 
-def round_summary(event: RoundCommitted) -> str:
-    """One line on a committed round, for the Prefect UI."""
+def round_summary(event: RoundCommitted, best: str = "") -> str:
+    """One line on a committed round, for the Prefect UI (its task run's first log line);
+    ``best``: the best result so far (:func:`~popflow.flows.record.artifacts.best_text`)."""
     counts = event.counts
     states = ", ".join(f"{counts[status]} {status.lower()}" for status in sorted(counts))
+    said = f"{best}; " if best else ""
     return (
-        f"round {event.round} committed: {event.results} results; "
+        f"round {event.round} committed: {event.results} results; {said}"
         f"trials {states}; {event.scheduler}"
     )
 

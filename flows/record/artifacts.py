@@ -126,19 +126,27 @@ def progress_text(records: Sequence[TrialRecord], metric: str | None, mode: str 
     """The progress artifact's line: trials ended and the best result so far."""
     ended = sum(1 for rec in records if not rec.trial.is_live)
     text = f"{ended} of {len(records)} trials ended"
-    if metric:
-        best = min(
-            records,
-            key=lambda rec: _score((rec.trial.last_result or {}).get(metric), mode),
-            default=None,
-        )
-        last = best.trial.last_result or {} if best is not None else {}
-        if best is not None and _score(last.get(metric), mode) != math.inf:
-            text += (
-                f"; best {metric} {human(last.get(metric))} "
-                f"(trial {best.trial_id}, iter {last.get('training_iteration')})"
-            )
-    return text
+    best = best_text(records, metric, mode)
+    return f"{text}; {best}" if best else text
+
+
+def best_text(records: Sequence[TrialRecord], metric: str | None, mode: str | None) -> str:
+    """``best <metric> <value> (trial <id>, iter <n>)`` of the best result so far ("" if
+    none has the metric)."""
+    if not metric:
+        return ""
+    best = min(
+        records,
+        key=lambda rec: _score((rec.trial.last_result or {}).get(metric), mode),
+        default=None,
+    )
+    last = best.trial.last_result or {} if best is not None else {}
+    if best is None or _score(last.get(metric), mode) == math.inf:
+        return ""
+    return (
+        f"best {metric} {human(last.get(metric))} "
+        f"(trial {best.trial_id}, iter {last.get('training_iteration')})"
+    )
 
 
 def finished_percent(trials: int, live: int) -> float:
