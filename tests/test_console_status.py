@@ -3,6 +3,9 @@ show RUNNING."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -35,3 +38,35 @@ def test_the_status_line_counts_the_trials_in_flight_as_running(tune_env, monkey
         if c[TrialStatus.RUNNING] != min(2, c[TrialStatus.RUNNING] + c[TrialStatus.PENDING])
     ]
     assert not wrong, (len(wrong), len(seen), wrong[:5])
+
+
+#: A script that loads a credentials block with INFO logging, as the examples do.
+BLOCK_SCRIPT = """
+import logging
+logging.basicConfig(level=logging.INFO, format="%(name)s %(message)s")
+from prefect_aws import AwsCredentials
+from popflow.infra.storage.options_cli import resolve_storage_options
+AwsCredentials(aws_access_key_id="k", aws_secret_access_key="s").save("console-quiet", overwrite=True)
+print("LOADING", flush=True)
+print(resolve_storage_options("s3://bucket/exp", None, "aws-credentials/console-quiet")["key"])
+"""
+
+
+def test_loading_a_credentials_block_logs_no_http_request_lines(prefect_server, tmp_path):
+    """``--credentials-block`` in a script with ``logging.basicConfig(level=INFO)`` printed
+    httpx's request lines, the block's read with ``include_secrets=true`` among them."""
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "home")}
+    proc = subprocess.run(
+        [sys.executable, "-c", BLOCK_SCRIPT],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # one stream: the lines in the order they were said
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    out = proc.stdout
+    assert proc.returncode == 0, out
+    after = out[out.index("LOADING\n") :]  # the block's save above is the script's own
+    assert after.splitlines()[1] == "k", out
+    assert "include_secrets" not in after and "HTTP Request" not in after, after

@@ -29,6 +29,7 @@ a block is loaded: Dask workers import this module's importers without them.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 __all__ = ["block_name", "options_of", "storage_options_from_block", "storage_url_from_block"]
@@ -75,10 +76,21 @@ def _block_classes() -> dict[str, type]:
     }
 
 
+def _quiet_http_requests() -> None:
+    """Keep Prefect's client's request lines (httpx's, at INFO) off the console: a block's
+    read shows its URL with ``include_secrets=true``. A level the user set on those
+    loggers is kept (as popflow.flows.console.verbose.quiet_http_requests, for a run)."""
+    for name in ("httpx", "httpcore"):
+        http = logging.getLogger(name)
+        if http.level == logging.NOTSET:
+            http.setLevel(logging.WARNING)
+
+
 def load_block(name: str) -> Any:
     """The prefect-aws block ``name`` (see :func:`block_name`), from the Prefect server."""
     slug, document = block_name(name)
     cls = _block_classes()[slug]
+    _quiet_http_requests()
     try:
         # _sync: a plain call also inside a running event loop (a notebook, an async flow)
         return cls.load(document, _sync=True)
