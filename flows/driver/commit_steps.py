@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from popflow.flows.driver.pipelined_commit import PreparedCommit
 from popflow.flows.driver.retention import retire_checkpoints
 from popflow.flows.events.run_events import RoundCommitted
+from popflow.flows.experiment import round_history
+from popflow.flows.experiment.round_history import extend
 from popflow.infra.store.json_delta import Changed
 from popflow.infra.store.layout import checkpoint_path
 
@@ -42,11 +44,15 @@ class RoundCommits:
             else Changed({pos: self.records[pos].state() for pos in sorted(changed)})
         )
         derived, logs_through = self.logs.settle(final)
+        now = self.clock.time()
+        self.history = extend(self.history, self.log.epoch, self.rounds, self.began, now)
         prepared = PreparedCommit.of(
             hold,
             {
                 "round": self.rounds,
-                "time": self.clock.time(),
+                "time": now,
+                "began": self.began,
+                round_history.KEY: self.history,
                 "trials": trials,
                 "scheduler": self.scheduler.get_state(),
                 "decisions": self.decisions,

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from popflow.flows.driver.attempts import Attempts
 from popflow.flows.driver.backend import Backend
@@ -47,6 +47,7 @@ from popflow.flows.driver.suggestions import Suggestions
 from popflow.flows.driver.trial_index import TrialIndex
 from popflow.flows.events.callbacks import Hooks
 from popflow.flows.events.run_events import EventBus, RoundBegan, RunEnded, Tick
+from popflow.flows.experiment import round_history
 from popflow.flows.experiment.new_trials import new_record
 from popflow.flows.experiment.trial_logs import TrialLogs
 from popflow.flows.experiment.trial_table import TrialRecord, TrialTable
@@ -96,6 +97,8 @@ class Controller(RoundDispatch, RoundReduction, RoundCommits):
         self.lease = experiment.lease
         resumed = experiment.resumed_from or {}
         self.rounds: int = resumed.get("round", 0)
+        self.began: float | None = None  # when the round in progress began
+        self.history: list[Any] = list(resumed.get(round_history.KEY) or [])
         self.hooks = Hooks(spec.callbacks, lambda: self.rounds, lambda: self.trials)
         self.hooks.set_state(resumed.get("callbacks"))
         self.table = TrialTable(
@@ -176,7 +179,8 @@ class Controller(RoundDispatch, RoundReduction, RoundCommits):
         a slot frees.
         """
         self.rounds += 1
-        self.events.emit(RoundBegan(self.rounds, self.clock.time()))
+        self.began = self.clock.time()
+        self.events.emit(RoundBegan(self.rounds, self.began))
         self.hooks.step_begin()
         self.backend.refresh()
         if self.scheduler.synchronous:

@@ -10,6 +10,10 @@ are set to Crashed, saying who took over. The state is named "Superseded": its e
 ``prefect.flow-run.Superseded``, is not the ``prefect.flow-run.Crashed`` that the
 re-run automation (``automations.yaml``) answers, so a run already taken over is
 not re-run.
+
+Then every earlier attempt is made visible with the rounds it committed, from storage
+(:mod:`popflow.flows.record.attempt_history`): the rounds its record never wrote, the
+round it was in, and a flow run of its own for an attempt killed before its record began.
 """
 
 from __future__ import annotations
@@ -32,10 +36,39 @@ def close_stale_runs(experiment: str, epoch: int) -> int:
     if current is None:
         return 0
     try:
-        return _close(experiment, UUID(str(current)), flow_run.parent_flow_run_id, epoch)
+        marked = _close(experiment, UUID(str(current)), flow_run.parent_flow_run_id, epoch)
     except Exception as e:  # the API is not the truth; storage is
         logger.warning("could not mark the runs of earlier drivers Crashed: %s", e)
-        return 0
+        marked = 0
+    try:
+        _record_attempts(experiment, UUID(str(current)), epoch)
+    except Exception as e:  # best effort, as above: the training goes on
+        logger.warning("could not record the earlier attempts of %s in Prefect: %s", experiment, e)
+    return marked
+
+
+def _record_attempts(experiment: str, current: UUID, epoch: int) -> None:
+    """The earlier attempts, from the experiment's storage (the ``tune`` run's ``spec``)."""
+    from prefect.client.orchestration import get_client
+    from prefect.context import FlowRunContext, TagsContext
+
+    from popflow.flows.record.attempt_history import record_attempts
+
+    context = FlowRunContext.get()
+    spec = (context.parameters or {}).get("spec") if context is not None else None
+    spec = getattr(spec, "value", spec)  # a Shown spec (flow_parameters)
+    storage = getattr(spec, "storage", None)
+    if storage is None:
+        return
+    tags = sorted(TagsContext.get().current_tags or [])
+    with get_client(sync_client=True) as client:
+        written = record_attempts(
+            client, experiment, storage.child(spec.name), epoch, current, tags
+        )
+    if written:
+        logger.info(
+            "%s: wrote %d round(s) or run(s) of earlier attempts from storage", experiment, written
+        )
 
 
 def _close(experiment: str, current: UUID, parent: Any, epoch: int) -> int:
@@ -56,8 +89,8 @@ def _close(experiment: str, current: UUID, parent: Any, epoch: int) -> int:
 
     running = [StateType.RUNNING, StateType.PENDING]
     message = (
-        f"taken over: experiment {experiment!r} resumed by flow run {current} (driver epoch "
-        f"{epoch}); this run's driver had stopped"
+        f"killed or stopped, then taken over: experiment {experiment!r} was resumed by flow "
+        f"run {current} (driver epoch {epoch})"
     )
 
     def superseded() -> Any:

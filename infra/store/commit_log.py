@@ -72,6 +72,7 @@ STATE_KEYS = (
     "search",
     "search_calls",
     "fences",
+    "attempt_rounds",  # popflow.flows.experiment.round_history.KEY
 )
 #: Deltas after which a snapshot is written even if they are small: bounds the
 #: objects a resume reads.

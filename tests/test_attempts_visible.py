@@ -1,0 +1,116 @@
+"""Every attempt of an experiment is visible in Prefect: a driver killed with SIGKILL shows
+as a Crashed ``tune`` flow run with the rounds it committed, at their real times, whether
+its record had caught up, lagged, or never started (issue 43, item 2).
+
+The killed driver is tests/crash_driver.py (synchronous PBT, a round an iteration), killed
+with its process group right after its third commit (round 2: the first is the
+experiment's start, round 0); a second driver resumes it.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime
+from typing import Any
+
+import pytest
+from conftest import free_port
+from support.driving import drive
+from support.polling import wait_for
+
+pytestmark = pytest.mark.integration
+
+ROUNDS = ["--iterations", "4"]
+
+
+def tune_runs(name: str) -> list[Any]:
+    """The experiment's ``tune`` flow runs, each with its task runs, by their first round."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterTags,
+        TaskRunFilter,
+        TaskRunFilterFlowRunId,
+    )
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[f"experiment:{name}"]))
+        )
+        out = []
+        for run in runs:
+            tasks = client.read_task_runs(
+                task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(any_=[run.id]))
+            )
+            out.append((run, sorted(tasks, key=lambda t: (t.start_time, t.name))))
+    # in the order the attempts ran: a killed attempt's run may be written after the next's
+    return sorted(out, key=lambda r: min([t.start_time for t in r[1]] or [r[0].created]))
+
+
+def seconds(at: datetime | None) -> float:
+    assert at is not None
+    return at.timestamp()
+
+
+def kill_then_resume(tmp_path, name: str, first_env: dict | None = None) -> tuple[float, float]:
+    """The killed driver's lifetime (start, end) after a resume ran to the end."""
+    storage = str(tmp_path / "results")
+    started = time.time()
+    code = drive(storage, name, "pbt_synch", kill_at="commit-after:3", env=first_env, extra=ROUNDS)
+    ended = time.time()
+    assert code != 0, "the first driver was to be killed after round 2"
+    drive(storage, name, "pbt_synch", extra=ROUNDS)
+    return started, ended
+
+
+def check_attempts(name: str, lifetime: tuple[float, float]) -> None:
+    """Two attempts: the killed one Crashed with rounds 1-2 Completed inside its lifetime
+    and before the resumed run began, and the round it was in Crashed; the resumed one
+    Completed with rounds 3-4."""
+
+    def both_recorded() -> Any:
+        runs = tune_runs(name)
+        if len(runs) < 2:
+            return None
+        done = [(t.name, t.state_type.value) for t in runs[0][1]]
+        return runs if ("round-2", "COMPLETED") in done else None
+
+    runs = wait_for(both_recorded, 60, "the killed attempt's rounds in Prefect")
+    assert len(runs) == 2, [r.name for r, _ in runs]
+    (killed, killed_rounds), (resumed, resumed_rounds) = runs
+    assert killed.state_type.value == "CRASHED", killed.state
+    assert killed.state_name == "Superseded"  # not the event the re-run automation answers
+    assert "killed or stopped" in killed.state.message
+    assert str(resumed.id) in killed.state.message  # who resumed it
+    assert resumed.state_type.value == "COMPLETED", resumed.state
+    assert killed.name == name and resumed.name == f"{name} · resumed after round 2"
+    committed = [t for t in killed_rounds if t.state_type.value == "COMPLETED"]
+    assert [t.name for t in committed] == ["round-1", "round-2"]
+    born, died = lifetime
+    for task in committed:
+        start, end = seconds(task.start_time), seconds(task.end_time)
+        assert born <= start <= end <= died, (task.name, start, end, lifetime)
+        assert end <= seconds(resumed.start_time)
+    crashed = [t.name for t in killed_rounds if t.state_type.value == "CRASHED"]
+    assert crashed == ["round-3"], [(t.name, t.state_name) for t in killed_rounds]
+    assert [t.name for t in resumed_rounds] == ["round-3", "round-4"]
+
+
+def test_a_killed_attempt_is_crashed_with_its_committed_rounds(prefect_server, tmp_path):
+    name = f"attempts-{uuid.uuid4().hex[:8]}"
+    lifetime = kill_then_resume(tmp_path, name)
+    check_attempts(name, lifetime)
+
+
+def test_an_attempt_killed_before_its_record_started_gets_a_flow_run(prefect_server, tmp_path):
+    name = f"unrecorded-{uuid.uuid4().hex[:8]}"
+    nobody = f"http://127.0.0.1:{free_port()}/api"  # a server that is not up yet
+    lifetime = kill_then_resume(tmp_path, name, first_env={"PREFECT_API_URL": nobody})
+    check_attempts(name, lifetime)
+    # the resume recorded it once: a second resume adds no run and no round
+    before = [(r.id, [t.id for t in ts]) for r, ts in tune_runs(name)]
+    drive(str(tmp_path / "results"), name, "pbt_synch", extra=ROUNDS)
+    after = tune_runs(name)
+    assert [(r.id, [t.id for t in ts]) for r, ts in after[:2]] == before
+    assert len(after) == 3  # the third run: nothing to run
