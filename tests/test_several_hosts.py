@@ -9,8 +9,10 @@ the run nothing happened to: every trial's iterations once each, the same scores
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -33,7 +35,8 @@ ITERATIONS = 8
 TRIALS = 8
 
 DRIVER = """
-import json, sys
+import faulthandler, json, signal, sys
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # a hung driver's stacks, for the test
 from popflow import CheckpointConfig, PopulationBasedTraining, run, tune
 from trainables import HostTrainable
 
@@ -70,6 +73,7 @@ class Cluster:
     scheduler: Any
     address: str
     workers: dict[str, Any] = field(default_factory=dict)
+    drivers: list[Any] = field(default_factory=list)  # every driver and resume started
 
     @property
     def options(self) -> dict[str, Any]:
@@ -93,20 +97,43 @@ class Cluster:
                 "gate": "", "gate_at": 0, "name": name, **args}  # fmt: skip
         script = self.root / "driver.py"
         script.write_text(DRIVER)
-        return self.hosts.start(
+        proc = self.hosts.start(
             host, [sys.executable, script, json.dumps(args)], env=self.env(), log=f"{host}-{name}"
         )
+        self.drivers.append(proc)
+        return proc
 
     def resume(self, host: str, name: str, *more: str) -> Any:
         options = json.dumps(self.options)
         argv = [POPFLOW, "resume", f"s3://{BUCKET}/{name}", "--storage-options", options,
                 "--dask-address", self.address, *more]  # fmt: skip
-        return self.hosts.start(host, argv, env=self.env(), log=f"{host}-resume-{name}")
+        proc = self.hosts.start(host, argv, env=self.env(), log=f"{host}-resume-{name}")
+        self.drivers.append(proc)
+        return proc
 
     def ended(self, proc: Any, timeout_s: float = 240.0) -> str:
         """What the driver printed, once it exited."""
-        wait_for(lambda: proc.poll() is not None, timeout_s, "the driver ending")
+        self.waiting(proc, lambda: proc.poll() is not None, timeout_s, "the driver ending")
         return self.hosts.log(proc)
+
+    def waiting(self, proc: Any, condition: Any, timeout_s: float, what: str) -> None:
+        """``wait_for(condition)``; past the deadline, the failure carries ``proc``'s log
+        and the stacks of its threads (a script started by :meth:`drive`)."""
+        try:
+            wait_for(condition, timeout_s, what)
+        except AssertionError as late:
+            if proc.poll() is None and str(self.root / "driver.py") in map(str, proc.args):
+                proc.send_signal(signal.SIGUSR1)
+                with contextlib.suppress(AssertionError):
+                    wait_for(lambda: "most recent call first" in self.hosts.log(proc), 10)
+            raise AssertionError(f"{late}; its log:\n{self.hosts.log(proc)[-20000:]}") from None
+
+    def stop_drivers(self) -> None:
+        """Every driver still running stopped: a failed test's driver must not hold the
+        workers' slots the next test needs."""
+        for proc in self.drivers:
+            self.hosts.stop(proc, timeout=5)
+        self.drivers.clear()
 
     def start_workers(self, host: str) -> None:
         self.workers[host] = start_workers(self.hosts, host, self.address, env=self.env())
@@ -130,6 +157,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         for host in ("w1", "w2"):
             made.start_workers(host)
         yield made
+
+
+@pytest.fixture(autouse=True)
+def _no_driver_left(cluster: Cluster) -> Iterator[None]:
+    """After each test its drivers are gone and the network whole, whatever it did."""
+    yield
+    cluster.stop_drivers()
+    cluster.hosts.heal("drv", "s3")
 
 
 def _s3(cluster: Cluster) -> Any:
@@ -178,7 +213,7 @@ def at_gate(cluster: Cluster, name: str, gate_at: int = 3, **args: Any) -> tuple
     ``gate_at``; and the gate, which lets them go on once it exists."""
     gate = cluster.root / f"gate-{name}"  # outside the scratch folders: every host sees it
     driver = cluster.drive("drv", name, gate=str(gate), gate_at=gate_at, **args)
-    wait_for(Path(f"{gate}.reached").exists, 120, "the run reaching its gate")
+    cluster.waiting(driver, Path(f"{gate}.reached").exists, 120, "the run reaching its gate")
     return driver, gate
 
 

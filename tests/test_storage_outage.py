@@ -176,3 +176,29 @@ def test_a_scheduler_nobody_answers_at_is_one_line_naming_it():
         dask_client(address),
     ):
         pass
+
+
+@pytest.mark.unit
+def test_a_driver_that_lost_its_lease_makes_no_more_storage_calls():
+    """Before: a driver whose lease was judged lost during an outage still made every
+    call its exit made (retired checkpoints' deletions, log batches), each waiting out
+    its connect timeouts and retries: on a loaded CI machine it had not exited 120 s on,
+    its Dask client holding the workers the next runs needed."""
+    now = [1000.0]
+    storage = Storage(tempfile.mkdtemp(), retry=RetryPolicy(5, 0.01, 0.01, deadline=60.0))
+    lease = Lease(storage, ttl_s=10.0, clock=lambda: now[0])
+    lease.acquire(renew=False)
+    storage.is_local = False  # so a timeout is transient, as on an object store
+    storage.lease_lost = lease.lost
+    calls: list[str] = []
+
+    def unreachable() -> None:
+        calls.append("tried")
+        raise TimeoutError("connect timed out")
+
+    now[0] += 11  # no renewal for longer than the ttl while storage fails: lost
+    assert isinstance(lease.outage(OUTAGE), LeaseLost)
+    with pytest.raises(LeaseLost, match=r"this driver \(epoch 1\) lost the lease of .*"):
+        storage._call("remove", "t/checkpoint_000002", unreachable)
+    assert calls == []
+    assert "lease_lost" not in {k for k, v in storage.__getstate__().items() if v is not None}

@@ -121,6 +121,7 @@ def open_experiment(
             # and by the workers its storage is sent to (Lease.outage: a longer one ends it)
             storage.retry = RetryPolicy.within(spec.lease_ttl)
             storage.answered_within = lease.answered_within
+        storage.lease_lost = lease.lost  # a driver that lost it stops without waiting on storage
         if latest is not None:
             yield _resume(spec, storage, log, lease)
         elif log.commit_numbers():  # another driver started it while this one took the lease

@@ -68,6 +68,7 @@ class StorageCalls:
     is_local: bool
     _rng: random.Random | None
     answered_within: Callable[[float], bool] | None
+    lease_lost: Callable[[], BaseException | None] | None
 
     # provided by Storage
     fs: Any
@@ -85,6 +86,9 @@ class StorageCalls:
         attempt = 0
         while True:
             attempt += 1
+            lost = self.lease_lost() if self.lease_lost is not None else None
+            if lost is not None:  # it writes nothing more; nor waits on an outage to exit
+                raise lost
             self._forget(path)
             try:
                 out = fn()

@@ -90,6 +90,9 @@ class Storage(StorageCalls):
         #: the driver's lease, when it holds one: retries go on past their deadline while it
         #: was proven since the call began (StorageCalls._call); this process's only
         self.answered_within: Callable[[float], bool] | None = None
+        #: the driver's LeaseLost once it lost its lease (None: it holds): raised instead of
+        #: any call after that
+        self.lease_lost: Callable[[], BaseException | None] | None = None
 
     # -- identity and pickling -------------------------------------------------
     @property
@@ -109,6 +112,7 @@ class Storage(StorageCalls):
         state["_fs"] = None
         state["_rng"] = None  # each process jitters on its own
         state["answered_within"] = None  # the driver's lease stays with the driver
+        state["lease_lost"] = None
         state["_appends"] = None
         state["_logs"] = None  # what a writer knows of its logs stays with it
         return state

@@ -271,12 +271,15 @@ class Lease:
         if current is not None and not self.is_gone(current):
             if not self.force:
                 left = number(current.get("expires"), 0.0) - self.clock()
+                # a way on whether or not that driver committed a round yet (`popflow
+                # resume` needs one: it exited 2 before the first)
                 raise LeaseHeldError(
                     f"experiment at {self.storage.url} is being run by pid "
                     f"{shown(current.get('pid'))} on {shown(current.get('host'))} (lease "
                     f"valid for another {left:.0f} s); two drivers must never write one "
-                    "experiment (if that driver is known to be gone: popflow resume "
-                    "--force-takeover)"
+                    f"experiment. If that driver is gone: run again after {left:.0f} s, or "
+                    f"now `popflow resume --force-takeover {self.storage.url}` once it "
+                    "committed a round"
                 )
             logger.warning(
                 "taking %s over from pid %s on %s, whose lease looks held (--force-takeover): "
@@ -334,6 +337,15 @@ class Lease:
         elif self.epoch not in epochs:  # removed as planted (see the module's doc)
             self._lost = f"its lease file {lease_path(self.epoch)} was removed"
 
+    def lost(self) -> LeaseLost | None:
+        """:class:`LeaseLost` once this driver has seen it lost the lease (None: it holds)."""
+        if self._lost is None:
+            return None
+        return LeaseLost(
+            f"this driver (epoch {self.epoch}) lost the lease of {self.storage.url}: "
+            f"{self._lost}; it stops and writes nothing more"
+        )
+
     def answered_within(self, seconds: float) -> bool:
         """This driver renewed its lease within the last ``seconds`` and holds it."""
         return self._lost is None and self.proof.within(seconds)
@@ -373,11 +385,9 @@ class Lease:
         """
         if fresh:
             self._look()
-        if self._lost is not None:
-            raise LeaseLost(
-                f"this driver (epoch {self.epoch}) lost the lease of {self.storage.url}: "
-                f"{self._lost}; it stops and writes nothing more"
-            )
+        lost = self.lost()
+        if lost is not None:
+            raise lost
 
     def guard(
         self, every_s: float = LOOK_EVERY_S, monotonic: Callable[[], float] = time.monotonic
