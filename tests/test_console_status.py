@@ -70,3 +70,38 @@ def test_loading_a_credentials_block_logs_no_http_request_lines(prefect_server, 
     after = out[out.index("LOADING\n") :]  # the block's save above is the script's own
     assert after.splitlines()[1] == "k", out
     assert "include_secrets" not in after and "HTTP Request" not in after, after
+
+
+def test_a_held_lease_is_one_line_with_a_way_on(tune_env):
+    """A second run of an experiment another driver holds: the error reaches the caller
+    without popflow's frames, the flow run's log says it in one line (it logged two
+    tracebacks, ~30 lines each), and its hint names the experiment and works before the
+    first commit too (`popflow resume --force-takeover` needs a commit: it exited 2)."""
+    import traceback
+
+    from support.prefect_api import run_logs, tune_runs
+    from trainables import Misbehaving
+
+    from popflow import run
+    from popflow.infra.storage.folder import Storage
+    from popflow.infra.store.lease import Lease, LeaseHeldError
+
+    experiment = Storage(tune_env["storage"]).child("held-lease")
+    with Lease(experiment, 60.0), pytest.raises(LeaseHeldError) as held:
+        run(
+            Misbehaving,
+            {"a": 1, "how": "ok", "at": 9},
+            name="held-lease",
+            resume="auto",
+            **tune_env,
+        )
+    said = str(held.value)
+    assert f"`popflow resume --force-takeover {experiment.url}` once it committed" in said
+    assert "If that driver is gone: run again after " in said
+    frames = traceback.extract_tb(held.value.__traceback__)
+    assert len(frames) <= 3, traceback.format_tb(held.value.__traceback__)
+    logs = run_logs("held-lease")
+    assert [m for m in logs if m.startswith("LeaseHeldError: ")] == [f"LeaseHeldError: {said}"]
+    assert not [m for m in logs if "Traceback" in m], logs
+    (flow_run,) = tune_runs("held-lease")
+    assert flow_run.state_name == "Failed"

@@ -51,6 +51,7 @@ from popflow.flows.record.run_log import popflow_logger, run_logger
 from popflow.flows.record.stale_runs import close_stale_runs
 from popflow.flows.spec.run_spec import RunSpec
 from popflow.infra import local_server
+from popflow.infra.store.lease import LeaseHeldError
 
 logger = logging.getLogger(__name__)
 
@@ -249,6 +250,11 @@ def _ended(end: RunEnd, artifacts: RunArtifacts) -> Any:
             return cancelled  # a process worker's cancel: SIGTERM after its intent
         if not isinstance(end.error, Exception):
             raise KeyboardInterrupt()  # Prefect marks the run Crashed, as for any interrupt
+        if isinstance(end.error, LeaseHeldError):  # no bug to trace: its line says what to do
+            from prefect.states import Failed
+
+            run_logger().error("%s: %s", type(end.error).__name__, end.error)
+            return Failed(message=f"{type(end.error).__name__}: {end.error}")
         trace = "".join(traceback.format_exception(end.error)).rstrip()
         run_logger().error("the training raised:\n%s", trace)
         raise RunFailed(f"{type(end.error).__name__}: {end.error}") from None
