@@ -337,6 +337,15 @@ class Lease:
         elif self.epoch not in epochs:  # removed as planted (see the module's doc)
             self._lost = f"its lease file {lease_path(self.epoch)} was removed"
 
+    def lost(self) -> LeaseLost | None:
+        """:class:`LeaseLost` once this driver has seen it lost the lease (None: it holds)."""
+        if self._lost is None:
+            return None
+        return LeaseLost(
+            f"this driver (epoch {self.epoch}) lost the lease of {self.storage.url}: "
+            f"{self._lost}; it stops and writes nothing more"
+        )
+
     def answered_within(self, seconds: float) -> bool:
         """This driver renewed its lease within the last ``seconds`` and holds it."""
         return self._lost is None and self.proof.within(seconds)
@@ -376,11 +385,9 @@ class Lease:
         """
         if fresh:
             self._look()
-        if self._lost is not None:
-            raise LeaseLost(
-                f"this driver (epoch {self.epoch}) lost the lease of {self.storage.url}: "
-                f"{self._lost}; it stops and writes nothing more"
-            )
+        lost = self.lost()
+        if lost is not None:
+            raise lost
 
     def guard(
         self, every_s: float = LOOK_EVERY_S, monotonic: Callable[[], float] = time.monotonic
