@@ -10,6 +10,19 @@ have ``retry_condition_fn``): its server turns a flow run's Failed into
 AwaitingRetry while the run count is within the run's ``empirical_policy.retries``.
 So before such an error leaves the flow, :func:`mistakes_not_retried` sets that
 flow run's retries to 0 through the API; the run ends Failed at its first attempt.
+
+A crash after an in-process retry must still be re-run by a worker. Prefect's server
+marks a flow run it retries in process ``empirical_policy.retry_type = "in_process"``
+(``RetryFailedFlows``) and its workers' query for Scheduled runs skips every run so
+marked (the flow's own process will run it; ``get-runs-from-worker-queues.sql``). The
+mark stays after the retry has started. Only Prefect's ``HandleFlowTerminalStateTransitions``
+replaces it (with ``"reschedule"``) when a run leaves a terminal state, and a *forced*
+state change skips that rule: a run that crashed during an in-process retry and was
+then set Scheduled by force (``prefect flow-run retry``, an automation with ``force:
+true``) stayed Scheduled for ever. ``automations.yaml`` re-runs without force, so
+Prefect resets the mark itself; and on entry :func:`mistakes_not_retried` clears a
+mark left from the retry now running, so a forced re-run after a crash in it is picked
+up too (docs/how-to/resume-recovery.md).
 """
 
 from __future__ import annotations
@@ -27,7 +40,9 @@ MISTAKES = (ValueError, TypeError)
 @contextmanager
 def mistakes_not_retried() -> Iterator[None]:
     """In a flow's body: a :data:`MISTAKES` error that leaves it ends the flow run Failed
-    without its retries; any other error is retried as the flow says."""
+    without its retries; any other error is retried as the flow says. On entry, the
+    in-process retry mark of a retry now running is cleared (see the module's docstring)."""
+    _no_in_process_mark()
     try:
         yield
     except MISTAKES as e:
@@ -52,3 +67,29 @@ def _no_more_retries(error: BaseException) -> None:
         return
     flow_run.empirical_policy = policy
     logger.info("%s is a mistake in the flow run's parameters: not retried", type(error).__name__)
+
+
+def _no_in_process_mark() -> None:
+    """Clear ``retry_type == "in_process"`` of the flow run this attempt runs.
+
+    Only a retry that has started calls this, so no worker can take the run twice: the
+    mark guards the wait before an in-process retry (the run is Scheduled, its own
+    process will run it), and Prefect sets it again at the next retry. The flow run's
+    context is read back at each attempt's start, so it shows the mark without a call."""
+    from prefect.context import FlowRunContext
+
+    context = FlowRunContext.get()
+    flow_run = context.flow_run if context is not None else None
+    if flow_run is None or flow_run.empirical_policy.retry_type != "in_process":
+        return
+    from prefect.client.orchestration import get_client
+
+    policy = flow_run.empirical_policy.model_copy(update={"retry_type": None})
+    try:
+        with get_client(sync_client=True) as client:
+            client.update_flow_run(flow_run.id, empirical_policy=policy)
+    except Exception as exc:  # the run goes on; only a forced re-run after a crash waits
+        logger.warning("could not clear the flow run's in-process retry mark: %s", exc)
+        return
+    flow_run.empirical_policy = policy
+    logger.debug("cleared the in-process retry mark of flow run %s", flow_run.id)
