@@ -32,6 +32,7 @@ from test_resume import ListHandler
 from trainables import Misbehaving, ParityTrainable, SleepyTrainable
 
 from popflow import FIFOScheduler, grid_search, run
+from popflow.flows.api import training
 from popflow.flows.record import plot_artifacts, prefect_flow, round_runs, run_feed
 from popflow.flows.record.artifacts import RunArtifacts
 from popflow.flows.record.plot_artifacts import PlotRefresh
@@ -63,7 +64,7 @@ def test_the_feed_keeps_the_order_and_ends_with_the_run():
     feed.line(logging.ERROR, "trial t errored")
     feed.round_done(1, [Line(logging.INFO, "round 1 committed", detail=True)], [], 50.0)
     feed.end(RunEnd("done"))
-    assert feed.training.is_set()  # the record's work starts at the latest at the end
+    assert feed.titled.is_set()  # the record's flow run is named at the latest at the end
     events = []
     while (event := feed.next()) is not None:
         events.append(event)
@@ -264,6 +265,31 @@ def _round_task_runs(name: str, count: int) -> list[Any]:
 
 
 @pytest.mark.integration
+def test_the_flow_run_is_running_before_its_first_round_and_holds_every_round(tune_env):
+    """Where a server answers, the first round waits for the flow run. Before: the record
+    began after the cluster's start, so the ``tune`` run started seconds after its first
+    rounds (``make demo``: a 2 s run whose six rounds spanned 6 s, drawn before it)."""
+    run(
+        SleepyTrainable,
+        {**parity_space([10, 20]), "sleep": 0.1},
+        scheduler=parity_scheduler(synch=True),
+        metric="mean_accuracy",
+        mode="max",
+        num_samples=2,
+        stop={"training_iteration": 3},
+        name="holds-rounds",
+        **tune_env,
+    )
+    (flow_run,) = tune_runs("holds-rounds")
+    rounds = _round_task_runs("holds-rounds", 3)
+    assert [t.name for t in rounds] == ["round-1", "round-2", "round-3"]
+    assert flow_run.start_time <= rounds[0].start_time, (flow_run.start_time, rounds[0])
+    assert flow_run.end_time >= rounds[-1].end_time
+    said = run_logs("holds-rounds")
+    assert not any(m.startswith("this record started ") for m in said), said
+
+
+@pytest.mark.integration
 def test_a_late_record_gives_each_round_its_real_times_and_says_it_was_late(tune_env, monkeypatch):
     """The record held back until the training ended (as while a first run's Prefect
     server starts): each round's task run still spans the round's own time (a step of
@@ -284,6 +310,7 @@ def test_a_late_record_gives_each_round_its_real_times_and_says_it_was_late(tune
     monkeypatch.setattr(run_feed.RunFeed, "end", end)
     monkeypatch.setattr(prefect_flow, "prefect_objects", late_objects)
     monkeypatch.setattr(round_runs, "LATE_S", 0.05)  # held back: later than this, surely
+    monkeypatch.setattr(training, "RECORD_WAIT_S", 0.0)  # as for a server that must start
 
     run(
         SleepyTrainable,
@@ -338,7 +365,7 @@ def test_a_kept_server_whose_ui_calls_another_api_is_replaced(tmp_path, monkeypa
             wait_for(kept.answers, 30, "the kept server to answer", interval_s=0.1)
         assert local_server.running(home) == kept  # it answers: before, it was reused
         started = local_server.LocalServer(os.getpid(), port + 1, str(home))
-        monkeypatch.setattr(local_server, "_start", lambda h: started)
+        monkeypatch.setattr(local_server, "_start", lambda h, port=None: started)
         assert local_server.local_server(home) == started
         assert old.wait(timeout=30) is not None  # stopped by its PID
     finally:

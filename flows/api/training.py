@@ -47,6 +47,11 @@ from popflow.infra.cluster.scheduler_link import SchedulerLost
 from popflow.infra.storage.errors import StorageError
 from popflow.schedulers import PopulationBasedTraining, PopulationBasedTrainingReplay
 
+logger = logging.getLogger(__name__)
+
+#: Seconds the first round waits for its flow run to be Running on a server that answers
+RECORD_WAIT_S = 15.0
+
 
 class TrialError(RuntimeError):
     """``fail_fast="raise"``: a trial errored, and the experiment ended with it."""
@@ -89,9 +94,10 @@ def _train(
 ) -> Trained:
     with open_experiment(spec, resume) as experiment:
         _announce(experiment)
-        feed.title = experiment.name
+        title = experiment.name
         if experiment.resumed_from is not None:
-            feed.title += f" · resumed after round {experiment.resumed_from['round']}"
+            title += f" · resumed after round {experiment.resumed_from['round']}"
+        feed.name(title)
         if experiment.resumed_from is not None and experiment.lease is not None:
             feed.resumed(experiment.name, experiment.lease.epoch)
         if experiment.finished:
@@ -118,7 +124,10 @@ def _train_on(
         credentials_on_workers(client, experiment.storage.storage_options),
         shown(_live_table(spec, experiment), client) as table,
     ):
-        feed.training.set()
+        # the flow run Running before the first round, where a server answers: it holds
+        # every round (Prefect's import and its creation overlapped the cluster's start)
+        if not feed.wait_for_record(RECORD_WAIT_S):
+            logger.info("the Prefect record is not ready after %.0f s: training", RECORD_WAIT_S)
         # the console's table has the dashboard, the start and the end (the detail:
         # shown at verbose=3); the Prefect UI has them always
         run_logger().info("Dask dashboard: %s", client.dashboard_link, extra=DETAIL)

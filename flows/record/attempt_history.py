@@ -111,10 +111,18 @@ def title_of(experiment: str, attempt: Attempt) -> str:
 
 
 def record_attempts(
-    client: Any, experiment: str, storage: Any, epoch: int, current: UUID, tags: list[str]
+    client: Any,
+    experiment: str,
+    storage: Any,
+    epoch: int,
+    current: UUID,
+    tags: list[str],
+    objects: Any,
 ) -> int:
     """Every attempt of ``experiment`` before driver ``epoch`` (this one, whose flow run is
-    ``current``) in Prefect, as the module's doc says; how many flow runs were written."""
+    ``current``) in Prefect, as the module's doc says; how many flow runs were written.
+    ``objects``: the ``tune`` flow and its ``round`` task
+    (:func:`~popflow.flows.record.prefect_flow.prefect_objects`)."""
     earlier = [a for a in experiment_history(storage) if a.epoch < epoch]
     if not earlier:
         return 0
@@ -139,12 +147,14 @@ def record_attempts(
             )
         said = _said(experiment, attempt, seen, current, epoch, released)
         if match is None:
-            match = Found(_create(client, experiment, attempt, tags, said, released))
+            match = Found(
+                _create(client, objects.tune_flow, experiment, attempt, tags, said, released)
+            )
             found.append(match)
             written += 1
         taken.add(match.run.id)
         stopped = not released and (match.run.id == current or not _ended_itself(match.run))
-        written += _backfill(client, match, attempt, seen, stopped, said)
+        written += _backfill(client, objects.round_task, match, attempt, seen, stopped, said)
         if match.run.id != current and not _final(match.run):
             from prefect.states import Completed, Crashed
 
@@ -229,15 +239,19 @@ def _ended_itself(run: Any) -> bool:
 
 
 def _create(
-    client: Any, experiment: str, attempt: Attempt, tags: list[str], said: str, released: bool
+    client: Any,
+    tune_flow: Any,
+    experiment: str,
+    attempt: Attempt,
+    tags: list[str],
+    said: str,
+    released: bool,
 ) -> Any:
     """A flow run for an attempt whose record never started: Running, its rounds to come."""
     from prefect.states import Pending, Running
 
-    from popflow.flows.record.prefect_flow import prefect_objects
-
     run = client.create_flow_run(
-        prefect_objects().tune_flow,
+        tune_flow,
         name=title_of(experiment, attempt),
         parameters={"name": experiment},
         tags=tags,
@@ -254,13 +268,17 @@ def _create(
 
 
 def _backfill(
-    client: Any, found: Found, attempt: Attempt, seen: float, stopped: bool, said: str
+    client: Any,
+    round_task: Any,
+    found: Found,
+    attempt: Attempt,
+    seen: float,
+    stopped: bool,
+    said: str,
 ) -> int:
     """The rounds of ``attempt`` missing from ``found``'s flow run, at their times; the
     round it was in when ``stopped``, Crashed until ``seen``. How many it wrote."""
-    from popflow.flows.record.prefect_flow import prefect_objects
-
-    writer = PastRounds(prefect_objects().round_task, found.run)
+    writer = PastRounds(round_task, found.run)
     wrote = 0
     for r in attempt.rounds:
         if r.began is None or found.has(r.no, r.began):

@@ -2,11 +2,13 @@
 
 ``popflow.run`` trains in the calling thread (:mod:`popflow.flows.api.training`) and
 records the run in Prefect from a thread of its own (:class:`PrefectRecord`),
-which imports Prefect, finds its server (:func:`prefect_api`) and runs the
-``tune`` flow: its body turns the training's feed (:mod:`popflow.flows.record.run_feed`)
-into the flow run's logs, a ``round-N`` task run per round (its summary and
-decisions in its logs), the artifacts and the final state. The first segment
-does not wait for any of it; the run's end waits until all is recorded.
+which imports Prefect while the cluster starts, finds its server (:func:`prefect_api`)
+and runs the ``tune`` flow: its body turns the training's feed
+(:mod:`popflow.flows.record.run_feed`) into the flow run's logs, a ``round-N`` task run
+per round (its summary and decisions in its logs), the artifacts and the final state.
+Where a server answers, the first round waits until the flow run is Running, so the
+flow run holds every round; a server that must start first is not waited for (the
+record says it started late). The run's end waits until all is recorded.
 
 Dask workers never talk to Prefect. The flow and its task are made on first use
 (:func:`prefect_objects`): every Dask worker imports popflow, and Prefect's
@@ -22,6 +24,7 @@ import os
 import sys
 import threading
 import traceback
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
@@ -182,9 +185,9 @@ def tune_flow(name: str, spec: Shown[RunSpec] | RunSpec, cluster: Shown[Any] | A
     experiment = spec.storage.child(spec.name)
     plots = PlotRefresh(name, experiment.url, experiment.storage_options)
     artifacts = RunArtifacts(name, spec.metric, spec.mode, plots)
-    late = late_start_line(feed.started_at)
-    if late is not None:
-        _log(late)
+    feed.record_ready.set()  # the flow run is Running: the first round may begin
+    if feed.first_round_at is not None:
+        _log(late_start_line(feed.first_round_at))
     with heartbeats(_HEARTBEAT_S.get()), cancel_watch(feed.stop):
         return _replay(feed, artifacts, RoundRuns(prefect_objects().round_task))
 
@@ -200,7 +203,7 @@ def _replay(feed: RunFeed, artifacts: RunArtifacts, rounds: RoundRuns) -> Any:
                 if end is not None:
                     return _ended(end, artifacts)
             elif isinstance(event, Resumed):
-                close_stale_runs(event.experiment, event.epoch)
+                close_stale_runs(event.experiment, event.epoch, prefect_objects())
             elif isinstance(event, Notice):  # Prefect events for automations
                 emit_notice(event)
             elif isinstance(event, RunEnd):
@@ -331,18 +334,21 @@ class PrefectRecord:
 
     def _record(self) -> None:
         _RECORDING.set(self.feed)
-        self.feed.training.wait()
         try:
-            tune = prefect_objects().tune_flow  # Prefect's import sets up its logging
+            # Prefect's import (it sets up its logging) while the cluster starts
+            tune = prefect_objects().tune_flow
             from prefect import tags
 
-            tune = tune.with_options(flow_run_name=self.feed.title or self.spec.name)
+            if not _server_answers():  # one must start first: the rounds do not wait for it
+                self.feed.record_ready.set()
             with (
                 console_verbosity(self.spec.verbose),
                 prefect_api(),
                 engine_heartbeats_off() as every,
                 tags(*run_tags(self.spec)),
             ):
+                self.feed.titled.wait()
+                tune = tune.with_options(flow_run_name=self.feed.title or self.spec.name)
                 _HEARTBEAT_S.set(every)
                 try:
                     tune(self.spec.name, *self._shown)
@@ -350,7 +356,10 @@ class PrefectRecord:
                     _send_events()
         except BaseException as e:  # the training's, or Prefect's trouble
             self.error = e
+            self.feed.record_ready.set()  # the training never waits for a record that failed
             self._drain()
+        finally:
+            self.feed.record_ready.set()
 
     def _drain(self) -> None:
         """The feed's lines not yet recorded, to popflow's logger (the console)."""
@@ -359,6 +368,26 @@ class PrefectRecord:
             for line in lines:
                 if isinstance(line, Line) and not line.detail:
                     popflow_logger.log(line.level, line.message)
+
+
+#: Seconds a server has to answer its health check before the rounds go on without it
+HEALTH_TIMEOUT_S = 2.0
+
+
+def _server_answers() -> bool:
+    """Whether the server this run will report to answers now: the user's own
+    (``PREFECT_API_URL``), or popflow's local one already started; not one that must
+    start first (the embedded default's first run, Prefect's temporary server)."""
+    from prefect.settings import get_current_settings
+
+    url = get_current_settings().api.url
+    if not url:
+        return local_server.wanted() and local_server.running() is not None
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=HEALTH_TIMEOUT_S):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 @contextmanager

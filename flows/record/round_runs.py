@@ -168,15 +168,13 @@ def _late(at: float) -> str:
     return f"recorded {lag:.1f} s after the round ended" if lag >= LATE_S else ""
 
 
-def late_start_line(started_at: float) -> Line | None:
-    """The run log's line when its record starts :data:`LATE_S` or more after the run
-    (None when it does not)."""
-    lag = time.time() - started_at
-    if lag < LATE_S:
-        return None
+def late_start_line(first_round_at: float) -> Line:
+    """The run log's line when its record (the flow run) starts after the run's first
+    round began, at ``first_round_at``: no server answered when the run began."""
+    lag = max(0.0, time.time() - first_round_at)
     return Line(
         logging.INFO,
-        f"this record started {lag:.1f} s after the run (Prefect's import and server); "
-        "its rounds and lines carry the times they happened",
+        f"this record started {lag:.1f} s after the run's first round (no Prefect server "
+        "answered yet: it was starting); its rounds and lines carry the times they happened",
         detail=True,  # for the UI, where the times are read; the console said it all live
     )

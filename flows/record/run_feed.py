@@ -1,8 +1,10 @@
-"""What a run's training tells its Prefect record, in order: the record catches up.
+"""What a run's training tells its Prefect record, in order.
 
-``popflow.run`` trains at once, in the calling thread, and tells Prefect
-afterwards: importing Prefect and starting its server take seconds, and
-storage, not Prefect, is the truth. The training puts events on a
+``popflow.run`` trains in the calling thread and tells Prefect from a thread of its
+own: storage, not Prefect, is the truth. Prefect's import and the flow run's creation
+overlap the cluster's start, and the first round waits for the flow run to be Running
+when a server answers (:meth:`RunFeed.wait_for_record`); a server that must start first
+(the embedded default's first run) is not waited for: the record catches up. The training puts events on a
 :class:`RunFeed`; the ``tune`` flow (:mod:`popflow.flows.record.prefect_flow`) runs
 in a thread of its own and turns each into what the Prefect UI shows: a log
 line of the run, a ``round-N`` task run with the lines of that round, the
@@ -106,14 +108,29 @@ class RunFeed:
 
     _queue: queue.SimpleQueue[Any] = field(default_factory=queue.SimpleQueue)
     finished: bool = False  # the RunEnd was taken
-    #: when the run began (its ``popflow.run`` call): how late the record starts
-    started_at: float = field(default_factory=time.time)
     #: the ``tune`` flow run's name: the experiment's, and the round a resume continues
-    #: after (set before :attr:`training`)
+    #: after (set before :attr:`titled`)
     title: str = ""
-    #: set once the cluster is up (or the training ended): the record's work (Prefect's
-    #: import, its server) waits for it, so as not to slow the workers' start
-    training: threading.Event = field(default_factory=threading.Event)
+    #: set once :attr:`title` is known (the experiment opened) or the training ended: the
+    #: record creates the flow run under that name
+    titled: threading.Event = field(default_factory=threading.Event)
+    #: set by the record once the ``tune`` flow run is Running, or once it knows it will
+    #: be late (no server answers yet) or failed: the first round waits for it
+    #: (:meth:`wait_for_record`), so the flow run holds every round
+    record_ready: threading.Event = field(default_factory=threading.Event)
+    #: when the first round began (None: not yet): a record that starts after it says so
+    first_round_at: float | None = None
+
+    def name(self, title: str) -> None:
+        """The flow run's name, from the opened experiment."""
+        self.title = title
+        self.titled.set()
+
+    def wait_for_record(self, timeout_s: float) -> bool:
+        """Before the first round: wait up to ``timeout_s`` for the flow run to be Running
+        (at once if the record will be late anyway); whether it is ready."""
+        return self.record_ready.wait(timeout_s)
+
     #: a stop asked from Prefect (a cancel, seen by the record): the driver ends at it
     stop: StopAsked = field(default_factory=StopAsked)
 
@@ -122,7 +139,10 @@ class RunFeed:
 
     def round_begins(self, round_no: int, at: float | None = None) -> None:
         """Round ``round_no`` begins (``at``: when it began, if before now)."""
-        self._queue.put(RoundBegins(round_no) if at is None else RoundBegins(round_no, at))
+        event = RoundBegins(round_no) if at is None else RoundBegins(round_no, at)
+        if self.first_round_at is None:
+            self.first_round_at = event.at
+        self._queue.put(event)
 
     def round_done(
         self,
@@ -141,7 +161,7 @@ class RunFeed:
         self._queue.put(Notice(event, payload))
 
     def end(self, event: RunEnd) -> None:
-        self.training.set()
+        self.titled.set()  # a run that ended before its experiment opened: its own name
         self._queue.put(event)
 
     def next(self) -> Any:

@@ -25,7 +25,7 @@ from uuid import UUID
 logger = logging.getLogger(__name__)
 
 
-def close_stale_runs(experiment: str, epoch: int) -> int:
+def close_stale_runs(experiment: str, epoch: int, objects: Any) -> int:
     """Mark the other Running ``tune`` flow runs of ``experiment`` (and what they hold),
     and the task runs an earlier attempt of this one left Running, Crashed; how many
     flow runs were cleaned up. Best effort: the API's trouble is logged,
@@ -41,14 +41,15 @@ def close_stale_runs(experiment: str, epoch: int) -> int:
         logger.warning("could not mark the runs of earlier drivers Crashed: %s", e)
         marked = 0
     try:
-        _record_attempts(experiment, UUID(str(current)), epoch)
+        _record_attempts(experiment, UUID(str(current)), epoch, objects)
     except Exception as e:  # best effort, as above: the training goes on
         logger.warning("could not record the earlier attempts of %s in Prefect: %s", experiment, e)
     return marked
 
 
-def _record_attempts(experiment: str, current: UUID, epoch: int) -> None:
-    """The earlier attempts, from the experiment's storage (the ``tune`` run's ``spec``)."""
+def _record_attempts(experiment: str, current: UUID, epoch: int, objects: Any) -> None:
+    """The earlier attempts, from the experiment's storage (the ``tune`` run's ``spec``);
+    ``objects``: the ``tune`` flow and its ``round`` task, which they are written as."""
     from prefect.client.orchestration import get_client
     from prefect.context import FlowRunContext, TagsContext
 
@@ -63,7 +64,7 @@ def _record_attempts(experiment: str, current: UUID, epoch: int) -> None:
     tags = sorted(TagsContext.get().current_tags or [])
     with get_client(sync_client=True) as client:
         written = record_attempts(
-            client, experiment, storage.child(spec.name), epoch, current, tags
+            client, experiment, storage.child(spec.name), epoch, current, tags, objects
         )
     if written:
         logger.info(
