@@ -114,3 +114,32 @@ def test_an_attempt_killed_before_its_record_started_gets_a_flow_run(prefect_ser
     after = tune_runs(name)
     assert [(r.id, [t.id for t in ts]) for r, ts in after[:2]] == before
     assert len(after) == 3  # the third run: nothing to run
+
+
+def test_a_resume_leaves_the_runs_of_a_same_named_experiment_elsewhere_alone(
+    prefect_server, tmp_path
+):
+    """Two experiments of one name in different storage (``prefect.yaml``'s default name is
+    ``experiment``). Before: the resume of one marked the other's killed run Superseded
+    (the name alone chose the runs), and wrote its rounds into it."""
+    name = f"twin-{uuid.uuid4().hex[:8]}"
+    elsewhere = str(tmp_path / "elsewhere")
+    code = drive(elsewhere, name, "pbt_synch", kill_at="commit-after:3", extra=ROUNDS)
+    assert code != 0
+    lifetime = kill_then_resume(tmp_path, name)
+
+    def three() -> Any:
+        runs = tune_runs(name)
+        return runs if len(runs) == 3 else None
+
+    runs = wait_for(three, 60, "three tune runs of the name")
+    other = [
+        (r, ts)
+        for r, ts in runs
+        if (r.parameters.get("spec") or {}).get("storage", "").startswith(elsewhere)
+    ]
+    assert len(other) == 1, [r.parameters.get("spec") for r, _ in runs]
+    ((run, tasks),) = other
+    assert run.state_type.value == "RUNNING", run.state  # killed, never resumed: as it was
+    assert [t.name for t in tasks if t.state_type.value == "CRASHED"] == []
+    assert lifetime[0] < lifetime[1]

@@ -35,6 +35,7 @@ from typing import Any
 from uuid import UUID
 
 from popflow.flows.experiment.round_history import KEY, Attempt, Round, attempts
+from popflow.flows.record.flow_parameters import runs_experiment
 from popflow.flows.record.round_runs import RoundRun, RoundRuns, utc
 
 logger = logging.getLogger(__name__)
@@ -126,7 +127,7 @@ def record_attempts(
     earlier = [a for a in experiment_history(storage) if a.epoch < epoch]
     if not earlier:
         return 0
-    found = _tune_runs(client, experiment)
+    found = _tune_runs(client, experiment, storage.url)
     # a run with a round of an attempt is that attempt's (a re-run flow run: of several)
     taken = {f.run.id for f in found for a in earlier if f.claims(a)} | {current}
     written = 0
@@ -183,8 +184,9 @@ def _said(
     )
 
 
-def _tune_runs(client: Any, experiment: str) -> list[Found]:
-    """The experiment's ``tune`` flow runs (oldest first) with their round task runs."""
+def _tune_runs(client: Any, experiment: str, url: str) -> list[Found]:
+    """The ``tune`` flow runs (oldest first) of the experiment ``experiment`` at ``url``,
+    with their round task runs."""
     from prefect.client.schemas.filters import (
         FlowFilter,
         FlowFilterName,
@@ -209,7 +211,7 @@ def _tune_runs(client: Any, experiment: str) -> list[Found]:
         runs += page
         if len(page) < PAGE:
             break
-    found = {r.id: Found(r) for r in runs if (r.parameters or {}).get("name") == experiment}
+    found = {r.id: Found(r) for r in runs if runs_experiment(r.parameters, experiment, url)}
     for ids in (list(found)[i : i + 20] for i in range(0, len(found), 20)):
         offset = 0
         while True:

@@ -113,6 +113,18 @@ def spec_view(spec: Any) -> dict[str, Any]:
     }
 
 
+def runs_experiment(parameters: Mapping[str, Any] | None, name: str, url: str | None) -> bool:
+    """Whether a ``tune`` flow run with ``parameters`` (as the API holds them) ran the
+    experiment ``name`` at ``url`` (None: any storage). Two experiments may share a name
+    in different storage: the name alone would mix up their runs."""
+    parameters = parameters or {}
+    if parameters.get("name") != name:
+        return False
+    spec = parameters.get("spec")
+    stored = spec.get("storage") if isinstance(spec, Mapping) else None
+    return url is None or stored is None or stored == url
+
+
 def cluster_view(cluster: Any, n_workers: int | None) -> dict[str, Any]:
     """What the UI shows of the cluster a run is given: its address, or the embedded one."""
     if cluster is None or type(cluster).__name__ == "ClusterStart":

@@ -22,6 +22,8 @@ import logging
 from typing import Any
 from uuid import UUID
 
+from popflow.flows.record.flow_parameters import runs_experiment
+
 logger = logging.getLogger(__name__)
 
 
@@ -36,7 +38,9 @@ def close_stale_runs(experiment: str, epoch: int, objects: Any) -> int:
     if current is None:
         return 0
     try:
-        marked = _close(experiment, UUID(str(current)), flow_run.parent_flow_run_id, epoch)
+        marked = _close(
+            experiment, _experiment_url(), UUID(str(current)), flow_run.parent_flow_run_id, epoch
+        )
     except Exception as e:  # the API is not the truth; storage is
         logger.warning("could not mark the runs of earlier drivers Crashed: %s", e)
         marked = 0
@@ -72,7 +76,18 @@ def _record_attempts(experiment: str, current: UUID, epoch: int, objects: Any) -
         )
 
 
-def _close(experiment: str, current: UUID, parent: Any, epoch: int) -> int:
+def _experiment_url() -> str | None:
+    """The experiment's storage URL, from this ``tune`` flow run's ``spec`` (None: unknown)."""
+    from prefect.context import FlowRunContext
+
+    context = FlowRunContext.get()
+    spec = (context.parameters or {}).get("spec") if context is not None else None
+    spec = getattr(spec, "value", spec)  # a Shown spec (flow_parameters)
+    storage = getattr(spec, "experiment_storage", None)
+    return getattr(storage, "url", None)
+
+
+def _close(experiment: str, url: str | None, current: UUID, parent: Any, epoch: int) -> int:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         FlowFilter,
@@ -106,7 +121,7 @@ def _close(experiment: str, current: UUID, parent: Any, epoch: int) -> int:
             ),
         )
         for run in runs:
-            if (run.parameters or {}).get("name") != experiment:
+            if not runs_experiment(run.parameters, experiment, url):
                 continue
             tasks = client.read_task_runs(
                 task_run_filter=TaskRunFilter(
