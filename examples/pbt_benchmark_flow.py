@@ -34,7 +34,7 @@ from prefect.states import Completed, State
 
 from popflow.flows.record.flow_retries import mistakes_not_retried
 from popflow.flows.record.plot_artifacts import plots_artifact
-from popflow.flows.record.prefect_flow import prefect_api
+from popflow.flows.record.prefect_server import prefect_api
 from popflow.infra.storage.options_cli import resolve_storage_options
 
 

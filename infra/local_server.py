@@ -11,7 +11,7 @@ workers, ``popflow server stop`` stops it (by its PID).
 
 Setting ``POPFLOW_PREFECT_SERVER=temporary`` keeps Prefect's temporary server;
 a user's own ``PREFECT_API_URL`` is always used as it is (see
-:func:`popflow.flows.record.prefect_flow.prefect_api`).
+:func:`popflow.flows.record.prefect_server.prefect_api`).
 """
 
 from __future__ import annotations

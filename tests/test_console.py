@@ -82,7 +82,7 @@ def test_verbose_0_keeps_the_console_quiet(tmp_path):
 def test_a_users_own_telemetry_setting_is_kept(monkeypatch):
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from popflow.flows.record.prefect_flow import ANALYTICS, quiet_embedded_server
+    from popflow.flows.record.prefect_server import ANALYTICS, quiet_embedded_server
 
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     with temporary_settings(restore_defaults={PREFECT_API_URL}):  # the embedded default
@@ -109,7 +109,7 @@ def test_the_embedded_server_is_waited_for_longer_unless_the_user_says(monkeypat
         temporary_settings,
     )
 
-    from popflow.flows.record.prefect_flow import (
+    from popflow.flows.record.prefect_server import (
         EMBEDDED_STARTUP_TIMEOUT_S,
         STARTUP_TIMEOUT,
         embedded_server_settings,
