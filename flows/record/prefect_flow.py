@@ -25,6 +25,7 @@ import threading
 import traceback
 from typing import Any, NamedTuple
 
+from popflow.flows.console.live_lines import claim, live
 from popflow.flows.console.verbose import console_verbosity
 from popflow.flows.record.artifacts import RunArtifacts
 from popflow.flows.record.flow_parameters import Shown
@@ -291,6 +292,7 @@ class PrefectRecord:
                 self.feed.record_ready.set()
             with (
                 console_verbosity(self.spec.verbose),
+                live(self.feed),  # the run's lines print when said from here on
                 prefect_api(),
                 engine_heartbeats_off() as every,
                 tags(*run_tags(self.spec)),
@@ -314,7 +316,7 @@ class PrefectRecord:
         while (event := self.feed.next()) is not None:
             lines = event.lines if isinstance(event, RoundDone) else [event]
             for line in lines:
-                if isinstance(line, Line) and not line.detail:
+                if isinstance(line, Line) and not claim(line) and not line.detail:
                     popflow_logger.log(line.level, line.message)
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from popflow.flows.console import live_lines
 from popflow.flows.console.verbose import DETAIL
 from popflow.flows.record.run_feed import Line
 
@@ -50,15 +51,20 @@ def utc(at: float) -> datetime:
 
 def log_at(adapter: Any, line: Line) -> None:
     """``line`` to the run logger ``adapter`` (Prefect's, of a flow or task run) with the
-    time it was said: the console and the UI's logs show that time, not the record's."""
+    time it was said: the console and the UI's logs show that time, not the record's. A
+    line the console showed when said (:mod:`popflow.flows.console.live_lines`) goes to
+    the API only: the record can be seconds behind, and the console in time order."""
     log = adapter.logger
     if not log.isEnabledFor(line.level):
+        live_lines.claim(line)
         return
-    extra = {**adapter.extra, **(DETAIL if line.detail else {})}
-    record = log.makeRecord(log.name, line.level, __file__, 0, line.message, (), None, None, extra)
-    record.created = line.at
-    record.msecs = (line.at - int(line.at)) * 1000
-    log.handle(record)
+    record = live_lines.stamped(log, line, {**adapter.extra, **(DETAIL if line.detail else {})})
+    if not live_lines.claim(line):
+        log.handle(record)
+    elif log.filter(record):
+        for handler in live_lines.api_handlers(log):
+            if record.levelno >= handler.level:
+                handler.handle(record)
 
 
 @dataclass

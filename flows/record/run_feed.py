@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from popflow.flows.console import live_lines
 from popflow.flows.driver.early_end import StopAsked
 
 #: The feed of the run this thread trains (None: not a training thread).
@@ -120,6 +121,8 @@ class RunFeed:
     record_ready: threading.Event = field(default_factory=threading.Event)
     #: when the first round began (None: not yet): a record that starts after it says so
     first_round_at: float | None = None
+    #: the round begun and not yet done: the task run a line said now belongs to
+    open_round: int | None = None
 
     def name(self, title: str) -> None:
         """The flow run's name, from the opened experiment."""
@@ -135,13 +138,16 @@ class RunFeed:
     stop: StopAsked = field(default_factory=StopAsked)
 
     def line(self, level: int, message: str, detail: bool = False) -> None:
-        self._queue.put(Line(level, message, detail))
+        line = Line(level, message, detail)
+        live_lines.say(self, line, self.open_round)  # the console, now: its time order
+        self._queue.put(line)
 
     def round_begins(self, round_no: int, at: float | None = None) -> None:
         """Round ``round_no`` begins (``at``: when it began, if before now)."""
         event = RoundBegins(round_no) if at is None else RoundBegins(round_no, at)
         if self.first_round_at is None:
             self.first_round_at = event.at
+        self.open_round = round_no
         self._queue.put(event)
 
     def round_done(
@@ -152,6 +158,9 @@ class RunFeed:
         done: float,
         progress: str = "",
     ) -> None:
+        for line in lines:
+            live_lines.say(self, line, round_no)
+        self.open_round = None
         self._queue.put(RoundDone(round_no, lines, rows, done, progress))
 
     def resumed(self, experiment: str, epoch: int) -> None:

@@ -3,7 +3,9 @@
 popflow's own loggers (``popflow.*``) stay quiet unless the user configures logging;
 what a person follows a run by (the run's start, each round's summary and
 decisions, a trial's error, the run's end) goes once to the run's logger, which
-Prefect prints and sends to its API, so the UI holds it in the run's logs.
+Prefect prints and sends to its API, so the UI holds it in the run's logs. A training's
+line prints when said (:mod:`popflow.flows.console.live_lines`), in time order with
+popflow's module loggers; its record, which can be seconds behind, sends it to the API.
 """
 
 from __future__ import annotations
