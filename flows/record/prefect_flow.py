@@ -22,6 +22,7 @@ import functools
 import logging
 import sys
 import threading
+import time
 import traceback
 from typing import Any, NamedTuple
 
@@ -37,7 +38,7 @@ from popflow.flows.record.prefect_control import (
     worker_cancel_state,
 )
 from popflow.flows.record.prefect_events import emit_notice
-from popflow.flows.record.prefect_server import prefect_api, server_answers
+from popflow.flows.record.prefect_server import answers, prefect_api, server_answers
 from popflow.flows.record.round_runs import RoundRuns, late_start_line, log_at
 from popflow.flows.record.run_feed import (
     Line,
@@ -220,6 +221,10 @@ def _ended(end: RunEnd, artifacts: RunArtifacts) -> Any:
 
 #: Seconds the record waits for the run's events (task run states, heartbeats) to be sent.
 EVENTS_WAIT_S = 10.0
+#: Seconds between two looks at a record not yet finished, once the training has ended
+FINISH_LOOK_S = 1.0
+#: Seconds the end of a run waits for a Prefect server that does not answer
+UNANSWERED_S = 15.0
 
 
 def _send_events() -> None:
@@ -262,6 +267,9 @@ class PrefectRecord:
         self.spec = spec
         self.feed = RunFeed()
         self.error: BaseException | None = None
+        #: the API the record reports to, once known (None: a server still starting, or
+        #: Prefect's temporary one)
+        self.api_url: str | None = None
         self._shown = shown
         context = contextvars.copy_context()
         self._thread = threading.Thread(
@@ -272,9 +280,31 @@ class PrefectRecord:
         self._thread.start()
 
     def finish(self) -> None:
-        """Wait until the run is recorded; a record that failed is warned about."""
-        self._thread.join()
-        if self.error is not None and not isinstance(self.error, RunFailed | KeyboardInterrupt):
+        """Wait until the run is recorded; a record that failed is warned about. A server
+        that stops answering is not waited for (Prefect's client retries a request for
+        minutes): after :data:`UNANSWERED_S` without an answer to its health check the run
+        returns, its record incomplete. A server still starting is waited for (its start
+        has its own limit)."""
+        silent_since: float | None = None
+        while self._thread.is_alive():
+            self._thread.join(FINISH_LOOK_S)
+            url = self.api_url
+            if not self._thread.is_alive() or url is None or answers(url):
+                silent_since = None
+                continue
+            silent_since = silent_since or time.monotonic()
+            if time.monotonic() - silent_since >= UNANSWERED_S:
+                logger.warning(
+                    "the Prefect record of %s is incomplete (its results are in storage): "
+                    "the Prefect server at %s stopped answering",
+                    self.spec.name,
+                    url,
+                )
+                return
+        # the training's own error, an interrupt, or a cancel (Prefect raises on the
+        # Cancelled state the flow returned): said already, not the record's trouble
+        quiet = isinstance(self.error, RunFailed | KeyboardInterrupt) or self.feed.stop.honoured
+        if self.error is not None and not quiet:
             logger.warning(
                 "the Prefect record of %s is incomplete (its results are in storage): %s",
                 self.spec.name,
@@ -297,6 +327,9 @@ class PrefectRecord:
                 engine_heartbeats_off() as every,
                 tags(*run_tags(self.spec)),
             ):
+                from prefect.settings import get_current_settings
+
+                self.api_url = get_current_settings().api.url  # the server finish() watches
                 self.feed.titled.wait()
                 tune = tune.with_options(flow_run_name=self.feed.title or self.spec.name)
                 _HEARTBEAT_S.set(every)

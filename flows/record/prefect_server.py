@@ -77,8 +77,14 @@ def server_answers() -> bool:
     url = get_current_settings().api.url
     if not url:
         return local_server.wanted() and local_server.running() is not None
+    return answers(url)
+
+
+def answers(api_url: str) -> bool:
+    """Whether the Prefect API at ``api_url`` answers its health check within
+    :data:`HEALTH_TIMEOUT_S`."""
     try:
-        with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=HEALTH_TIMEOUT_S):
+        with urllib.request.urlopen(f"{api_url.rstrip('/')}/health", timeout=HEALTH_TIMEOUT_S):
             return True
     except (OSError, ValueError):
         return False
