@@ -100,6 +100,8 @@ def test_events_and_the_example_automation_call_a_webhook_on_a_new_best(tmp_path
 
     committed = emitted("popflow.round.committed")
     last = max(committed, key=lambda e: e.payload["round"])
+    # a round each from 1 (round 0's commit, the sampled population, is not a round)
+    assert all(e.payload["round"] >= 1 for e in committed), [e.payload for e in committed]
     assert last.payload["best_metric"] == value, last.payload
     assert sum(last.payload["trials"].values()) == 4, last.payload
     new_best = emitted("popflow.trial.new-best")

@@ -70,7 +70,8 @@ class EventNotices:
             self._notice(
                 controller, TRIAL_ERRORED, {"trial_id": event.record.trial_id, "error": error}
             )
-        elif isinstance(event, RoundCommitted):
+        elif isinstance(event, RoundCommitted) and event.round > 0:
+            # round 0's commit is the sampled population, before any training: no round
             self._committed(controller, event)
         elif isinstance(event, RunEnded):
             self._ended(controller, event)
