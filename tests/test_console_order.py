@@ -10,10 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 from prefect.logging.handlers import PrefectConsoleHandler
-from support.parity import parity_scheduler, parity_space
-from trainables import SleepyTrainable
+from support.parity import sleepy_run
 
-from popflow import run
 from popflow.flows.api import training
 from popflow.flows.console import live_lines
 from popflow.flows.record import prefect_flow, run_feed
@@ -74,18 +72,7 @@ def test_a_late_record_leaves_the_console_in_time_order(tune_env, monkeypatch):
 
     # what Prefect's console handler prints (its setup replaces any handler of a test's)
     monkeypatch.setattr(PrefectConsoleHandler, "emit", emit)
-    run(
-        SleepyTrainable,
-        {**parity_space([10, 20]), "sleep": 0.3},
-        scheduler=parity_scheduler(synch=True),
-        metric="mean_accuracy",
-        mode="max",
-        num_samples=2,
-        stop={"training_iteration": 3},
-        name="console-order",
-        verbose=3,
-        **tune_env,
-    )
+    sleepy_run("console-order", 0.3, verbose=3, **tune_env)
     ours = [
         r
         for r in console.records

@@ -24,12 +24,12 @@ from typing import Any
 
 import pytest
 from support.browser import rendered_text
-from support.parity import parity_run, parity_scheduler, parity_space
+from support.parity import parity_run, sleepy_run
 from support.polling import wait_for
 from support.prefect_api import artifacts, events, run_logs, tune_runs
 from support.scripts import embedded_env
 from test_resume import ListHandler
-from trainables import Misbehaving, ParityTrainable, SleepyTrainable
+from trainables import Misbehaving, ParityTrainable
 
 from popflow import FIFOScheduler, grid_search, run
 from popflow.flows.api import training
@@ -269,17 +269,7 @@ def test_the_flow_run_is_running_before_its_first_round_and_holds_every_round(tu
     """Where a server answers, the first round waits for the flow run. Before: the record
     began after the cluster's start, so the ``tune`` run started seconds after its first
     rounds (``make demo``: a 2 s run whose six rounds spanned 6 s, drawn before it)."""
-    run(
-        SleepyTrainable,
-        {**parity_space([10, 20]), "sleep": 0.1},
-        scheduler=parity_scheduler(synch=True),
-        metric="mean_accuracy",
-        mode="max",
-        num_samples=2,
-        stop={"training_iteration": 3},
-        name="holds-rounds",
-        **tune_env,
-    )
+    sleepy_run("holds-rounds", 0.1, **tune_env)
     (flow_run,) = tune_runs("holds-rounds")
     rounds = _round_task_runs("holds-rounds", 3)
     assert [t.name for t in rounds] == ["round-1", "round-2", "round-3"]
@@ -312,17 +302,7 @@ def test_a_late_record_gives_each_round_its_real_times_and_says_it_was_late(tune
     monkeypatch.setattr(round_runs, "LATE_S", 0.05)  # held back: later than this, surely
     monkeypatch.setattr(training, "RECORD_WAIT_S", 0.0)  # as for a server that must start
 
-    run(
-        SleepyTrainable,
-        {**parity_space([10, 20]), "sleep": 0.3},
-        scheduler=parity_scheduler(synch=True),
-        metric="mean_accuracy",
-        mode="max",
-        num_samples=2,
-        stop={"training_iteration": 3},
-        name="late-record",
-        **tune_env,
-    )
+    sleepy_run("late-record", 0.3, **tune_env)
     (flow_run,) = tune_runs("late-record")
     rounds = _round_task_runs("late-record", 3)
     assert [t.name for t in rounds] == ["round-1", "round-2", "round-3"]

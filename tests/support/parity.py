@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainables import ParityTrainable
+from trainables import ParityTrainable, SleepyTrainable
 
 from popflow import ResultGrid, run
 from popflow.schedulers import PopulationBasedTraining, sample_from
@@ -39,5 +39,21 @@ def parity_run(
         metric="mean_accuracy",
         mode="max",
         num_samples=len(values),
+        **kwargs,
+    )
+
+
+def sleepy_run(name: str, sleep: float, **kwargs: Any) -> ResultGrid:
+    """Synchronous PBT of SleepyTrainable (a step of ``sleep`` s), two trials, three
+    rounds: a run whose rounds take measurable time, named ``name``."""
+    return run(
+        SleepyTrainable,
+        {**parity_space([10, 20]), "sleep": sleep},
+        scheduler=parity_scheduler(synch=True),
+        metric="mean_accuracy",
+        mode="max",
+        num_samples=2,
+        stop={"training_iteration": 3},
+        name=name,
         **kwargs,
     )
