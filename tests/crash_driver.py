@@ -121,8 +121,12 @@ def inject(kill_at: str | None) -> None:
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
     original_commit = ExperimentLog.commit
+    committed = {"seq": 0}
 
     def commit(self, payload, **kwargs):
+        # the log this driver commits to: the one whose seq the append/remove points count
+        # (a resume's Prefect record reads the experiment through a log of its own)
+        committed["log"] = self
         if kind == "commit-before" and self.seq + 1 == target:
             die()
         seq = original_commit(self, payload, **kwargs)
@@ -133,12 +137,11 @@ def inject(kill_at: str | None) -> None:
         return seq
 
     ExperimentLog.commit = commit
-    committed = {"seq": 0}
     original_latest = ExperimentLog.latest
 
     def latest(self):
         out = original_latest(self)
-        committed["log"] = self
+        committed.setdefault("log", self)  # before this driver's first commit: the one it read
         return out
 
     ExperimentLog.latest = latest
