@@ -301,6 +301,7 @@ def test_a_late_record_gives_each_round_its_real_times_and_says_it_was_late(tune
     monkeypatch.setattr(prefect_flow, "prefect_objects", late_objects)
     monkeypatch.setattr(round_runs, "LATE_S", 0.05)  # held back: later than this, surely
     monkeypatch.setattr(training, "RECORD_WAIT_S", 0.0)  # as for a server that must start
+    monkeypatch.setattr(prefect_flow, "early_api_url", lambda: None)  # not known before
 
     sleepy_run("late-record", 0.3, **tune_env)
     (flow_run,) = tune_runs("late-record")

@@ -6,9 +6,10 @@ which imports Prefect while the cluster starts, finds its server (:func:`prefect
 and runs the ``tune`` flow: its body turns the training's feed
 (:mod:`popflow.flows.record.run_feed`) into the flow run's logs, a ``round-N`` task run
 per round (its summary and decisions in its logs), the artifacts and the final state.
-Where a server answers, the first round waits until the flow run is Running, so the
-flow run holds every round; a server that must start first is not waited for (the
-record says it started late). The run's end waits until all is recorded.
+Where a server answers, the flow run is Running before the first round, so it holds
+every round: made before Prefect's import where its server is known without it
+(:mod:`popflow.flows.record.early_run`), else waited for by the first round; a server
+that must start first is not waited for (the record says it started late). The run's end waits until all is recorded.
 
 Dask workers never talk to Prefect. The flow and its task are made on first use
 (:func:`prefect_objects`): every Dask worker imports popflow, and Prefect's
@@ -29,6 +30,7 @@ from typing import Any, NamedTuple
 from popflow.flows.console.live_lines import claim, live
 from popflow.flows.console.verbose import console_verbosity
 from popflow.flows.record.artifacts import RunArtifacts
+from popflow.flows.record.early_run import EarlyRun, adopt, early_api_url
 from popflow.flows.record.flow_parameters import Shown
 from popflow.flows.record.heartbeat import engine_heartbeats_off, heartbeats
 from popflow.flows.record.plot_artifacts import PlotRefresh
@@ -105,6 +107,9 @@ class RunFailed(RuntimeError):
     exception is raised to the caller of ``popflow.run``, this one ends the flow run."""
 
 
+#: The ``tune`` flow's parameters, in order
+_PARAMETERS = ("name", "spec", "cluster")
+
 #: The feed the ``tune`` flow of this thread records (set by :class:`PrefectRecord`).
 _RECORDING: contextvars.ContextVar[RunFeed | None] = contextvars.ContextVar(
     "popflow_recording", default=None
@@ -136,7 +141,7 @@ def tune_flow(name: str, spec: Shown[RunSpec] | RunSpec, cluster: Shown[Any] | A
     plots = PlotRefresh(name, experiment.url, experiment.storage_options)
     artifacts = RunArtifacts(name, spec.metric, spec.mode, plots)
     feed.record_ready.set()  # the flow run is Running: the first round may begin
-    if feed.first_round_at is not None:
+    if feed.first_round_at is not None and feed.early_run is None:  # made after round 1
         _log(late_start_line(feed.first_round_at))
     with heartbeats(_HEARTBEAT_S.get()), cancel_watch(feed.stop):
         return _replay(feed, artifacts, RoundRuns(prefect_objects().round_task))
@@ -313,13 +318,14 @@ class PrefectRecord:
 
     def _record(self) -> None:
         _RECORDING.set(self.feed)
+        early = self._early_run()
         try:
             # Prefect's import (it sets up its logging) while the cluster starts
             tune = prefect_objects().tune_flow
             from prefect import tags
 
-            if not server_answers():  # one must start first: the rounds do not wait for it
-                self.feed.record_ready.set()
+            if early is None and not server_answers():  # one must start first: the
+                self.feed.record_ready.set()  # rounds do not wait for it
             with (
                 console_verbosity(self.spec.verbose),
                 live(self.feed),  # the run's lines print when said from here on
@@ -330,19 +336,49 @@ class PrefectRecord:
                 from prefect.settings import get_current_settings
 
                 self.api_url = get_current_settings().api.url  # the server finish() watches
+                if early is not None and not early.serves(self.api_url):
+                    early.withdraw()  # made on a server this record does not report to
+                    early = self.feed.early_run = None
                 self.feed.titled.wait()
-                tune = tune.with_options(flow_run_name=self.feed.title or self.spec.name)
                 _HEARTBEAT_S.set(every)
                 try:
-                    tune(self.spec.name, *self._shown)
+                    if early is not None:
+                        adopt(tune, early, dict(zip(_PARAMETERS, self._parameters(), strict=True)))
+                    else:
+                        tune = tune.with_options(flow_run_name=self.feed.title or self.spec.name)
+                        tune(*self._parameters())
                 finally:
                     _send_events()
         except BaseException as e:  # the training's, or Prefect's trouble
+            if early is not None:
+                early.crash(f"the Prefect record failed: {e!r}")
             self.error = e
             self.feed.record_ready.set()  # the training never waits for a record that failed
             self._drain()
         finally:
             self.feed.record_ready.set()
+
+    def _parameters(self) -> tuple[Any, ...]:
+        """The ``tune`` flow's arguments (:data:`_PARAMETERS`)."""
+        return (self.spec.name, *self._shown)
+
+    def _early_run(self) -> EarlyRun | None:
+        """The flow run made Running before Prefect's import, where its server is known
+        without it (:mod:`popflow.flows.record.early_run`): the first round need not wait
+        for the import. Made once the experiment is named (its flow run's name)."""
+        url = early_api_url()
+        if url is None:
+            return None
+        self.feed.titled.wait()
+        shown = {
+            k: dict(v) if isinstance(v, Shown) else v
+            for k, v in zip(_PARAMETERS, self._parameters(), strict=True)
+        }
+        early = EarlyRun.create(url, self.feed.title or self.spec.name, shown, run_tags(self.spec))
+        if early is not None:
+            self.feed.early_run = early
+            self.feed.record_ready.set()  # Running: the first round may begin
+        return early
 
     def _drain(self) -> None:
         """The feed's lines not yet recorded, to popflow's logger (the console)."""

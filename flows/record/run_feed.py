@@ -3,7 +3,8 @@
 ``popflow.run`` trains in the calling thread and tells Prefect from a thread of its
 own: storage, not Prefect, is the truth. Prefect's import and the flow run's creation
 overlap the cluster's start, and the first round waits for the flow run to be Running
-when a server answers (:meth:`RunFeed.wait_for_record`); a server that must start first
+when a server answers (:meth:`RunFeed.wait_for_record`: at once where the record made
+it before Prefect's import, :mod:`popflow.flows.record.early_run`); a server that must start first
 (the embedded default's first run) is not waited for: the record catches up. The training puts events on a
 :class:`RunFeed`; the ``tune`` flow (:mod:`popflow.flows.record.prefect_flow`) runs
 in a thread of its own and turns each into what the Prefect UI shows: a log
@@ -119,6 +120,9 @@ class RunFeed:
     #: be late (no server answers yet) or failed: the first round waits for it
     #: (:meth:`wait_for_record`), so the flow run holds every round
     record_ready: threading.Event = field(default_factory=threading.Event)
+    #: the ``tune`` flow run made Running before Prefect's import
+    #: (:class:`~popflow.flows.record.early_run.EarlyRun`; None: Prefect's engine makes it)
+    early_run: Any = None
     #: when the first round began (None: not yet): a record that starts after it says so
     first_round_at: float | None = None
     #: the round begun and not yet done: the task run a line said now belongs to
