@@ -43,9 +43,14 @@ def tune_runs(name: str) -> list[Any]:
             tasks = client.read_task_runs(
                 task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(any_=[run.id]))
             )
-            out.append((run, sorted(tasks, key=lambda t: (t.start_time, t.name))))
+            out.append((run, sorted(tasks, key=lambda t: (_started(t), t.name))))
     # in the order the attempts ran: a killed attempt's run may be written after the next's
-    return sorted(out, key=lambda r: min([t.start_time for t in r[1]] or [r[0].created]))
+    return sorted(out, key=lambda r: min([_started(t) for t in r[1]] or [r[0].created]))
+
+
+def _started(task: Any) -> datetime:
+    """When a task run started (a Pending one: when it was expected to)."""
+    return task.start_time or task.expected_start_time
 
 
 def seconds(at: datetime | None) -> float:
@@ -92,8 +97,11 @@ def check_attempts(name: str, lifetime: tuple[float, float]) -> None:
         start, end = seconds(task.start_time), seconds(task.end_time)
         assert born <= start <= end <= died, (task.name, start, end, lifetime)
         assert end <= seconds(resumed.start_time)
-    crashed = [t.name for t in killed_rounds if t.state_type.value == "CRASHED"]
-    assert crashed == ["round-3"], [(t.name, t.state_name) for t in killed_rounds]
+    crashed = [t for t in killed_rounds if t.state_type.value == "CRASHED"]
+    assert [t.name for t in crashed] == ["round-3"], [(t.name, t.state_name) for t in killed_rounds]
+    # ended when its driver was last seen, not when the next took over: the two attempts'
+    # rounds do not overlap in the UI (before: round-3 ran on until the takeover)
+    assert seconds(crashed[0].end_time) <= died, (crashed[0].end_time, lifetime)
     assert [t.name for t in resumed_rounds] == ["round-3", "round-4"]
 
 
@@ -143,3 +151,36 @@ def test_a_resume_leaves_the_runs_of_a_same_named_experiment_elsewhere_alone(
     assert run.state_type.value == "RUNNING", run.state  # killed, never resumed: as it was
     assert [t.name for t in tasks if t.state_type.value == "CRASHED"] == []
     assert lifetime[0] < lifetime[1]
+
+
+def test_the_round_a_killed_attempt_was_in_ends_when_it_was_last_seen(prefect_server, tmp_path):
+    """The killed driver's record had written the round it was in (Running in Prefect): the
+    resume ends it Crashed at that driver's last sign of life (its lease's last renewal or
+    its last commit), not at the takeover. Before, it ran on in the UI until the next driver
+    took over, so two attempts were in the same round at once."""
+    name = f"inflight-{uuid.uuid4().hex[:8]}"
+    storage = str(tmp_path / "results")
+    recorded = {"POPFLOW_TEST_KILL_RECORDED": name}  # the kill waits for a Running round
+    assert drive(storage, name, "fifo", kill_at="commit-after:3", env=recorded) != 0
+    died = time.time()
+    drive(storage, name, "fifo")
+
+    def both() -> Any:
+        runs = tune_runs(name)
+        if len(runs) < 2 or runs[0][0].state_type.value != "CRASHED":
+            return None
+        # a task run's states are events the server applies in the background
+        tasks = runs[0][1] + runs[1][1]
+        return runs if all(t.start_time and t.end_time for t in tasks) else None
+
+    (_, killed_rounds), (_, resumed_rounds) = wait_for(both, 60, "two attempts")
+    shown = [(t.name, t.state_name) for t in killed_rounds]
+    # a round its record had begun but storage says committed is Completed (the record
+    # lagged); the one it was in Crashed: before, every round left Running was Crashed
+    assert [t.state_name for t in killed_rounds[:-1]] == ["Completed"] * (len(shown) - 1), shown
+    crashed = killed_rounds[-1]
+    assert crashed.state_name == "Superseded" and "last seen" in crashed.state.message, shown
+    assert seconds(crashed.end_time) <= died, (crashed.end_time, died)
+    first_resumed = min(seconds(t.start_time) for t in resumed_rounds)
+    for task in killed_rounds:  # the two attempts do not overlap
+        assert seconds(task.end_time) <= first_resumed, (task.name, task.end_time)

@@ -13,6 +13,9 @@ for each earlier epoch:
 - writes each round it committed that the record never wrote as a ``round-N`` task
   run at its real times (Completed), and the round it was in when it stopped as
   Crashed, until its last sign of life (its last commit, or its lease's last renewal);
+  a round task run its record left Running ends the same way: Completed at its commit,
+  or Crashed when the driver was last seen (never at the takeover: the UI would show
+  two attempts in one round at once);
 - when there is no flow run, creates one (the title the attempt would have had, the
   tags of this run), with those rounds, and ends it Crashed (Completed, for a driver
   that released its lease: it ran to its end while Prefect was away). The API gives a flow
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -119,14 +123,18 @@ def record_attempts(
     current: UUID,
     tags: list[str],
     objects: Any,
-) -> int:
+    left: Sequence[Any] = (),
+) -> tuple[int, set[Any]]:
     """Every attempt of ``experiment`` before driver ``epoch`` (this one, whose flow run is
-    ``current``) in Prefect, as the module's doc says; how many flow runs were written.
-    ``objects``: the ``tune`` flow and its ``round`` task
+    ``current``) in Prefect, as the module's doc says; how many flow runs were written,
+    and the ids of the task runs of ``left`` (round task runs earlier records left
+    Running) it ended Crashed at their attempt's last sign of life. ``objects``: the
+    ``tune`` flow and its ``round`` task
     (:func:`~popflow.flows.record.prefect_flow.prefect_objects`)."""
+    ended: set[Any] = set()
     earlier = [a for a in experiment_history(storage) if a.epoch < epoch]
     if not earlier:
-        return 0
+        return 0, ended
     found = _tune_runs(client, experiment, storage.url)
     # a run with a round of an attempt is that attempt's (a re-run flow run: of several)
     taken = {f.run.id for f in found for a in earlier if f.claims(a)} | {current}
@@ -156,12 +164,13 @@ def record_attempts(
         taken.add(match.run.id)
         stopped = not released and (match.run.id == current or not _ended_itself(match.run))
         written += _backfill(client, objects.round_task, match, attempt, seen, stopped, said)
+        ended |= _end_left(objects.round_task, match.run, left, attempt, seen, stopped, said)
         if match.run.id != current and not _final(match.run):
             from prefect.states import Completed, Crashed
 
             end = Completed(message=said) if released else Crashed(name=STOPPED, message=said)
             client.set_flow_run_state(match.run.id, end, force=True)
-    return written
+    return written, ended
 
 
 def _said(
@@ -295,6 +304,34 @@ def _backfill(
         found.rounds.append((f"round-{last.no + 1}", utc(last.at), STOPPED))
         wrote += 1
     return wrote
+
+
+def _end_left(
+    round_task: Any,
+    run: Any,
+    left: Sequence[Any],
+    attempt: Attempt,
+    seen: float,
+    stopped: bool,
+    said: str,
+) -> set[Any]:
+    """The round task runs of ``run`` its record left Running (``left``): Completed when
+    storage says the round committed (the record had not caught up), else Crashed when
+    the attempt was last ``seen`` (not at the takeover: two attempts would be in one round
+    at once in the UI). The ids of those ended."""
+    committed = {f"round-{r.no}": r.at for r in attempt.rounds}
+    writer = PastRounds(round_task, run)
+    ended: set[Any] = set()
+    for task in (t for t in left if t.flow_run_id == run.id):
+        begun = task.start_time.timestamp() if task.start_time else seen
+        if task.name in committed:
+            writer.end(RoundRun(task, None), max(committed[task.name], begun))
+        elif stopped:
+            writer.crash(RoundRun(task, None), max(seen, begun), said)
+        else:
+            continue
+        ended.add(task.id)
+    return ended
 
 
 class PastRounds(RoundRuns):
