@@ -119,3 +119,46 @@ def test_a_dead_workers_failed_call_is_not_an_error_line_from_dask(tmp_path):
     out = proc.stdout + proc.stderr
     assert "the call failed" in proc.stdout, out
     assert "broadcast to" not in out and "ERROR" not in out, out
+
+
+#: A user's own flow that calls popflow.run: spawn imports this script in each worker
+#: process, and with it Prefect, whose logging set-up prints through the root logger.
+PARENT_FLOW = textwrap.dedent(
+    """
+    from prefect import flow
+
+    from popflow import report, run
+
+
+    def train(config):
+        for i in range(3):
+            report({"score": i * config["x"]})
+
+
+    @flow(name="nightly")
+    def nightly():
+        grid = run(train, {"x": 2}, metric="score", mode="max", storage="results",
+                   name="inside-a-flow", verbose=1)
+        return grid.get_best_result().metrics["score"]
+
+
+    if __name__ == "__main__":
+        print("best", nightly())
+    """
+)
+
+
+def test_a_run_inside_a_users_flow_prints_none_of_dasks_info_lines(prefect_server, tmp_path):
+    """Before: ~20 ``distributed.worker`` / ``distributed.preloading`` INFO lines per worker
+    ("Start worker at", "Registered to", ...) in Prefect's format, around the results."""
+    script = tmp_path / "nightly.py"
+    script.write_text(PARENT_FLOW)
+    out = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    said = out.stdout + out.stderr
+    assert out.returncode == 0, said[-3000:]
+    assert "best 4" in said
+    assert "inside-a-flow finished" in said
+    dask_lines = [line for line in said.splitlines() if "distributed." in line]
+    assert not dask_lines, dask_lines[:10]

@@ -256,14 +256,37 @@ def _local_cluster(size: EmbeddedSize) -> LocalCluster:
         "config": EMBEDDED_WORKER_CONFIG,
     }
     try:
-        if size.devices:
-            cluster: LocalCluster = _PinnedCluster(size.devices, **options)
-            cluster.wait_for_workers(size.n_workers)
-            return cluster
-        return LocalCluster(n_workers=size.n_workers, **options)
+        with _quiet_worker_start():
+            if size.devices:
+                cluster: LocalCluster = _PinnedCluster(size.devices, **options)
+                cluster.wait_for_workers(size.n_workers)
+                return cluster
+            return LocalCluster(n_workers=size.n_workers, **options)
     except BaseException:
         WITHOUT_MAIN.release()
         raise
+
+
+#: The Dask setting, read as each worker process imports Dask, that keeps its INFO lines
+#: off the console: a worker that imports Prefect (the user's script does, and spawn
+#: imports that script) printed ~20 of them each through Prefect's root handler
+QUIET_WORKERS = "DASK_LOGGING__DISTRIBUTED"
+
+
+@contextmanager
+def _quiet_worker_start() -> Iterator[None]:
+    """Within: worker processes started now import Dask with its INFO lines off (set in
+    this process's environment only while they start; a user's own setting stands).
+    A worker restarted later is quieted by its preload
+    (:func:`~popflow.infra.cluster.worker_close_logs.quiet_distributed`)."""
+    if os.environ.get(QUIET_WORKERS):
+        yield
+        return
+    os.environ[QUIET_WORKERS] = "warning"
+    try:
+        yield
+    finally:
+        os.environ.pop(QUIET_WORKERS, None)
 
 
 #: Seconds an idle embedded worker process gets to exit when the cluster closes before

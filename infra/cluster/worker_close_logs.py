@@ -41,6 +41,16 @@ class ClosingHeartbeat(logging.Filter):
 def dask_setup(worker: Any) -> None:
     """Dask calls this as the worker starts (``preload``)."""
     logging.getLogger("distributed.worker").addFilter(ClosingHeartbeat(worker))
+    quiet_distributed()
+
+
+def quiet_distributed() -> None:
+    """Dask's INFO lines not printed in this process: Dask silences its own console
+    handler only, and a worker process that imports Prefect (the user's script imports
+    it, and spawn imports that script) prints them through Prefect's root handler."""
+    distributed = logging.getLogger("distributed")
+    if distributed.getEffectiveLevel() < logging.WARNING:
+        distributed.setLevel(logging.WARNING)
 
 
 BROADCAST_FAILED = "broadcast to "
