@@ -366,7 +366,11 @@ class PrefectRecord:
         """The flow run made Running before Prefect's import, where its server is known
         without it (:mod:`popflow.flows.record.early_run`): the first round need not wait
         for the import. Made once the experiment is named (its flow run's name)."""
-        url = early_api_url()
+        try:
+            url = early_api_url()
+        except Exception as e:  # a bad setting: said by the path that reads it with Prefect
+            logger.debug("no flow run before Prefect's import: %s", e)
+            return None
         if url is None:
             return None
         self.feed.titled.wait()
