@@ -9,9 +9,12 @@ two requests (the ``tune`` flow, then the run, Running) as soon as the experimen
 named; Prefect's engine adopts that run later (:func:`adopt`), so the run's start time
 is before its first round, whatever the import costs.
 
-The guess is checked once Prefect is imported: a run made on another server than the
-one Prefect's settings name (a profile or a ``prefect.toml`` can set the API URL) is
-deleted, and the engine makes its own. A record that fails before the engine adopts
+The server is read as Prefect would read it, without its import: Prefect's own settings
+if it is imported already; else the environment's ``PREFECT_API_URL``, the active
+profile's, or popflow's local server; a ``.env``, ``prefect.toml`` or ``pyproject.toml``
+with Prefect settings in the working folder leaves it to Prefect. The guess is checked
+once Prefect is imported: a run made on another server than the one Prefect's settings
+name is deleted, and the engine makes its own (the first round may then begin before it). A record that fails before the engine adopts
 the run ends it Crashed, so no run stays Running.
 """
 
@@ -21,9 +24,11 @@ import json
 import logging
 import os
 import sys
+import tomllib
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from popflow.infra import local_server
@@ -39,15 +44,75 @@ _CREDENTIALS = ("PREFECT_API_KEY", "PREFECT_API_AUTH_STRING")
 def early_api_url() -> str | None:
     """The API a run reports to, where it is known without importing Prefect and takes
     no credentials; None otherwise (Prefect's settings decide, once imported)."""
-    if any(os.environ.get(name) for name in _CREDENTIALS) or in_flow_run():
+    if in_flow_run():
         return None
-    url = os.environ.get("PREFECT_API_URL")
+    if "prefect.settings" in sys.modules:  # imported already: its settings, as they are now
+        return _from_prefect()
+    if any(os.environ.get(name) for name in _CREDENTIALS):
+        return None
+    url = os.environ.get("PREFECT_API_URL")  # the environment wins over every other source
     if url:
         return url.rstrip("/")
+    if _files_may_set_the_api():
+        return None
+    profile = _active_profile()
+    if profile is None or any(profile.get(name) for name in _CREDENTIALS):
+        return None  # unreadable, or a server with credentials: Prefect's client decides
+    if profile.get("PREFECT_API_URL"):
+        return str(profile["PREFECT_API_URL"]).rstrip("/")
+    return _local_server_url()
+
+
+def _from_prefect() -> str | None:
+    from prefect.settings import get_current_settings
+
+    api = get_current_settings().api
+    if api.key or getattr(api, "auth_string", None):
+        return None
+    return api.url.rstrip("/") if api.url else _local_server_url()
+
+
+def _local_server_url() -> str | None:
+    """popflow's local server, where the embedded default uses it and it runs."""
     if not local_server.wanted():
         return None
     server = local_server.running()
     return server.api_url.rstrip("/") if server is not None else None
+
+
+def _files_may_set_the_api() -> bool:
+    """Whether a settings file in the working folder may name the API (Prefect reads a
+    ``.env``, a ``prefect.toml`` and ``pyproject.toml``'s ``[tool.prefect]`` there, over
+    the profile): then only Prefect knows."""
+    folder = Path.cwd()
+    for name, marker in (
+        (".env", "PREFECT_"),
+        ("prefect.toml", ""),
+        ("pyproject.toml", "tool.prefect"),
+    ):
+        path = folder / name
+        try:
+            if path.is_file() and marker in path.read_text(errors="replace"):
+                return True
+        except OSError:
+            return True
+    return False
+
+
+def _active_profile() -> dict[str, Any] | None:
+    """The settings of Prefect's active profile (``PREFECT_PROFILE``, else the profiles
+    file's ``active``); {} where there is none; None where the file cannot be read."""
+    home = Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser()
+    path = Path(os.environ.get("PREFECT_PROFILES_PATH") or home / "profiles.toml").expanduser()
+    if not path.exists():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    active = os.environ.get("PREFECT_PROFILE") or data.get("active") or "ephemeral"
+    profile = (data.get("profiles") or {}).get(active) or {}
+    return profile if isinstance(profile, dict) else None
 
 
 def in_flow_run() -> bool:
