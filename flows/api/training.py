@@ -98,8 +98,11 @@ def _train(
         if experiment.resumed_from is not None:
             title += f" · resumed after round {experiment.resumed_from['round']}"
         feed.name(title)
-        if experiment.resumed_from is not None and experiment.lease is not None:
-            feed.resumed(experiment.name, experiment.lease.epoch)
+        # an earlier driver held the lease (resumed, or killed before its first commit: a
+        # fresh start then): its Prefect runs still Running are dead, and are said so
+        lease = experiment.lease
+        if lease is not None and (experiment.resumed_from is not None or lease.epoch > 1):
+            feed.resumed(experiment.name, lease.epoch)
         if experiment.finished:
             grid = results_of(experiment.records, experiment.storage, spec.metric, spec.mode)
             return Trained(grid, f"{experiment.name} had already finished: nothing to run", None)
