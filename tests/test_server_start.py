@@ -157,3 +157,24 @@ def test_the_flow_example_runs_on_one_server_without_errors(tmp_path: Path) -> N
     assert found["pbt-benchmark"].state.is_completed()
     assert found["tune"].state.is_completed()
     assert found["tune's parent"] == found["pbt-benchmark"].id
+
+
+@pytest.mark.system
+def test_status_says_where_runs_report_when_the_shell_names_another_server(tmp_path: Path) -> None:
+    """A PREFECT_API_URL left in the shell sends every run elsewhere: `popflow server` said
+    only that the local server was not running (found by issue 43's adversarial pass)."""
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path), "PREFECT_API_URL": "http://127.0.0.1:9/api"}
+    out = subprocess.run(
+        [sys.executable, "-m", "popflow.flows.api.cli", "server"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "no local Prefect server" in out.stdout
+    assert (
+        "PREFECT_API_URL is http://127.0.0.1:9/api: runs started from this shell report there"
+        in out.stderr
+    )
+    assert "note:" not in popflow(tmp_path).stderr  # without it: nothing to note

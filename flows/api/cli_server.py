@@ -14,6 +14,7 @@ just that line. A second ``start`` finds the running server and prints the same.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -52,12 +53,22 @@ def server_command(args: argparse.Namespace) -> int:
               f"no local Prefect server of {home} was running")  # fmt: skip
         return 0
     server = local_server.running(home)
+    _say_where_runs_report(server)
     if server is None:
         print(f"no local Prefect server of {home} is running "
               "(`popflow server start` or the next run starts one)")  # fmt: skip
         return 0
     print(f"Prefect UI: {server.ui_url}  (API {server.api_url}; pid {server.pid}; home {home})")
     return 0
+
+
+def _say_where_runs_report(server: object | None) -> None:
+    """On stderr: runs report to the ``PREFECT_API_URL`` of this shell, where it names
+    another server than the local one (a user who set it and forgot)."""
+    url = os.environ.get("PREFECT_API_URL", "").rstrip("/")
+    if url and (server is None or url != getattr(server, "api_url", "").rstrip("/")):
+        print(f"note: PREFECT_API_URL is {url}: runs started from this shell report there, "
+              "not to popflow's local server (unset it to use the local one)", file=sys.stderr)  # fmt: skip
 
 
 def _start(home: Path, port: int | None) -> int:
