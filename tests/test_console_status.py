@@ -105,3 +105,41 @@ def test_a_held_lease_is_one_line_with_a_way_on(tune_env):
     assert not [m for m in logs if "Traceback" in m], logs
     (flow_run,) = tune_runs("held-lease")
     assert flow_run.state_name == "Failed"
+
+
+def usurped(config: dict) -> None:
+    """Reports five iterations; after the first, a newer driver's lease appears in the
+    experiment (as after this driver stalled past its lease and another took over)."""
+    from popflow import report
+    from popflow.infra.storage.folder import Storage
+    from popflow.infra.store.layout import lease_path
+
+    for i in range(1, 6):
+        if i == 2:
+            lease = '{"epoch": 99, "expires": 4e9}'
+            Storage(config["experiment"]).create_text(lease, lease_path(99))
+        report({"score": i})
+
+
+def test_a_lost_lease_is_one_line_too(tune_env):
+    """LeaseLost (a newer driver took over) is no bug to trace either: the caller gets it
+    without popflow's frames and the flow run's log says it in one line (it logged the
+    training's traceback, ~40 lines, found by issue 43's adversarial pass)."""
+    import traceback
+
+    from support.prefect_api import run_logs
+
+    from popflow import run
+    from popflow.infra.storage.folder import Storage
+    from popflow.infra.store.lease import LeaseLost
+
+    experiment = Storage(tune_env["storage"]).child("lost-lease")
+    with pytest.raises(LeaseLost) as lost:
+        run(usurped, {"experiment": experiment.url}, metric="score", mode="max",
+            name="lost-lease", **tune_env)  # fmt: skip
+    frames = traceback.extract_tb(lost.value.__traceback__)
+    assert len(frames) <= 3, traceback.format_tb(lost.value.__traceback__)
+    said = f"LeaseLost: {lost.value}"
+    logs = run_logs("lost-lease")
+    assert [m for m in logs if m.startswith("LeaseLost: ")] == [said], logs
+    assert not [m for m in logs if "Traceback" in m or "the training raised" in m], logs

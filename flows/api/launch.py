@@ -33,7 +33,7 @@ from popflow.flows.spec.run_spec import RunSpec, run_spec
 from popflow.infra.cluster.dask_cluster import ClusterStart
 from popflow.infra.fast_exit import skip_teardown_collections
 from popflow.infra.storage.folder import Storage
-from popflow.infra.store.lease import LeaseHeldError
+from popflow.infra.store.lease import LEASE_ERRORS
 from popflow.schedulers import TrialScheduler
 from popflow.schedulers.search import Searcher
 from popflow.tasks.parameters import parameters_of
@@ -194,7 +194,7 @@ def run_grouped(
     record.start()
     try:
         return train(spec, workers, spec.resume, record.feed).grid
-    except LeaseHeldError as e:  # no bug to trace: its one line says what to do
+    except LEASE_ERRORS as e:  # no bug to trace: its one line says what to do
         raise e.with_traceback(None) from None
     finally:
         # the embedded cluster closes while the record catches up

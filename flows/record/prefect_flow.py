@@ -54,7 +54,7 @@ from popflow.flows.record.run_feed import (
 from popflow.flows.record.run_log import popflow_logger, run_logger
 from popflow.flows.record.stale_runs import close_stale_runs
 from popflow.flows.spec.run_spec import RunSpec
-from popflow.infra.store.lease import LeaseHeldError
+from popflow.infra.store.lease import LEASE_ERRORS
 
 logger = logging.getLogger(__name__)
 
@@ -208,7 +208,7 @@ def _ended(end: RunEnd, artifacts: RunArtifacts) -> Any:
             return cancelled  # a process worker's cancel: SIGTERM after its intent
         if not isinstance(end.error, Exception):
             raise KeyboardInterrupt()  # Prefect marks the run Crashed, as for any interrupt
-        if isinstance(end.error, LeaseHeldError):  # no bug to trace: its line says what to do
+        if isinstance(end.error, LEASE_ERRORS):  # no bug to trace: its line says what to do
             from prefect.states import Failed
 
             run_logger().error("%s: %s", type(end.error).__name__, end.error)

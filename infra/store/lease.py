@@ -104,6 +104,11 @@ class LeaseLost(RuntimeError):
     """A newer driver took the experiment over; this one must write nothing more."""
 
 
+#: The lease's errors: no bug to trace, each one's line says what happened and what to do
+#: (callers show them without their traceback)
+LEASE_ERRORS = (LeaseHeldError, LeaseLost)
+
+
 def lease_epochs(storage: Storage) -> list[int]:
     """The epochs of the lease files in ``storage``'s experiment, oldest first (one
     listing: one request on an object store)."""
