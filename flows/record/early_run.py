@@ -27,6 +27,8 @@ import sys
 import tomllib
 import urllib.error
 import urllib.request
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,6 +135,10 @@ class EarlyRun:
     id: str
     #: set once Prefect's engine runs it: the engine owns its state from then on
     adopted: bool = False
+    #: called with the reason when a cancel reached the run before the engine adopted it
+    #: (the record's cancel watch starts with the engine)
+    on_cancel: Callable[[str], None] | None = None
+    name: str = ""
 
     @classmethod
     def create(
@@ -140,28 +146,33 @@ class EarlyRun:
     ) -> EarlyRun | None:
         """The run ``name``, Running; None where the server did not take it (Prefect's
         engine makes the run then, as it always did)."""
+        # a run made but answered after the timeout is found by its key, not made twice
+        key = f"popflow-early-{uuid.uuid4().hex}"
         try:
             flow = _call(api_url, "POST", "/flows/", {"name": "tune"})
-            run = _call(
-                api_url,
-                "POST",
-                "/flow_runs/",
-                {
-                    "flow_id": flow["id"],
-                    "name": name,
-                    "parameters": parameters,
-                    "tags": tags,
-                    # the engine proposes Running again when it adopts the run: a run
-                    # marked resuming does not count that as a second attempt (its run
-                    # count stays 1, as Prefect's retries and popflow's read it)
-                    "empirical_policy": {"resuming": True},
-                    "state": {"type": "RUNNING", "name": "Running"},
-                },
-            )
-            return cls(api_url, str(run["id"]))
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, ValueError) as e:
             logger.debug("the flow run was not made before Prefect's import: %s", e)
             return None
+        body = {
+            "flow_id": flow["id"],
+            "name": name,
+            "parameters": parameters,
+            "tags": tags,
+            "idempotency_key": key,
+            # the engine proposes Running again when it adopts the run: a run marked
+            # resuming does not count that as a second attempt (its run count stays 1,
+            # as Prefect's retries and popflow's read it)
+            "empirical_policy": {"resuming": True},
+            "state": {"type": "RUNNING", "name": "Running"},
+        }
+        try:
+            run = _call(api_url, "POST", "/flow_runs/", body)
+        except (OSError, ValueError) as e:
+            run = _made(api_url, key)
+            if run is None:
+                logger.debug("the flow run was not made before Prefect's import: %s", e)
+                return None
+        return cls(api_url, str(run["id"]), name=name)
 
     def serves(self, api_url: str | None) -> bool:
         """Whether the run is on the server Prefect's settings name."""
@@ -176,29 +187,77 @@ class EarlyRun:
 
     def crash(self, message: str) -> None:
         """End the run Crashed: the record failed before the engine adopted it."""
-        if self.adopted:
-            return
-        state = {"type": "CRASHED", "name": "Crashed", "message": message[:500]}
+        if not self.adopted:
+            self._force({"type": "CRASHED", "name": "Crashed", "message": message[:500]})
+
+    def take_back_a_cancel(self) -> bool:
+        """A cancel that reached the run before the engine adopts it: the run is made
+        Running again for the engine (which would not run a Cancelling run), and
+        :attr:`on_cancel` stops the training as the cancel watch would; the run then
+        ends Cancelled. Whether there was one."""
         try:
-            _call(
-                self.api_url,
-                "POST",
-                f"/flow_runs/{self.id}/set_state",
-                {"state": state, "force": True},
-            )
+            state = (_call(self.api_url, "GET", f"/flow_runs/{self.id}") or {}).get("state")
         except (OSError, ValueError) as e:
-            logger.debug("the early flow run %s was not ended: %s", self.id, e)
+            logger.debug("could not read the early flow run %s: %s", self.id, e)
+            return False
+        if (state or {}).get("type") not in _CANCEL_TYPES:
+            return False
+        if self.on_cancel is not None:
+            self.on_cancel(f"cancelled from Prefect (flow run {self.name!r})")
+        self._force({"type": "RUNNING", "name": "Running", "message": "cancel seen: stopping"})
+        return True
+
+    def _force(self, state: dict[str, Any]) -> None:
+        try:
+            body = {"state": state, "force": True}
+            _call(self.api_url, "POST", f"/flow_runs/{self.id}/set_state", body)
+        except (OSError, ValueError) as e:
+            logger.debug("the early flow run %s was not set %s: %s", self.id, state["type"], e)
+
+
+#: The state types a cancel leaves a flow run in.
+_CANCEL_TYPES = {"CANCELLING", "CANCELLED"}
+#: How many times the engine is given the run when a cancel lands as it adopts it.
+_ADOPTIONS = 3
 
 
 def adopt(flow: Any, early: EarlyRun, parameters: dict[str, Any]) -> Any:
-    """Run the Prefect ``flow`` as the flow run ``early`` made: what the flow returns."""
+    """Run the Prefect ``flow`` as the flow run ``early`` made: what the flow returns. A
+    cancel that reached the run before (the UI shows it from its start) stops the
+    training and ends the run Cancelled, as a cancel of a running flow does."""
     from prefect.client.orchestration import get_client
+    from prefect.exceptions import UnfinishedRun
     from prefect.flow_engine import run_flow
 
-    with get_client(sync_client=True) as client:
-        flow_run = client.read_flow_run(early.id)
-    early.adopted = True
-    return run_flow(flow, flow_run=flow_run, parameters=parameters)
+    for attempt in range(_ADOPTIONS):
+        early.take_back_a_cancel()
+        with get_client(sync_client=True) as client:
+            flow_run = client.read_flow_run(early.id)
+        early.adopted = True
+        try:
+            return run_flow(flow, flow_run=flow_run, parameters=parameters)
+        except UnfinishedRun:
+            # the engine found the run Cancelling (a cancel between the look and its
+            # start) and ran nothing: taken back, once more
+            if attempt + 1 == _ADOPTIONS or not early.take_back_a_cancel():
+                raise
+            early.adopted = False
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _made(api_url: str, key: str) -> dict[str, Any] | None:
+    """The flow run made with idempotency ``key``, if the server made it."""
+    try:
+        runs = _call(
+            api_url,
+            "POST",
+            "/flow_runs/filter",
+            {"flow_runs": {"idempotency_key": {"any_": [key]}}, "limit": 1},
+        )
+    except (OSError, ValueError) as e:
+        logger.debug("could not look for the early flow run %s: %s", key, e)
+        return None
+    return runs[0] if runs else None
 
 
 def _call(api_url: str, method: str, path: str, body: dict[str, Any] | None = None) -> Any:

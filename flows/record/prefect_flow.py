@@ -310,10 +310,11 @@ class PrefectRecord:
         # Cancelled state the flow returned): said already, not the record's trouble
         quiet = isinstance(self.error, RunFailed | KeyboardInterrupt) or self.feed.stop.honoured
         if self.error is not None and not quiet:
+            said = str(self.error) if str(self.error) not in ("", "None") else ""
             logger.warning(
                 "the Prefect record of %s is incomplete (its results are in storage): %s",
                 self.spec.name,
-                self.error,
+                said or type(self.error).__name__,  # Prefect's ObjectNotFound says "None"
             )
 
     def _record(self) -> None:
@@ -380,6 +381,7 @@ class PrefectRecord:
         }
         early = EarlyRun.create(url, self.feed.title or self.spec.name, shown, run_tags(self.spec))
         if early is not None:
+            early.on_cancel = self.feed.stop.ask
             self.feed.early_run = early
             self.feed.record_ready.set()  # Running: the first round may begin
         return early
