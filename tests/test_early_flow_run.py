@@ -7,13 +7,17 @@ first round does not wait for Prefect's import, and the run still holds every ro
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 from support.parity import sleepy_run
 from support.prefect_api import api, run_logs, tune_runs
 from test_prefect_record import _round_task_runs
+from test_resume import ListHandler
 
 from popflow.flows.record import early_run, prefect_flow, run_feed
 
@@ -98,3 +102,40 @@ def test_a_run_made_on_another_server_than_prefects_settings_name_is_withdrawn(
 
     with pytest.raises(ObjectNotFound):
         api(lambda client: client.read_flow_run(early.id))
+
+
+def test_the_runs_first_lines_print_before_the_engine_adopts_it(tune_env, monkeypatch):
+    """The engine adopts the run only once Prefect is imported: for a run shorter than the
+    import, its "Beginning flow run" and "View at" lines printed after the results (issue
+    43's adversarial pass). The record says them when it makes the run, in the console's
+    order, and the engine's own are not printed again."""
+    ended = threading.Event()
+    real_end, real_adopt = run_feed.RunFeed.end, prefect_flow.adopt
+    console = ListHandler()  # what the console's handlers get of the flow run's lines
+    before: list[str] = []  # ... before the engine adopted the run
+
+    def end(feed: run_feed.RunFeed, event: run_feed.RunEnd) -> None:
+        real_end(feed, event)
+        ended.set()
+
+    def late_adopt(*args: Any) -> Any:
+        assert ended.wait(timeout=300)  # the engine adopts the run after the training
+        before.extend(console.lines)
+        return real_adopt(*args)
+
+    monkeypatch.setattr(run_feed.RunFeed, "end", end)
+    monkeypatch.setattr(prefect_flow, "adopt", late_adopt)
+    runs_logger = logging.getLogger("prefect.flow_runs")
+    runs_logger.addHandler(console)
+    try:
+        sleepy_run("early-lines", 0.0, verbose=1, **tune_env)
+    finally:
+        runs_logger.removeHandler(console)
+    (flow_run,) = tune_runs("early-lines")
+    port = urlparse(os.environ["PREFECT_API_URL"]).port
+    view = f"View at http://127.0.0.1:{port}/runs/flow-run/{flow_run.id}"
+    begin = "Beginning flow run 'early-lines' for flow 'tune'"
+    assert begin in before and view in before, before
+    assert before.index(begin) + 1 == before.index(view), before
+    firsts = [m for m in console.lines if m.startswith(("View at ", "Beginning flow run"))]
+    assert firsts == [begin, view], console.lines  # the engine's own: not printed

@@ -174,6 +174,12 @@ class EarlyRun:
                 return None
         return cls(api_url, str(run["id"]), name=name)
 
+    @property
+    def url(self) -> str:
+        """The run's page in the Prefect UI (as Prefect's ``url_for`` makes it)."""
+        ui = os.environ.get("PREFECT_UI_URL") or self.api_url.removesuffix("/api")
+        return f"{ui.rstrip('/')}/runs/flow-run/{self.id}"
+
     def serves(self, api_url: str | None) -> bool:
         """Whether the run is on the server Prefect's settings name."""
         return bool(api_url) and api_url.rstrip("/") == self.api_url
@@ -229,11 +235,14 @@ def adopt(flow: Any, early: EarlyRun, parameters: dict[str, Any]) -> Any:
     from prefect.exceptions import UnfinishedRun
     from prefect.flow_engine import run_flow
 
+    said_early = SaidEarly(early.id)
+    engine_lines = logging.getLogger("prefect.flow_runs")
     for attempt in range(_ADOPTIONS):
         early.take_back_a_cancel()
         with get_client(sync_client=True) as client:
             flow_run = client.read_flow_run(early.id)
         early.adopted = True
+        engine_lines.addFilter(said_early)
         try:
             return run_flow(flow, flow_run=flow_run, parameters=parameters)
         except UnfinishedRun:
@@ -242,7 +251,32 @@ def adopt(flow: Any, early: EarlyRun, parameters: dict[str, Any]) -> Any:
             if attempt + 1 == _ADOPTIONS or not early.take_back_a_cancel():
                 raise
             early.adopted = False
+        finally:
+            engine_lines.removeFilter(said_early)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+#: The engine's first lines of a flow run, which the record said when it made the run
+#: (:func:`first_lines`): the engine says them when it adopts it, seconds later (after
+#: the results, for a run shorter than Prefect's import)
+_FIRST_LINES = ("Beginning flow run ", "View at ")
+
+
+def first_lines(early: EarlyRun) -> list[str]:
+    """The run's first lines, as Prefect's engine says them, to say when it is made."""
+    return [f"Beginning flow run {early.name!r} for flow 'tune'", f"View at {early.url}"]
+
+
+class SaidEarly(logging.Filter):
+    """Drops the engine's first lines of the run ``flow_run_id``: said already."""
+
+    def __init__(self, flow_run_id: str) -> None:
+        super().__init__()
+        self.flow_run_id = flow_run_id
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        mine = str(getattr(record, "flow_run_id", "")) == self.flow_run_id
+        return not (mine and record.getMessage().startswith(_FIRST_LINES))
 
 
 def _made(api_url: str, key: str) -> dict[str, Any] | None:

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 from popflow.flows.console.live_lines import claim, live
 from popflow.flows.console.verbose import console_verbosity
 from popflow.flows.record.artifacts import RunArtifacts
-from popflow.flows.record.early_run import EarlyRun, adopt, early_api_url
+from popflow.flows.record.early_run import EarlyRun, adopt, early_api_url, first_lines
 from popflow.flows.record.flow_parameters import Shown
 from popflow.flows.record.heartbeat import engine_heartbeats_off, heartbeats
 from popflow.flows.record.plot_artifacts import PlotRefresh
@@ -383,6 +383,8 @@ class PrefectRecord:
         if early is not None:
             early.on_cancel = self.feed.stop.ask
             self.feed.early_run = early
+            for line in first_lines(early):  # in the console's order, not the engine's
+                self.feed.line(logging.INFO, line)
             self.feed.record_ready.set()  # Running: the first round may begin
         return early
 
