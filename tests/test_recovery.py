@@ -312,7 +312,7 @@ def test_a_flow_run_that_keeps_failing_is_not_started_a_sixth_time(prefect_serve
     ends Failed, which the re-run automation does not answer)."""
     from prefect import flow
 
-    from popflow.flows.record.prefect_flow import MAX_RUN_COUNT, refuse_crash_loop
+    from popflow.flows.record.flow_retries import MAX_RUN_COUNT, refuse_crash_loop
 
     starts = []
 

@@ -25,7 +25,8 @@ from distributed import Client
 from popflow.flows.api.training import train
 from popflow.flows.experiment.results import ResultGrid
 from popflow.flows.record.flow_parameters import Shown, cluster_view, spec_view
-from popflow.flows.record.prefect_flow import PrefectRecord, is_flow_retry, refuse_crash_loop
+from popflow.flows.record.flow_retries import is_flow_retry, refuse_crash_loop
+from popflow.flows.record.prefect_flow import PrefectRecord
 from popflow.flows.spec.config import CheckpointConfig
 from popflow.flows.spec.groups import BudgetSpec, ClusterSpec, ResumeSpec, StorageSpec
 from popflow.flows.spec.ray_configs import FailureConfig, RunConfig, TuneConfig

@@ -28,8 +28,10 @@ up too (docs/how-to/resume-recovery.md).
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -93,3 +95,46 @@ def _no_in_process_mark() -> None:
         return
     flow_run.empirical_policy = policy
     logger.debug("cleared the in-process retry mark of flow run %s", flow_run.id)
+
+
+def is_flow_retry() -> bool:
+    """True inside a Prefect flow run that is being retried (run_count > 1).
+
+    Checked both where ``run`` is called (a retried parent flow: its ``tune``
+    subflow is a new run) and inside the ``tune`` flow (a retry of it).
+    """
+    ctx = _flow_run_context()
+    return bool(ctx and ctx.flow_run and ctx.flow_run.run_count > 1)
+
+
+def _flow_run_context() -> Any:
+    """The Prefect flow run this thread runs in, if any. A script that has not imported
+    Prefect runs in none: the answer costs no import (Prefect's is a heavy one)."""
+    if "prefect.context" not in sys.modules:
+        return None
+    from prefect.context import FlowRunContext
+
+    return FlowRunContext.get()
+
+
+#: A flow run that has started this many times (Prefect's flow retries, and re-runs of
+#: its crashes by ``automations.yaml``) is not started again: it ends Failed, which the
+#: re-run automation does not answer, instead of crashing in a loop.
+MAX_RUN_COUNT = 5
+
+
+class TooManyRuns(RuntimeError):
+    """The flow run has started more than :data:`MAX_RUN_COUNT` times."""
+
+
+def refuse_crash_loop() -> None:
+    """Raise :class:`TooManyRuns` in a flow run on its ``MAX_RUN_COUNT + 1``-th start."""
+    ctx = _flow_run_context()
+    count = ctx.flow_run.run_count if ctx and ctx.flow_run else 0
+    if count > MAX_RUN_COUNT:
+        raise TooManyRuns(
+            f"flow run {ctx.flow_run.name!r} has started {count} times (retries and re-runs "
+            f"of its crashes); popflow does not start it again after {MAX_RUN_COUNT}. The "
+            "experiment is committed in storage: read the earlier runs' logs, fix the "
+            "cause, then run the deployment again (it resumes)"
+        )
