@@ -17,19 +17,17 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import free_port
 from support.parity import parity_run
 from support.polling import wait_for
 from support.prefect_api import tune_runs
+from support.silent_server import silent_listener
 
 pytestmark = pytest.mark.system
 
@@ -53,26 +51,8 @@ DRIVER = textwrap.dedent(
 @pytest.fixture
 def silent_scheduler() -> Iterator[str]:
     """A Dask address that accepts every connection and never answers."""
-    listener = socket.create_server(("127.0.0.1", free_port()), backlog=64)
-    held: list[socket.socket] = []
-    done = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.2)
-        while not done.is_set():
-            try:
-                held.append(listener.accept()[0])
-            except TimeoutError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"tcp://127.0.0.1:{listener.getsockname()[1]}"
-    done.set()
-    thread.join()
-    for conn in held:
-        conn.close()
-    listener.close()
+    with silent_listener() as port:
+        yield f"tcp://127.0.0.1:{port}"
 
 
 def test_a_run_killed_before_its_first_commit_is_not_left_running(

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
-import threading
 from collections.abc import Iterator
 
 import pytest
-from conftest import free_port
 from support.scripts import embedded_env
+from support.silent_server import silent_listener
 
 pytestmark = pytest.mark.system
 
@@ -74,27 +72,8 @@ SCRIPT = textwrap.dedent(
 @pytest.fixture
 def hung_server() -> Iterator[str]:
     """The URL of a server that accepts every connection and never answers."""
-    port = free_port()
-    listener = socket.create_server(("127.0.0.1", port), backlog=64)
-    held: list[socket.socket] = []
-    done = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.2)
-        while not done.is_set():
-            try:
-                held.append(listener.accept()[0])
-            except TimeoutError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{port}/api"
-    done.set()
-    thread.join()
-    for conn in held:
-        conn.close()
-    listener.close()
+    with silent_listener() as port:
+        yield f"http://127.0.0.1:{port}/api"
 
 
 def test_run_returns_soon_when_the_prefect_server_never_answers(tmp_path, hung_server):
