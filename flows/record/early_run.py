@@ -153,18 +153,18 @@ class EarlyRun:
         except (OSError, ValueError) as e:
             logger.debug("the flow run was not made before Prefect's import: %s", e)
             return None
-        body = {
-            "flow_id": flow["id"],
-            "name": name,
-            "parameters": parameters,
-            "tags": tags,
-            "idempotency_key": key,
+        body = dict(  # Prefect's FlowRunCreate
+            flow_id=flow["id"],
+            name=name,
+            parameters=parameters,
+            tags=tags,
+            idempotency_key=key,
             # the engine proposes Running again when it adopts the run: a run marked
             # resuming does not count that as a second attempt (its run count stays 1,
             # as Prefect's retries and popflow's read it)
-            "empirical_policy": {"resuming": True},
-            "state": {"type": "RUNNING", "name": "Running"},
-        }
+            empirical_policy={"resuming": True},
+            state={"type": "RUNNING", "name": "Running"},
+        )
         try:
             run = _call(api_url, "POST", "/flow_runs/", body)
         except (OSError, ValueError) as e:
