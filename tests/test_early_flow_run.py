@@ -125,6 +125,13 @@ def test_the_runs_first_lines_print_before_the_engine_adopts_it(tune_env, monkey
 
     monkeypatch.setattr(run_feed.RunFeed, "end", end)
     monkeypatch.setattr(prefect_flow, "adopt", late_adopt)
+    from prefect.logging.configuration import setup_logging
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    # Prefect's logging set up first, as the run's record would (its set-up replaces the
+    # handlers of prefect.flow_runs, this test's among them)
+    if not any(isinstance(h, PrefectConsoleHandler) for h in logging.getLogger().handlers):
+        setup_logging()
     runs_logger = logging.getLogger("prefect.flow_runs")
     runs_logger.addHandler(console)
     try:
