@@ -361,6 +361,8 @@ class RunnerPool:
         its runners (their slots wait for that worker: cancelled)."""
         if worker in self._running_at_death:
             return
+        # workers that closed because their scheduler went: that is the one line to say
+        self.check_scheduler()
         running = frozenset(c for c in self.started if self._calls[c].worker == worker)
         self._running_at_death[worker] = running
         logger.warning(
