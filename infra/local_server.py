@@ -100,6 +100,15 @@ def running(home: Path | None = None) -> LocalServer | None:
     return server if server is not None and server.answers() else None
 
 
+def serving_url() -> str | None:
+    """The API of popflow's local server where the embedded default uses it (no
+    ``PREFECT_API_URL``) and it answers now; else None."""
+    if not wanted():
+        return None
+    server = running()
+    return server.api_url.rstrip("/") if server is not None else None
+
+
 def _serves_its_ui(server: LocalServer) -> bool:
     """Its UI calls its own API. A server started by popflow before 0.x (no UI settings)
     sent the UI to port 4200: someone else's server, or none."""

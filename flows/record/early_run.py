@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from popflow.flows.record.prefect_context import CANCEL_TYPES, flow_run_context
 from popflow.infra import local_server
 
 logger = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ _CREDENTIALS = ("PREFECT_API_KEY", "PREFECT_API_AUTH_STRING")
 def early_api_url() -> str | None:
     """The API a run reports to, where it is known without importing Prefect and takes
     no credentials; None otherwise (Prefect's settings decide, once imported)."""
-    if in_flow_run():
+    if flow_run_context() is not None:
         return None
     if "prefect.settings" in sys.modules:  # imported already: its settings, as they are now
         return _from_prefect()
@@ -62,7 +63,7 @@ def early_api_url() -> str | None:
         return None  # unreadable, or a server with credentials: Prefect's client decides
     if profile.get("PREFECT_API_URL"):
         return str(profile["PREFECT_API_URL"]).rstrip("/")
-    return _local_server_url()
+    return local_server.serving_url()
 
 
 def _from_prefect() -> str | None:
@@ -71,15 +72,7 @@ def _from_prefect() -> str | None:
     api = get_current_settings().api
     if api.key or getattr(api, "auth_string", None):
         return None
-    return api.url.rstrip("/") if api.url else _local_server_url()
-
-
-def _local_server_url() -> str | None:
-    """popflow's local server, where the embedded default uses it and it runs."""
-    if not local_server.wanted():
-        return None
-    server = local_server.running()
-    return server.api_url.rstrip("/") if server is not None else None
+    return api.url.rstrip("/") if api.url else local_server.serving_url()
 
 
 def _files_may_set_the_api() -> bool:
@@ -115,16 +108,6 @@ def _active_profile() -> dict[str, Any] | None:
     active = os.environ.get("PREFECT_PROFILE") or data.get("active") or "ephemeral"
     profile = (data.get("profiles") or {}).get(active) or {}
     return profile if isinstance(profile, dict) else None
-
-
-def in_flow_run() -> bool:
-    """Whether the caller runs inside a Prefect flow run (a deployment's): its ``tune``
-    run is a subflow, made by Prefect's engine. Prefect not imported: no flow run."""
-    if "prefect.context" not in sys.modules:
-        return False
-    from prefect.context import FlowRunContext
-
-    return FlowRunContext.get() is not None
 
 
 @dataclass
@@ -206,7 +189,7 @@ class EarlyRun:
         except (OSError, ValueError) as e:
             logger.debug("could not read the early flow run %s: %s", self.id, e)
             return False
-        if (state or {}).get("type") not in _CANCEL_TYPES:
+        if (state or {}).get("type") not in CANCEL_TYPES:
             return False
         if self.on_cancel is not None:
             self.on_cancel(f"cancelled from Prefect (flow run {self.name!r})")
@@ -222,7 +205,6 @@ class EarlyRun:
 
 
 #: The state types a cancel leaves a flow run in.
-_CANCEL_TYPES = {"CANCELLING", "CANCELLED"}
 #: How many times the engine is given the run when a cancel lands as it adopts it.
 _ADOPTIONS = 3
 

@@ -28,10 +28,10 @@ up too (docs/how-to/resume-recovery.md).
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+
+from popflow.flows.record.prefect_context import flow_run_context
 
 logger = logging.getLogger(__name__)
 
@@ -103,18 +103,8 @@ def is_flow_retry() -> bool:
     Checked both where ``run`` is called (a retried parent flow: its ``tune``
     subflow is a new run) and inside the ``tune`` flow (a retry of it).
     """
-    ctx = _flow_run_context()
+    ctx = flow_run_context()
     return bool(ctx and ctx.flow_run and ctx.flow_run.run_count > 1)
-
-
-def _flow_run_context() -> Any:
-    """The Prefect flow run this thread runs in, if any. A script that has not imported
-    Prefect runs in none: the answer costs no import (Prefect's is a heavy one)."""
-    if "prefect.context" not in sys.modules:
-        return None
-    from prefect.context import FlowRunContext
-
-    return FlowRunContext.get()
 
 
 #: A flow run that has started this many times (Prefect's flow retries, and re-runs of
@@ -129,7 +119,7 @@ class TooManyRuns(RuntimeError):
 
 def refuse_crash_loop() -> None:
     """Raise :class:`TooManyRuns` in a flow run on its ``MAX_RUN_COUNT + 1``-th start."""
-    ctx = _flow_run_context()
+    ctx = flow_run_context()
     count = ctx.flow_run.run_count if ctx and ctx.flow_run else 0
     if count > MAX_RUN_COUNT:
         raise TooManyRuns(

@@ -30,6 +30,7 @@ from typing import Any
 from uuid import UUID
 
 from popflow.flows.driver.early_end import StopAsked
+from popflow.flows.record.prefect_context import CANCEL_TYPES
 from popflow.flows.record.run_log import run_logger
 
 logger = logging.getLogger(__name__)
@@ -103,10 +104,6 @@ def _watched(client: Any, run: Any) -> list[tuple[UUID, str]]:
     return watched
 
 
-#: The state types a cancel leaves a flow run in.
-_CANCEL_TYPES = {"CANCELLING", "CANCELLED"}
-
-
 def _cancelling(client: Any, run_id: UUID) -> bool:
     """Whether the flow run is Cancelling or Cancelled (an unanswered read: not). Read as
     plain JSON: the flow run's model (its parameters, the spec's view, among them) cost
@@ -118,7 +115,7 @@ def _cancelling(client: Any, run_id: UUID) -> bool:
     except Exception:
         logger.debug("could not read flow run %s's state", run_id, exc_info=True)
         return False
-    return state.get("type") in _CANCEL_TYPES
+    return state.get("type") in CANCEL_TYPES
 
 
 def cancelled_state(stop: StopAsked, message: str, data: Any) -> Any:

@@ -76,7 +76,7 @@ def server_answers() -> bool:
 
     url = get_current_settings().api.url
     if not url:
-        return local_server.wanted() and local_server.running() is not None
+        return local_server.serving_url() is not None
     return answers(url)
 
 
