@@ -17,11 +17,9 @@ import urllib.request
 from typing import Any
 
 import pytest
-from support.parity import parity_scheduler, parity_space
+from support.parity import sleepy_run
 from support.prefect_api import tune_runs
-from trainables import SleepyTrainable
 
-from popflow import run
 from popflow.flows.record import prefect_flow
 
 pytestmark = pytest.mark.integration
@@ -52,19 +50,7 @@ def test_a_cancel_before_the_engine_adopts_the_early_run_ends_it_cancelled(tune_
         return adopt(flow, early, parameters)
 
     monkeypatch.setattr(prefect_flow, "adopt", cancelled_first)
-    run(
-        SleepyTrainable,
-        {**parity_space([10, 20]), "sleep": 0.2},
-        scheduler=parity_scheduler(synch=True),
-        metric="mean_accuracy",
-        mode="max",
-        num_samples=2,
-        stop={"training_iteration": 6},
-        name=NAME,
-        seed=0,
-        verbose=0,
-        **tune_env,
-    )
+    sleepy_run(NAME, 0.2, iterations=6, seed=0, verbose=0, **tune_env)
     (flow_run,) = tune_runs(NAME)
     assert flow_run.state is not None
     assert flow_run.state.type.value == "CANCELLED", flow_run.state

@@ -43,9 +43,9 @@ def parity_run(
     )
 
 
-def sleepy_run(name: str, sleep: float, **kwargs: Any) -> ResultGrid:
-    """Synchronous PBT of SleepyTrainable (a step of ``sleep`` s), two trials, three
-    rounds: a run whose rounds take measurable time, named ``name``."""
+def sleepy_run(name: str, sleep: float, iterations: int = 3, **kwargs: Any) -> ResultGrid:
+    """Synchronous PBT of SleepyTrainable (a step of ``sleep`` s), two trials, ``iterations``
+    iterations each: a run whose rounds take measurable time, named ``name``."""
     return run(
         SleepyTrainable,
         {**parity_space([10, 20]), "sleep": sleep},
@@ -53,7 +53,7 @@ def sleepy_run(name: str, sleep: float, **kwargs: Any) -> ResultGrid:
         metric="mean_accuracy",
         mode="max",
         num_samples=2,
-        stop={"training_iteration": 3},
+        stop={"training_iteration": iterations},
         name=name,
         **kwargs,
     )
