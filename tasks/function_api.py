@@ -21,15 +21,26 @@ raising :class:`SegmentEnd` (a BaseException, so ``except Exception`` in user
 code does not swallow it) and the next segment calls it again, with
 ``get_checkpoint()`` returning the checkpoint to resume from: report
 checkpoints if the scheduler pauses or clones trials.
+
+As in Ray, the function may also hand metrics back without ``report``: a returned dict
+is one more result (its own iteration, after any it reported), each dict a generator
+function yields is a result, and a number is ``{"_metric": number}`` (Ray's
+``DEFAULT_METRIC``). None (and an empty dict) reports nothing; anything else is an error.
 """
 
 from __future__ import annotations
 
+import inspect
+import numbers
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from popflow.tasks.checkpoint import Checkpoint
+from popflow.tasks.trial_context import get_context
+
+#: the key a returned or yielded number is reported under (Ray's ``DEFAULT_METRIC``)
+DEFAULT_METRIC = "_metric"
 
 
 class SegmentEnd(BaseException):
@@ -93,11 +104,20 @@ def run_in_session(
     """Run ``fn(config)`` with ``report`` wired to ``on_report``.
 
     ``on_report`` returns True to end the segment. Returns True if the function
-    returned by itself (the trial is finished), False if the segment ended it.
+    returned by itself (the trial is finished), False if the segment ended it. What it
+    returns or yields is reported as Ray does (:func:`_report_output`).
     """
     _session.active = (on_report, restore)
     try:
-        fn(dict(config))
+        output = fn(dict(config))
+        if inspect.isgenerator(output):  # after the call: with_parameters wraps it
+            try:
+                for item in output:
+                    _report_output(fn, item, "yielded")
+            finally:  # a segment end unwinds it here: its own finally blocks run now
+                output.close()
+        else:
+            _report_output(fn, output, "returned")
         return True
     except SegmentEnd:
         return False
@@ -105,3 +125,26 @@ def run_in_session(
         raise failed.error from None
     finally:
         _session.active = None
+
+
+def _report_output(fn: Callable[..., Any], output: Any, verb: str) -> None:
+    """Report what the function returned or yielded, as Ray's ``wrap_function`` does: a
+    dict as it is, a number as ``{"_metric": number}``, None or ``{}`` not at all. (Ray
+    also drops a 0 and any other false value; popflow reports a 0 and refuses the rest.)"""
+    if output is None or (isinstance(output, dict) and not output):
+        return
+    if isinstance(output, dict):
+        report(output)
+    elif isinstance(output, numbers.Real) and not isinstance(output, bool):
+        report({DEFAULT_METRIC: output})
+    else:
+        name = getattr(fn, "__name__", type(fn).__name__)
+        try:
+            trial = f"trial {get_context().trial_id}: "
+        except RuntimeError:
+            trial = ""
+        raise TypeError(
+            f"{trial}the function trainable {name!r} {verb} {output!r} "
+            f"({type(output).__name__}); a function trainable may return or yield a dict "
+            "of metrics, a number (reported as '_metric') or None"
+        )
