@@ -31,6 +31,7 @@ from popflow.tasks.segment_run import SegmentRun
 from popflow.tasks.specs import EndReason, Published, SegmentOutcome, SegmentSpec
 from popflow.tasks.trainable import is_function_trainable
 from popflow.tasks.trial_context import TuneContext, bound
+from popflow.tasks.trial_output import captured
 from popflow.tasks.uploads import Uploads, defer, take_deferred, transfer_threads
 
 logger = logging.getLogger(__name__)
@@ -147,7 +148,10 @@ def _run_segment(
     run: SegmentRun | None = None
     live: Live | None = None
     try:
-        with bound(context_of(spec)):  # a class trainable is built and runs in this thread
+        with (
+            bound(context_of(spec)),  # a class trainable is built and runs in this thread
+            captured(spec.log_to_file, spec.storage, spec.trial_dir, spec.trial_id),
+        ):
             live, built = _continue_or_build(spec, fetched)
             run = SegmentRun(spec, live.clock, uploads)
             run.outcome.restored = built

@@ -83,6 +83,8 @@ class SegmentSpec:
     #: what ``tune.get_context()`` says in the trial: its name and its experiment's
     trial_name: str = ""
     experiment_name: str = ""
+    #: ``RunConfig.log_to_file``: files in the trial's folder that also take its output
+    log_to_file: Any = False
     #: a simulation's clock: the seconds each iteration took, from its metrics (None: measured)
     iteration_seconds: Callable[[dict[str, Any]], float] | None = None
     #: return once the call's segments have trained, its checkpoints still publishing;

@@ -369,7 +369,6 @@ def test_tune_run_raises_on_failed_trials_as_ray(initialised, tmp_path):
     [
         ({"export_formats": ["h5"]}, "export_formats"),
         ({"resume": "LOCAL"}, "resume"),
-        ({"log_to_file": True}, "log_to_file"),
         ({"progress_reporter": object()}, "progress_reporter"),
     ],
 )

@@ -114,6 +114,7 @@ class RoundDispatch:
             lease_epoch=self.lease.epoch if self.lease is not None else 0,
             attempt=self.attempts.dispatch(rec.trial_id),
             progress_topic=self.progress_topic,
+            log_to_file=self.spec.run_config.log_to_file,
             defer_publish=self._pipelining,
         )
 

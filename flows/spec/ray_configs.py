@@ -26,6 +26,7 @@ from popflow.infra.storage.credentials import StorageOptions, password_out_of_ur
 from popflow.schedulers import TrialScheduler
 from popflow.schedulers.search import check_searcher
 from popflow.schedulers.validation import check_real, is_int
+from popflow.tasks.trial_output import log_files
 
 
 class Unsupported(ValueError):
@@ -154,13 +155,7 @@ class RunConfig:
             None,
             "popflow draws its own trial table; `verbose` (0-3) sets how much it shows",
         )
-        refuse(
-            "log_to_file",
-            self.log_to_file,
-            False,
-            "trial output goes to its Dask worker's log (the embedded cluster's: this "
-            "console); write files into the trial's folder from the trainable instead",
-        )
+        log_files(self.log_to_file)  # a bad value fails here, naming it
         check_verbose(self.verbose)
         if self.name is not None:
             check_name(self.name)
