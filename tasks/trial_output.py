@@ -14,8 +14,8 @@ trial's own is routed to its files. The output still reaches the worker's own st
 Files are appended to, never overwritten: across segments, restores and resumes the
 files grow. On local storage they are written as the trial writes (line-buffered); on an
 object store each segment's output is spooled to a local file and appended to the
-stored one when the segment ends (one read and one write of the object: a trial's
-segments run one at a time).
+stored one every :data:`UPLOAD_EVERY_S` seconds and when the segment ends (one read and
+one write of the object each time: a trial's segments run one at a time).
 """
 
 from __future__ import annotations
@@ -48,6 +48,10 @@ logger = logging.getLogger(__name__)
 _OURS = (RESULTS, PROGRESS, PARAMS, ERROR_FILE, GLOBAL_POLICY, LOG_DIR)
 
 STDOUT, STDERR = 0, 1
+
+#: on an object store, a running segment's new output is appended this often (a FIFO
+#: run's trial is one segment: its output would otherwise wait for its end)
+UPLOAD_EVERY_S = 30.0
 
 
 def log_files(log_to_file: Any) -> tuple[str | None, str | None]:
@@ -104,8 +108,17 @@ class TrialOutput:
         self._lock = threading.Lock()  # stdout and stderr may share a file
         self._files: dict[str, IO[str]] = {}  # by name: the trial's file, or its spool
         self._spools: dict[str, str] = {}  # object stores: name -> local spool path
+        self._sent: dict[str, int] = {}  # bytes of each spool already appended to storage
         self._streams: list[IO[str] | None] = [self._open(name) for name in names]
         self._failed = False
+        self._upload_lock = threading.Lock()  # one append to storage at a time
+        self._closing = threading.Event()
+        self._uploader: threading.Thread | None = None
+        if self._spools:
+            self._uploader = threading.Thread(
+                target=self._upload_now_and_then, name=f"output-{trial_dir}", daemon=True
+            )
+            self._uploader.start()
 
     def _open(self, name: str | None) -> IO[str] | None:
         if name is None:
@@ -120,6 +133,7 @@ class TrialOutput:
         else:
             fd, spool = tempfile.mkstemp(prefix="popflow-output-")
             self._spools[name] = spool
+            self._sent[name] = 0
             f = open(fd, "w", encoding="utf-8", errors="replace")  # noqa: SIM115
         self._files[name] = f
         return f
@@ -136,31 +150,50 @@ class TrialOutput:
                 _quietly(logger.warning, "trial output not kept in %s: %s", self.trial_dir, exc)
 
     def close(self) -> None:
-        """Close the files; on an object store, append the spooled output to the stored
-        files (a failure is logged: losing output never fails the trial)."""
+        """Close the files; on an object store, append what is left of the spooled output
+        to the stored files (a failure is logged: losing output never fails the trial)."""
+        self._closing.set()
+        if self._uploader is not None:
+            self._uploader.join()
         with self._lock:
             for f in self._files.values():
                 with contextlib.suppress(OSError, ValueError):
                     f.close()
-        for name, spool in self._spools.items():
-            try:
-                self._append_stored(name, spool)
-            except Exception:
-                logger.warning(
-                    "the output of a segment in %s did not reach %s",
-                    self.trial_dir,
-                    self.storage.full_url(self.trial_dir, name),
-                    exc_info=True,
-                )
-            finally:
-                with contextlib.suppress(OSError):
-                    os.remove(spool)
+        self._upload(final=True)
+        for spool in self._spools.values():
+            with contextlib.suppress(OSError):
+                os.remove(spool)
 
-    def _append_stored(self, name: str, spool: str) -> None:
-        with open(spool, "rb") as f:
-            new = f.read()
-        if not new:
-            return
+    def _upload_now_and_then(self) -> None:
+        while not self._closing.wait(UPLOAD_EVERY_S):
+            self._upload(final=False)
+
+    def _upload(self, final: bool) -> None:
+        """Append each spool's output not sent yet to its stored file."""
+        with self._upload_lock:
+            for name, spool in self._spools.items():
+                # what the trial wrote so far reaches the spool
+                with self._lock, contextlib.suppress(OSError, ValueError):
+                    self._files[name].flush()
+                try:
+                    with open(spool, "rb") as f:
+                        f.seek(self._sent[name])
+                        new = f.read()
+                    if new:
+                        self._append_stored(name, new)
+                        self._sent[name] += len(new)
+                except Exception:  # kept in the spool: the next upload tries again
+                    log = logger.warning if final else logger.info
+                    _quietly(
+                        log,
+                        "trial output in %s did not reach %s%s",
+                        self.trial_dir,
+                        self.storage.full_url(self.trial_dir, name),
+                        "" if final else " (tried again later)",
+                        exc_info=True,
+                    )
+
+    def _append_stored(self, name: str, new: bytes) -> None:
         parts = (self.trial_dir, name)
         old = self.storage.read_bytes(*parts) if self.storage.file_exists(*parts) else b""
         self.storage.write_bytes(old + new, *parts)
@@ -212,10 +245,10 @@ def _output_of_this_thread() -> TrialOutput | None:
     return _active.get(trial_id)
 
 
-def _quietly(log: Any, *args: Any) -> None:
+def _quietly(log: Any, *args: Any, **kwargs: Any) -> None:
     _busy.on = True
     try:
-        log(*args)
+        log(*args, **kwargs)
     finally:
         _busy.on = False
 

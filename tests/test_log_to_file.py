@@ -13,11 +13,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from support.polling import wait_for
 
 import popflow
 from popflow import tune
 from popflow.infra.storage.folder import Storage
-from popflow.tasks import Checkpoint, Trainable, get_checkpoint, report
+from popflow.tasks import Checkpoint, Trainable, get_checkpoint, report, trial_output
 from popflow.tasks.live import discard_parked
 from popflow.tasks.segment import run_segment
 from popflow.tasks.specs import SegmentOutcome, SegmentSpec
@@ -215,6 +216,26 @@ def test_each_segments_output_reaches_s3_appended(s3, run):
     run(spec(s3, talking_function, restore=f"{TRIAL_DIR}/checkpoint_000002", max_iterations=1))
     assert lines(s3, "stdout") == ["fn 1", "fn 2", "resumed at 2", "fn 3"]
     assert lines(s3, "stderr") == ["fn err 1", "fn err 2", "fn err 3"]
+
+
+@pytest.mark.integration
+def test_a_long_segments_output_reaches_s3_while_it_runs(s3, run, monkeypatch):
+    """A FIFO trial is one segment: its output is appended every UPLOAD_EVERY_S, not only
+    at its end."""
+    monkeypatch.setattr(trial_output, "UPLOAD_EVERY_S", 0.1)
+
+    def waits_for_its_output(config: dict[str, Any]) -> None:
+        print("early")
+        wait_for(
+            lambda: s3.file_exists(TRIAL_DIR, "stdout") and lines(s3, "stdout") == ["early"],
+            timeout_s=60,
+            what="the trial's output on S3 while it runs",
+        )
+        print("late")
+        report({"x": 1})
+
+    run(spec(s3, waits_for_its_output, max_iterations=1))
+    assert lines(s3, "stdout") == ["early", "late"]
 
 
 # -- through the Tuner, on Dask workers -----------------------------------------
