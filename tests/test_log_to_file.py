@@ -141,6 +141,33 @@ def test_a_bad_log_to_file_is_refused_where_the_run_config_is_made(given, messag
         tune.RunConfig(log_to_file=given)
 
 
+@pytest.mark.unit
+def test_a_resume_keeps_log_to_file(tmp_path):
+    """``run_args.json`` keeps it (Tuner.restore and ``popflow resume`` run again from it),
+    and only when given: an experiment without it stores the same as before."""
+    from popflow.flows.spec.groups import StorageSpec
+    from popflow.flows.spec.run_args import load_run_args, save_run_args
+    from popflow.flows.spec.run_spec import run_spec
+
+    for given, kept in ((("o", "e"), {"log_to_file": ("o", "e")}), (False, {})):
+        spec = run_spec(
+            prints,
+            {"a": 1},
+            tune.TuneConfig(),
+            tune.RunConfig(name="kept", log_to_file=given),
+            StorageSpec(Storage(str(tmp_path))),
+        )
+        folder = Storage(str(tmp_path / str(bool(given))))
+        save_run_args(folder, spec.run_args(0))
+        saved = load_run_args(folder)
+        assert {k: v for k, v in saved.items() if k == "log_to_file"} == kept
+        again = run_spec(
+            prints, {"a": 1}, tune.TuneConfig(), tune.RunConfig(name="kept", **kept),
+            StorageSpec(Storage(str(tmp_path))),
+        )  # fmt: skip
+        assert again.log_to_file == given
+
+
 # -- on a worker -----------------------------------------------------------------
 
 

@@ -70,6 +70,7 @@ def run(
     max_rounds: int | None = None,
     max_concurrent_trials: int | None = None,
     callbacks: list[Any] | None = None,
+    log_to_file: bool | str | tuple[str, str] = False,
     trial_name_creator: Callable[[Any], str] | None = None,
     trial_dirname_creator: Callable[[Any], str] | None = None,
     errored: str = "skip",
@@ -118,6 +119,9 @@ def run(
       once (Ray's); the others wait, unstarted.
     - ``callbacks``: Ray's ``tune.Callback`` objects, called on the driver
       (:mod:`popflow.flows.events.callbacks`).
+    - ``log_to_file``: Ray's: each trial's stdout and stderr also go to files in its
+      folder (True: ``stdout``/``stderr``; a name: one file; a pair: two), appended
+      across segments and resumes (:mod:`popflow.tasks.trial_output`).
     - ``trial_name_creator``/``trial_dirname_creator``: Ray's: a function of the
       trial returning its name (``str(trial)``) or its folder's name.
     - ``errored``: when resuming, what errored trials do: "skip" (stay errored),
@@ -151,6 +155,7 @@ def run(
             verbose=verbose,
             stop=stop,
             callbacks=callbacks,
+            log_to_file=log_to_file,
         ),
         StorageSpec(
             Storage(storage, storage_options),

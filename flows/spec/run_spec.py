@@ -105,6 +105,9 @@ class RunSpec:
     #: Ray's ``verbose`` as given (None: the default); :mod:`popflow.flows.console.verbose`
     verbose = Flat("run_config", stored=False)
     checkpoint_config = Flat("run_config")
+    #: Ray's ``log_to_file``; kept in ``run_args.json`` only when given (older files read
+    #: the same), so a resume's trials go on writing their output files
+    log_to_file = Flat("run_config", stored=False)
     max_failures = Flat("run_config", "failure_config")
     fail_fast = Flat("run_config", "failure_config")
     storage = Flat("storage_spec", stored=False)
@@ -157,6 +160,7 @@ class RunSpec:
             "seed": seed,
             "callbacks": list(self.callbacks) or None,
             **({} if self.search_alg is None else {"search_alg": self.search_alg}),
+            **({"log_to_file": self.log_to_file} if self.log_to_file else {}),
             # an address, not a Client: a Client's cluster may live only as long as its process
             "dask_address": self.dask_address if isinstance(self.dask_address, str) else None,
         }
