@@ -52,6 +52,17 @@ class UserCodeError(Exception):
     """The trainable raised; ``args[0]`` is its formatted traceback."""
 
 
+def at_deadline(run: SegmentRun, reason: EndReason | None) -> EndReason | None:
+    """Why the segment ends after the report just recorded: ``reason``, or a stop at the
+    experiment's time budget (``SegmentSpec.end_by``). So a trainable that never
+    reaches a decision point (a function reporting for ever) still ends on time, with
+    the reports it made, as Ray's ``TimeoutStopper`` ends it."""
+    end_by = run.spec.end_by
+    if reason is None and end_by is not None and time.time() >= end_by:
+        run.reason = reason = EndReason.STOP
+    return reason
+
+
 class LiveClass:
     """A class trainable object that outlives its segment."""
 
@@ -89,7 +100,7 @@ class LiveClass:
                 raise TypeError(
                     f"{type(self.trainable).__name__}.step() must return a dict, got {metrics!r}"
                 )
-            reason = run.record(metrics)
+            reason = at_deadline(run, run.record(metrics))
             self.trainable._iteration = self.clock.iteration
             need = run.wants_checkpoint(reason)
             if need is not None:
@@ -159,7 +170,7 @@ class LiveFunction:
         assert self._segment is not None
         if checkpoint is not None and not checkpoint.is_local:
             raise ValueError(f"report(checkpoint=...) needs a local folder, got {checkpoint.path}")
-        reason = self._segment.record(metrics)
+        reason = at_deadline(self._segment, self._segment.record(metrics))
         if checkpoint is not None:
             self._segment.publish(checkpoint.path)
         if reason is None:

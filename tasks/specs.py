@@ -87,6 +87,9 @@ class SegmentSpec:
     log_to_file: Any = False
     #: a simulation's clock: the seconds each iteration took, from its metrics (None: measured)
     iteration_seconds: Callable[[dict[str, Any]], float] | None = None
+    #: the experiment's time budget (Ray's ``time_budget_s``), in seconds since the epoch:
+    #: the segment ends (``EndReason.STOP``) at its first report at or past it
+    end_by: float | None = None
     #: return once the call's segments have trained, its checkpoints still publishing;
     #: the driver settles them (``SegmentRunner.settle``) before its commit names them
     defer_publish: bool = False

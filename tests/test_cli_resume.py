@@ -200,7 +200,7 @@ def test_resume_budget_flags_are_checked(tmp_path, capsys):
     for flag, value, rule in (
         ("--max-rounds", "0", "an int >= 1"),
         ("--max-rounds", "1.5", "an int >= 1"),
-        ("--time-budget-s", "-3", "a number of seconds > 0"),
+        ("--run-budget-s", "-3", "a number of seconds > 0"),
     ):
         with pytest.raises(SystemExit) as exit_info:
             main(["resume", str(tmp_path / "exp"), flag, value])
@@ -224,8 +224,8 @@ def test_the_command_line_chooses_the_cluster_and_the_budget():
     assert cluster("tcp://h:1") == {"dask_address": "tcp://h:1", "n_workers": None}
     assert cluster(n_workers=2) == {"dask_address": None, "n_workers": 2}  # an embedded one
 
-    def budget(max_rounds=None, time_budget_s=None):
-        return budget_choice(Namespace(max_rounds=max_rounds, time_budget_s=time_budget_s))
+    def budget(max_rounds=None, run_budget_s=None):
+        return budget_choice(Namespace(max_rounds=max_rounds, run_budget_s=run_budget_s))
 
     assert budget() == {}  # the run's own
-    assert budget(3, "none") == {"max_rounds": 3, "time_budget_s": None}
+    assert budget(3, "none") == {"max_rounds": 3, "run_budget_s": None}

@@ -182,14 +182,14 @@ def test_a_creator_giving_two_trials_one_folder_fails_before_anything_is_written
 
 
 @pytest.mark.integration
-def test_time_budget_ends_the_run_resumably_and_resume_goes_on(tune_env):
+def test_run_budget_ends_the_run_resumably_and_resume_goes_on(tune_env):
     """Each run gets the budget; nothing is lost or repeated across the runs, and the
     callbacks' state comes back on each resume."""
     kwargs = dict(
         param_space={"a": grid_search([1, 2]), "sleep": 0.05},
         stop={"training_iteration": 40},
         checkpoint_config=CheckpointConfig(checkpoint_frequency=1),
-        time_budget_s=0.5,
+        run_budget_s=0.5,  # popflow's budget of a run (Ray's time_budget_s ends the experiment)
         name="budget",
         **tune_env,
     )

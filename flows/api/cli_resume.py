@@ -4,7 +4,7 @@ budget, and the Dask scheduler's address if it was given one).
 
 A command line changes only where and how long this run goes: the cluster
 (``--dask-address``, or ``--n-workers`` for an embedded one) and its budget
-(``--max-rounds``, ``--time-budget-s``; ``none`` for no limit). The rest is the
+(``--max-rounds``, ``--run-budget-s``; ``none`` for no limit). The rest is the
 experiment's own (as Ray's ``Tuner.restore``). A run that stops at its budget
 says so, and how to go on.
 """
@@ -70,11 +70,11 @@ def add_resume_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"end this run after N rounds (default: the run's max_rounds; {NO_LIMIT}: no limit)",
     )
     parser.add_argument(
-        "--time-budget-s",
+        "--run-budget-s",
         type=_limit(float, "a number of seconds > 0"),
         metavar="S",
-        help=f"end this run after S seconds (default: the run's time_budget_s; {NO_LIMIT}: "
-        "no limit)",
+        help=f"end this run after S seconds, resumably (default: the run's run_budget_s; "
+        f"{NO_LIMIT}: no limit)",
     )
     parser.add_argument(
         "--force-takeover",
@@ -168,7 +168,7 @@ def cluster_choice(args: argparse.Namespace, run_args: dict[str, Any]) -> dict[s
 
 def budget_choice(args: argparse.Namespace) -> dict[str, Any]:
     """The budget arguments the command line changes (``none``: no limit)."""
-    given = {"max_rounds": args.max_rounds, "time_budget_s": args.time_budget_s}
+    given = {"max_rounds": args.max_rounds, "run_budget_s": args.run_budget_s}
     return {k: None if v == NO_LIMIT else v for k, v in given.items() if v is not None}
 
 
@@ -186,7 +186,7 @@ def ended_lines(
     if after.finished:
         return [f"{after.name}: finished, {total}, {errors}"]
     rounds = after.round - before.round
-    max_rounds, seconds = run_args.get("max_rounds"), run_args.get("time_budget_s")
+    max_rounds, seconds = run_args.get("max_rounds"), run_args.get("run_budget_s")
     to_go = sum(1 for r in after.records if r.trial.is_live)
     if max_rounds is None and seconds is None:  # a scheduler that chose no trial to run
         return [
@@ -195,7 +195,7 @@ def ended_lines(
     if seconds is None or (max_rounds is not None and rounds >= max_rounds):
         knob, flag, value, unit = "max_rounds", "--max-rounds", f"{max_rounds}", "rounds"
     else:
-        knob, flag, value, unit = "time_budget_s", "--time-budget-s", f"{seconds:g}", "s"
+        knob, flag, value, unit = "run_budget_s", "--run-budget-s", f"{seconds:g}", "s"
     return [
         f"{after.name}: stopped at its budget ({knob}={value}) after {rounds} "
         f"round{'' if rounds == 1 else 's'}, at round {after.round}; {to_go} of {total} to go, "

@@ -68,6 +68,7 @@ def run(
     fail_fast: bool | str = False,
     time_budget_s: float | None = None,
     max_rounds: int | None = None,
+    run_budget_s: float | None = None,
     max_concurrent_trials: int | None = None,
     callbacks: list[Any] | None = None,
     log_to_file: bool | str | tuple[str, str] = False,
@@ -110,9 +111,14 @@ def run(
     - ``fail_fast``: True ends the experiment at the first trial error (after
       its ``max_failures`` retries; the trials still running are stopped and
       the run is finished); "raise" then raises :class:`TrialError`.
-    - ``time_budget_s``: end this run after so many seconds of rounds: segments in
-      flight are cancelled, everything is committed, and the experiment stays
-      unfinished, so ``resume="auto"`` (or ``Tuner.restore``) goes on from there.
+    - ``time_budget_s``: Ray's: end the experiment after so many seconds (segments in
+      flight end at their next report, which is kept; every trial still live ends
+      TERMINATED; a restore then runs nothing more).
+    - ``run_budget_s``: popflow's: end this *run* after so many seconds of rounds:
+      segments in flight are cancelled, everything is committed, and the experiment
+      stays unfinished, so ``resume="auto"`` (or ``Tuner.restore``, which keeps this
+      budget) goes on from there. (Before popflow had Ray's ``time_budget_s``, this was
+      its meaning.)
     - ``max_rounds``: the same after so many rounds of this run (a scheduled
       deployment's run advancing the experiment a few rounds per trigger).
     - ``max_concurrent_trials``: at most so many trials started and not ended at
@@ -164,7 +170,9 @@ def run(
             lease_ttl=lease_ttl,
         ),
         ClusterSpec(dask_address, n_workers, resources_per_trial),
-        BudgetSpec(max_rounds=max_rounds, segment_timeout_s=segment_timeout_s),
+        BudgetSpec(
+            max_rounds=max_rounds, segment_timeout_s=segment_timeout_s, run_budget_s=run_budget_s
+        ),
         ResumeSpec(resume, errored),
     )
 

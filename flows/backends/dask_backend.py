@@ -131,10 +131,10 @@ class DaskBackend:
         for recs, specs in waiting:
             self.submit(recs, specs, self.place(recs))
 
-    def returned(self) -> list[SegmentOutcome]:
-        """Block until some runner calls return; their outcomes."""
+    def returned(self, until: float | None = None) -> list[SegmentOutcome]:
+        """Block until some runner calls return (or ``until``: none); their outcomes."""
         self._send_deferred()
-        returned = self.pool.finished(on_wait=self._waiting)
+        returned = self.pool.finished(on_wait=self._waiting, until=until)
         outcomes = [o for call, value in returned for o in self._outcomes(call, value)]
         self._send_deferred()
         return outcomes
@@ -156,7 +156,7 @@ class DaskBackend:
             self.pool.started,
             lambda call: ", ".join(r.trial_id for r in self.in_flight.get(call, [])),
             self.pool.worker_of,
-            self.segment_seconds or 0.0,
+            self.segment_seconds,
             self.pool.restart_worker,
         )
 

@@ -259,20 +259,26 @@ class RunnerPool:
             )
         self._done.put((call, value))
 
-    def finished(self, on_wait: Callable[[], None] | None = None) -> list[tuple[int, Any]]:
+    def finished(
+        self, on_wait: Callable[[], None] | None = None, until: float | None = None
+    ) -> list[tuple[int, Any]]:
         """Block until a call returns; every call returned by now, as (id, outcomes or error).
 
         ``on_wait`` runs every ``WAIT_POLL_S`` while nothing returns (the
-        controller watches for hung segments there, and for a lost lease).
+        controller watches for hung segments there, and for a lost lease). ``until``
+        (``time.monotonic()`` seconds): return (nothing) then if nothing has returned.
         """
         while True:
+            wait_s = WAIT_POLL_S if until is None else min(WAIT_POLL_S, until - time.monotonic())
             try:
-                done = [self._done.get(timeout=WAIT_POLL_S)]
+                done = [self._done.get(timeout=max(wait_s, 0.0))]
                 break
             except queue.Empty:
                 self.check_scheduler()
                 if on_wait is not None:
                     on_wait()
+                if until is not None and time.monotonic() >= until:
+                    return []
         while True:
             try:
                 done.append(self._done.get_nowait())

@@ -30,23 +30,31 @@ class SegmentWatch:
         started: dict[int, float],
         trials_of: Callable[[int], str],
         worker_of: Callable[[int], str | None],
-        typical_s: float,
+        typical_s: float | None,
         restart: Callable[[str], None],
     ) -> None:
+        """``typical_s``: the segments' moving average (None: none has returned yet)."""
         now = time.monotonic()
-        warn_after = max(HANG_WARN_S, HANG_WARN_FACTOR * typical_s)
+        warn_after = max(HANG_WARN_S, HANG_WARN_FACTOR * (typical_s or 0.0))
         for call, since in list(started.items()):
             elapsed = now - since
             worker = worker_of(call)
             if elapsed > warn_after and call not in self._warned:
                 self._warned.add(call)
+                # before any segment returned there is no average to compare with (a
+                # function that reports for ever never ends its first segment)
+                peers = (
+                    "no segment has returned yet"
+                    if typical_s is None
+                    else f"segments take {typical_s:.1f} s on average"
+                )
                 logger.warning(
-                    "trial %s: its segment has run for %.0f s on worker %s (segments take %.1f s "
-                    "on average); a step that never returns holds its slot%s",
+                    "trial %s: its segment has run for %.0f s on worker %s (%s); a step that "
+                    "never returns holds its slot%s",
                     trials_of(call),
                     elapsed,
                     worker,
-                    typical_s,
+                    peers,
                     "" if self.timeout_s else " (segment_timeout_s errors such trials)",
                 )
             timeout = self.timeout_s

@@ -132,11 +132,15 @@ class SimulatedBackend:
         self._free_at[slot.index] = start + seconds
         heapq.heappush(self._calls, (start + seconds, next(self._seq), outcomes, len(specs)))
 
-    def returned(self) -> list[SegmentOutcome]:
-        """The calls that finish first (those finishing at the same moment together)."""
+    def returned(self, until: float | None = None) -> list[SegmentOutcome]:
+        """The calls that finish first (those finishing at the same moment together);
+        none if the first finishes after ``until`` (the clock moves on to it)."""
         if not self._calls:
             return []
         at = self._calls[0][0]
+        if until is not None and at > until:
+            self.clock.advance_to(until)
+            return []
         self.clock.advance_to(at)
         outcomes: list[SegmentOutcome] = []
         while self._calls and self._calls[0][0] <= at:

@@ -67,9 +67,10 @@ class Backend(Protocol):
         """One call running ``specs`` one after the other at ``placement``."""
         ...
 
-    def returned(self) -> list[SegmentOutcome]:
+    def returned(self, until: float | None = None) -> list[SegmentOutcome]:
         """Block until some calls return; their outcomes. A call that returned nothing
-        puts its trials back to PENDING (they run again)."""
+        puts its trials back to PENDING (they run again). ``until`` (the clock's
+        monotonic seconds): none then, if none has returned (a budget's end)."""
         ...
 
     def settle(self, publishing: set[tuple[str, str]]) -> list[Published]:

@@ -29,14 +29,14 @@ subscribed, and time is read from the backend's clock.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from popflow.flows.driver.attempts import Attempts
 from popflow.flows.driver.backend import Backend
 from popflow.flows.driver.commit_steps import RoundCommits
 from popflow.flows.driver.dispatch_steps import RoundDispatch
-from popflow.flows.driver.early_end import EarlyEnd
+from popflow.flows.driver.early_end import GRACE_S, EarlyEnd
 from popflow.flows.driver.ending_trials import TrialEndings
 from popflow.flows.driver.guards import MissingMetric, Retries
 from popflow.flows.driver.packing import packs, spread
@@ -201,18 +201,14 @@ class Controller(RoundDispatch, RoundReduction, RoundCommits):
                     if not outcomes and self.endings.await_retry():
                         continue
                     break
-                returned = self.backend.returned()
-                for outcome in returned:  # rebuilds and fallbacks too (not reduced below)
-                    self.attempts.returned(outcome)
-                self.publishing.note(returned, self.by_id)
-                outcomes.extend(
-                    o
-                    for o in returned
-                    if not self.endings.rebuilt(o) and not self.endings.falls_back(o)
-                )
+                outcomes.extend(self._taken_back(self.backend.returned(self.early_end.wake_at())))
+                if self.backend and self.early_end.timed_out():  # the experiment ends
+                    for returned in self._winding_down():
+                        outcomes.extend(self._taken_back(returned))
+                    break
                 if self.backend and self.early_end.over_budget():
                     return self.endings.out_of_time()  # the round runs again on resume
-            if not outcomes:
+            if not outcomes and not self.early_end.due:
                 return False
             self._reduce_all(outcomes)
         else:
@@ -232,7 +228,11 @@ class Controller(RoundDispatch, RoundReduction, RoundCommits):
                     if self.endings.await_retry():
                         continue
                     break
-                self._reduce_all(self.backend.returned())
+                self._reduce_all(self.backend.returned(self.early_end.wake_at()))
+                if self.backend and self.early_end.timed_out():  # the experiment ends
+                    for returned in self._winding_down():
+                        self._reduce_all(returned)
+                    break
                 if self.clock.monotonic() >= deadline or self.early_end.due:
                     break
                 if self.early_end.over_budget():
@@ -249,10 +249,30 @@ class Controller(RoundDispatch, RoundReduction, RoundCommits):
         self.commit(final=not more, hold=more and self._pipelining)
         return more
 
+    def _taken_back(self, returned: list[SegmentOutcome]) -> list[SegmentOutcome]:
+        """A synchronous round's returned outcomes, less rebuilds and fallbacks (settled
+        here: they are not reduced)."""
+        for outcome in returned:
+            self.attempts.returned(outcome)
+        self.publishing.note(returned, self.by_id)
+        return [
+            o for o in returned if not self.endings.rebuilt(o) and not self.endings.falls_back(o)
+        ]
+
+    def _winding_down(self) -> Iterator[list[SegmentOutcome]]:
+        """Ray's ``time_budget_s`` has passed: what the segments in flight return as they
+        end at their next report (each was sent with the deadline), for up to
+        :data:`~popflow.flows.driver.early_end.GRACE_S`; what is still in flight then is
+        cancelled by the experiment's end (:meth:`TrialEndings.stop_all`)."""
+        until = self.clock.monotonic() + GRACE_S
+        while self.backend and self.clock.monotonic() < until:
+            yield self.backend.returned(until)
+
     def _more(self) -> bool:
         """Work remains: segments in flight, trials to run, or retries waiting (with a
         search algorithm, one more ask when nothing is live: it may have more)."""
-        if self.suggestions is not None and not self.index.live and not self.backend:
+        ended = self.early_end.due  # the experiment's end: its searcher suggests no more
+        if self.suggestions is not None and not self.index.live and not self.backend and not ended:
             self._suggest()
         return (
             bool(self.backend)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from popflow.flows.driver.clock import SystemClock
 from popflow.flows.driver.packing import pack_size
 from popflow.flows.driver.pipelined_commit import split_pending
 from popflow.flows.driver.segment_cuts import cut
@@ -116,7 +117,14 @@ class RoundDispatch:
             progress_topic=self.progress_topic,
             log_to_file=self.spec.run_config.log_to_file,
             defer_publish=self._pipelining,
+            end_by=self._end_by,
         )
+
+    @property
+    def _end_by(self: Controller) -> float | None:
+        """Ray's ``time_budget_s`` deadline, which segments end at (seconds since the
+        epoch, as the workers' clocks read it: none on a simulation's virtual clock)."""
+        return self.early_end.end_by if isinstance(self.clock, SystemClock) else None
 
     def _rebuild_spec(self: Controller, rec: TrialRecord) -> SegmentSpec:
         """The segment that makes again the state ``rec``'s exploit cloned

@@ -1,5 +1,5 @@
-"""When a run ends before its trials do: ``fail_fast``, Ray's stoppers, and the run's
-budget (``time_budget_s``, ``max_rounds``).
+"""When a run ends before its trials do: ``fail_fast``, Ray's stoppers and
+``time_budget_s``, and popflow's budget of one run (``run_budget_s``, ``max_rounds``).
 
 A stopper passed as ``stop`` sees every result on the driver (it may end
 that trial there), and its ``stop_all()`` may end the whole experiment; with
@@ -8,8 +8,16 @@ per result and :meth:`EarlyEnd.errored` per trial error, and ends every
 live trial once :attr:`EarlyEnd.due`. The stopper's state is committed
 (:meth:`EarlyEnd.state`), so a resumed run stops where an uninterrupted one would.
 
-The budget is different: it ends the *run*, not the experiment. Once
-:meth:`EarlyEnd.over_budget` (``time_budget_s`` seconds, or ``max_rounds``
+Ray's ``time_budget_s`` ends the experiment, as Ray's ``TimeoutStopper`` does: every
+segment is sent with the deadline (:attr:`EarlyEnd.end_by`) and ends at its first report
+past it, so a trial that never reaches a decision point (a function reporting for ever)
+ends on time; the driver wakes at the deadline (:meth:`EarlyEnd.wake_at`), takes what the
+segments in flight report within :data:`GRACE_S`, and ends every live trial TERMINATED.
+A restore then runs nothing more (Ray's too). A run resumed after a crash gets the whole
+budget again (Ray's restores what its stopper had left).
+
+popflow's budget of one run is different: it ends the *run*, not the experiment. Once
+:meth:`EarlyEnd.over_budget` (``run_budget_s`` seconds, or ``max_rounds``
 rounds of this run), segments in flight are cancelled, their trials wait as
 they were last committed, and the experiment stays resumable (the next
 ``resume="auto"`` run, a scheduled deployment's, goes on from there).
@@ -27,6 +35,11 @@ from popflow.schedulers.stoppers import Stopper
 
 if TYPE_CHECKING:
     from popflow.flows.spec.run_spec import RunSpec
+
+#: Seconds the driver waits, after ``time_budget_s``, for the segments in flight to end at
+#: their next report (a segment that reports no more by then is cancelled, its trial
+#: ended as last committed).
+GRACE_S = 10.0
 
 
 class StopAsked:
@@ -54,9 +67,12 @@ class EarlyEnd:
         #: the trial whose error ended the experiment (``fail_fast``)
         self.failed: TrialRecord | None = None
         self._stop_all = False
-        self.time_budget_s = spec.time_budget_s
+        self.time_budget_s = spec.time_budget_s  # Ray's: the experiment's
+        self.run_budget_s = spec.run_budget_s  # popflow's: this run's
         self.max_rounds = spec.max_rounds
         self._started = self.clock.monotonic()
+        self._started_at = self.clock.time()
+        self._timed_out = False
         self._rounds = 0  # rounds this run has finished
         self._spent = False
         #: a stop asked from outside (the door sets it: the Prefect record's)
@@ -65,13 +81,43 @@ class EarlyEnd:
     @property
     def due(self) -> bool:
         """The experiment is to end now."""
-        return self.failed is not None or self._stop_all
+        return self.failed is not None or self._stop_all or self.timed_out()
 
     @property
     def why(self) -> str:
         if self.failed is not None:
             return f"fail_fast: trial {self.failed.trial_id} errored"
+        if self._timed_out:
+            return f"time_budget_s={self.time_budget_s:g} reached"
         return f"{type(self.stopper).__name__}.stop_all()"
+
+    def timed_out(self) -> bool:
+        """Ray's ``time_budget_s`` has passed: the experiment ends (and stays so)."""
+        if not self._timed_out and self.time_budget_s is not None:
+            # as wake_at() adds it: a clock moved on to that very moment has reached it
+            self._timed_out = self.clock.monotonic() >= self._started + self.time_budget_s
+        return self._timed_out
+
+    @property
+    def end_by(self) -> float | None:
+        """When ``time_budget_s`` ends, in seconds since the epoch (what segments are sent
+        with); None: no such budget."""
+        if self.time_budget_s is None:
+            return None
+        return self._started_at + self.time_budget_s
+
+    def wake_at(self) -> float | None:
+        """When (the clock's monotonic seconds) a driver waiting for segments must look
+        again: the first of the budgets' ends not yet reached; None: none."""
+        ends = [
+            self._started + budget
+            for budget, spent in (
+                (self.time_budget_s, self._timed_out),
+                (self.run_budget_s, self._spent),
+            )
+            if budget is not None and not spent
+        ]
+        return min(ends, default=None)
 
     def stops(self, trial_id: str, result: dict[str, Any]) -> bool:
         """Whether the stopper ends this trial at ``result`` (as a stop condition)."""
@@ -91,15 +137,15 @@ class EarlyEnd:
         self._rounds += 1
 
     def over_budget(self) -> bool:
-        """This run has used its ``time_budget_s`` or its ``max_rounds``, or was asked
+        """This run has used its ``run_budget_s`` or its ``max_rounds``, or was asked
         to stop."""
         if self.asked.why is not None:
             return True
         if self.max_rounds is not None and self._rounds >= self.max_rounds:
             return True
-        if self.time_budget_s is None:
+        if self.run_budget_s is None:
             return False
-        return self.clock.monotonic() - self._started >= self.time_budget_s
+        return self.clock.monotonic() >= self._started + self.run_budget_s
 
     @property
     def budget(self) -> str:
@@ -108,7 +154,7 @@ class EarlyEnd:
             return self.asked.why
         if self.max_rounds is not None and self._rounds >= self.max_rounds:
             return f"max_rounds={self.max_rounds}"
-        return f"time_budget_s={self.time_budget_s}"
+        return f"run_budget_s={self.run_budget_s:g}"
 
     def end_of_budget(self) -> None:
         """The run ends here, at its budget, with work left."""
@@ -122,7 +168,7 @@ class EarlyEnd:
 
     @property
     def spent(self) -> bool:
-        """The run ended at its time budget, with work left."""
+        """The run ended at its budget, with work left."""
         return self._spent
 
     def errored(self, rec: TrialRecord) -> None:

@@ -29,7 +29,9 @@ started from the Prefect UI (or ``prefect deployment run --param ...``) with par
   chain or a Prefect block.
 - the rest as ``popflow.run``'s: ``metric``, ``mode``, ``num_samples``, ``stop``,
   ``name`` (templates such as ``"exp_{date}"``), ``seed``, ``max_rounds``,
-  ``time_budget_s``, ``resume`` ("auto": each trigger continues the experiment),
+  ``run_budget_s`` (seconds of each run: the experiment stays resumable; Ray's
+  ``time_budget_s``, which ends the experiment, is not a parameter here), ``resume``
+  ("auto": each trigger continues the experiment),
   ``dask_address``, checkpointing and ``max_failures``.
 - ``credentials_block``: the name of a prefect-aws block holding the S3 credentials,
   ``"aws-credentials/NAME"`` (or plain ``"NAME"``), ``"minio-credentials/NAME"`` or
@@ -145,7 +147,7 @@ def experiment(
     name: str = "experiment",
     seed: int | None = None,
     max_rounds: int | None = None,
-    time_budget_s: float | None = None,
+    run_budget_s: float | None = None,
     resume: str = "auto",
     dask_address: str | None = None,
     checkpoint_frequency: int = 0,
@@ -184,7 +186,7 @@ def experiment(
             name=name,
             seed=seed,
             max_rounds=max_rounds,
-            time_budget_s=time_budget_s,
+            run_budget_s=run_budget_s,
             resume=resume,
             dask_address=dask_address,
             max_failures=max_failures,

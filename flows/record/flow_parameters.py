@@ -110,6 +110,7 @@ def spec_view(spec: Any) -> dict[str, Any]:
         "resume": readable(spec.resume),
         "max_rounds": spec.max_rounds,
         "time_budget_s": spec.time_budget_s,
+        "run_budget_s": spec.run_budget_s,
     }
 
 

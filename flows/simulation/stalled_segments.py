@@ -77,10 +77,12 @@ class StallingBackend(SimulatedBackend):
         self._free_at[slot.index] = start + DECLARED_DEAD_S
         heapq.heappush(self._calls, (start + DECLARED_DEAD_S, seq, [], len(specs)))
 
-    def returned(self) -> list[SegmentOutcome]:
+    def returned(self, until: float | None = None) -> list[SegmentOutcome]:
         if not self._calls:
             return []
         at = self._calls[0][0]
+        if until is not None and at > until:
+            return super().returned(until)  # none yet: the clock moves on to ``until``
         lost = [seq for when, seq, *_ in self._calls if when <= at and seq in self._lost]
         outcomes = super().returned()
         for seq in lost:  # declared dead: the trials run again (their next attempt)

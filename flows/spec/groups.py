@@ -104,12 +104,15 @@ class ClusterSpec:
 
 @dataclass(frozen=True)
 class BudgetSpec:
-    """What ends this run (or a segment) before the experiment ends: ``max_rounds`` of
-    this run, and ``segment_timeout_s``, after which a segment errors its trial.
-    (The run's ``time_budget_s`` is Ray's, in :class:`~popflow.flows.spec.ray_configs.TuneConfig`.)"""
+    """What ends this run (or a segment) before the experiment ends: ``max_rounds`` or
+    ``run_budget_s`` seconds of this run (the experiment stays resumable), and
+    ``segment_timeout_s``, after which a segment errors its trial. (Ray's
+    ``time_budget_s``, in :class:`~popflow.flows.spec.ray_configs.TuneConfig`, ends the
+    experiment.)"""
 
     max_rounds: int | None = None
     segment_timeout_s: float | None = None
+    run_budget_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_rounds is not None and (not is_int(self.max_rounds) or self.max_rounds < 1):
@@ -117,6 +120,7 @@ class BudgetSpec:
                 f"`max_rounds` is {self.max_rounds!r}, but must be an int >= 1 or None"
             )
         check_real("segment_timeout_s", self.segment_timeout_s, low=0, strict=True, optional=True)
+        check_real("run_budget_s", self.run_budget_s, low=0, strict=True, optional=True)
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,9 @@ class RunSpec:
     resources_per_trial = Flat("cluster")
     max_rounds = Flat("budget")
     segment_timeout_s = Flat("budget")
+    #: popflow's budget of one run (the experiment stays resumable); kept in
+    #: ``run_args.json`` only when given, so older experiments' files read the same
+    run_budget_s = Flat("budget", stored=False)
     resume = Flat("resuming", stored=False)
     #: on resume, errored trials: "skip" (stay errored), "resume" (from their last
     #: checkpoint) or "restart" (from scratch); Ray's ``resume_errored``/``restart_errored``
@@ -160,6 +163,7 @@ class RunSpec:
             "seed": seed,
             "callbacks": list(self.callbacks) or None,
             **({} if self.search_alg is None else {"search_alg": self.search_alg}),
+            **({} if self.run_budget_s is None else {"run_budget_s": self.run_budget_s}),
             **({"log_to_file": self.log_to_file} if self.log_to_file else {}),
             # an address, not a Client: a Client's cluster may live only as long as its process
             "dask_address": self.dask_address if isinstance(self.dask_address, str) else None,
