@@ -322,3 +322,38 @@ def test_the_tuners_trials_write_their_files_on_the_workers(
         a, n = result.config["a"], result.metrics["training_iteration"]
         assert outs[a] == [f"a={a} step {i}" for i in range(1, n + 1)]
         assert errs[a] == [f"a={a} warn {i}" for i in range(1, n + 1)]
+
+
+@pytest.mark.integration
+def test_a_restored_tuner_appends_to_the_trials_files(prefect_server, dask_cluster, tmp_path):
+    """The first run stops after one round; Tuner.restore goes on, writing on into the
+    same files (the first run's lines stay)."""
+    popflow.init(dask_cluster)
+    try:
+        popflow.run(
+            talking_function,
+            {"n": 3, "x": tune.grid_search([1, 2])},
+            storage=str(tmp_path),
+            name="again",
+            log_to_file=True,
+            scheduler=tune.schedulers.ASHAScheduler(
+                time_attr="training_iteration", grace_period=1, max_t=3, reduction_factor=3
+            ),
+            metric="i",
+            mode="max",
+            max_rounds=1,
+            verbose=0,
+        )
+        grid = tune.Tuner.restore(str(tmp_path / "again"), talking_function).fit()
+    finally:
+        popflow.init()
+    assert not grid.errors
+    exp = Storage(str(tmp_path / "again"))
+    for result in grid:
+        folder = posixpath.basename(result.path.rstrip("/"))
+        n = result.metrics["training_iteration"]
+        out = exp.read_text(folder, "stdout").splitlines()
+        # the first run's line, then the resume's: from the trial's checkpoint, or from
+        # scratch where the first run ended before its round committed it
+        resumed = (["resumed at 1"], ["fn 1"])
+        assert n == 3 and out[0] == "fn 1" and out[1:] in [[*r, "fn 2", "fn 3"] for r in resumed]
