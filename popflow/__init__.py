@@ -25,6 +25,7 @@ from popflow.infra.lazy_names import lazy_names
 
 if TYPE_CHECKING:
     from popflow.flows import CheckpointConfig, Result, ResultGrid, Simulation, run, simulate
+    from popflow.flows.api.session import is_initialized, shutdown
     from popflow.flows.api.tuner import init
     from popflow.schedulers import (
         PB2,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
         uniform,
     )
     from popflow.tasks import Checkpoint, Trainable, get_checkpoint, report
+    from popflow.tasks.object_refs import ObjectRef, get, put
 
 __version__ = "0.1.0"
 
@@ -83,6 +85,8 @@ _HOMES: dict[str, str] = {
         "popflow.flows",
     ),
     "init": "popflow.flows.api.tuner",
+    **dict.fromkeys(("ObjectRef", "get", "put"), "popflow.tasks.object_refs"),
+    **dict.fromkeys(("is_initialized", "shutdown"), "popflow.flows.api.session"),
 }
 #: The subpackages, as attributes too (``import popflow; popflow.schedulers``).
 _SUBPACKAGES = ("air", "flows", "infra", "schedulers", "tasks", "tune")
@@ -99,6 +103,7 @@ __all__ = [
     "FIFOScheduler",
     "HyperBandScheduler",
     "MedianStoppingRule",
+    "ObjectRef",
     "PopulationBasedTraining",
     "PopulationBasedTrainingReplay",
     "Result",
@@ -107,11 +112,14 @@ __all__ = [
     "Trainable",
     "TrialScheduler",
     "choice",
+    "get",
     "get_checkpoint",
     "grid_search",
     "init",
+    "is_initialized",
     "lograndint",
     "loguniform",
+    "put",
     "qloguniform",
     "qrandint",
     "quniform",
@@ -120,6 +128,7 @@ __all__ = [
     "report",
     "run",
     "sample_from",
+    "shutdown",
     "simulate",
     "uniform",
 ]

@@ -23,6 +23,7 @@ from popflow.infra.store.checkpoints import CheckpointError, verify_in_place
 from popflow.infra.store.lease import LeaseLost
 from popflow.tasks.dask_sampling import isolate_dask_sampling
 from popflow.tasks.live import Live, LiveClass, LiveFunction, UserCodeError, is_parked, park, take
+from popflow.tasks.object_refs import as_object_refs
 from popflow.tasks.parameters import parameters_of
 from popflow.tasks.progress import ProgressClock
 from popflow.tasks.restore_fetch import Fetched, drop_fetched, fetch, take_early
@@ -68,13 +69,14 @@ def _build(spec: SegmentSpec, fetched: Future[Fetched] | None = None) -> Live:
     if params is not None:  # with_parameters: its objects come from the experiment's folder
         params.attach(spec.storage)
     function = is_function_trainable(spec.trainable)
+    config = as_object_refs(spec.config)  # a committed config names its object refs as strings
     if spec.restore is not None and spec.storage.is_local and not function:
         # a class trainable loads its checkpoint at once: where it is, verified (a copy
         # cost each restore as much as the rest of a short segment), as Ray's local ones
         metadata = (fetched.result() if fetched is not None else _verified(spec))[1]
         folder = spec.storage.path(spec.restore)
         clock = ProgressClock.restored(spec.trial_id, metadata)
-        return LiveClass(spec.trainable, spec.config, spec.trial_id, folder, clock)
+        return LiveClass(spec.trainable, config, spec.trial_id, folder, clock)
     tmp, metadata = (
         fetched.result()
         if fetched is not None
@@ -86,11 +88,11 @@ def _build(spec: SegmentSpec, fetched: Future[Fetched] | None = None) -> Live:
         clock = ProgressClock.restored(spec.trial_id, metadata)
         if function:
             live: Live = LiveFunction(
-                spec.trainable, spec.config, spec.trial_id, restore_dir, clock, context_of(spec)
+                spec.trainable, config, spec.trial_id, restore_dir, clock, context_of(spec)
             )
             owned = restore_dir is not None  # a live function owns its restore folder
             return live
-        return LiveClass(spec.trainable, spec.config, spec.trial_id, restore_dir, clock)
+        return LiveClass(spec.trainable, config, spec.trial_id, restore_dir, clock)
     finally:
         if tmp is not None and not owned:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from distributed import Client
 
+from popflow.flows.api.object_refs import objects_on_cluster
 from popflow.flows.backends.dask_backend import DaskBackend
 from popflow.flows.backends.dask_pool import RunnerPool
 from popflow.flows.backends.storage_probe import StorageProbe
@@ -125,6 +126,14 @@ def _train_on(
         dask_client(cluster, spec.n_workers, spec.resources) as client,
         # before anything of the run reaches a worker: its storage pickles without them
         credentials_on_workers(client, experiment.storage.storage_options),
+        # popflow.put's values, there before any trial can get them (a resume's rebound)
+        objects_on_cluster(
+            client,
+            spec.param_space,
+            experiment.records,
+            experiment.storage,
+            experiment.resumed_from is not None,
+        ),
         shown(_live_table(spec, experiment), client) as table,
     ):
         # the flow run Running before the first round, where a server answers: it holds

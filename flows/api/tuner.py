@@ -50,6 +50,7 @@ class _Cluster:
     """What :func:`init` chose for the runs that follow."""
 
     address: Any = None
+    initialized: bool = False  # ray.is_initialized(): init() ran, no shutdown() since
 
 
 _CLUSTER = _Cluster()
@@ -84,6 +85,7 @@ def init(
     if ignored:
         logger.info("popflow.init: ignoring %s (Ray-only)", sorted(ignored))
     _CLUSTER.address = address
+    _CLUSTER.initialized = True
     use_cores(num_cpus, num_gpus)
 
 

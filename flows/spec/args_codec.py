@@ -19,6 +19,7 @@ Tagged values (``{"$popflow": kind, ...}``):
 - ``import``: a function or class found again by its ``path``;
 - ``with_parameters``: a :func:`~popflow.tasks.parameters.with_parameters`
   trainable: the ``trainable`` it wraps and the ``paths`` of its stored objects;
+- ``object_ref``: a ``popflow.put`` ref, by its ``name`` (never its value);
 - ``pickled``: the ``index`` of a leaf.
 """
 
@@ -32,9 +33,11 @@ from typing import Any
 from popflow.flows.spec.config import CheckpointConfig
 from popflow.flows.spec.trainable_paths import ImportFailed, import_path, path_of
 from popflow.schedulers import TrialScheduler, domains
+from popflow.tasks.object_refs import ObjectRef
 from popflow.tasks.parameters import parameters_of, with_stored_parameters, wrapped_trainable
 
 TAG = "$popflow"
+REF_KIND = "object_ref"
 _CHECKPOINT_CONFIG = "popflow.flows.spec.config:CheckpointConfig"
 
 
@@ -78,6 +81,8 @@ class Encoder:
     def _encode(self, obj: Any, where: str) -> Any:
         if _is_plain(obj):
             return obj
+        if isinstance(obj, ObjectRef):
+            return {TAG: REF_KIND, "name": str(obj)}
         if type(obj) is list:
             return [self._encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]
         if type(obj) is tuple:
@@ -212,6 +217,8 @@ class Decoder:
         if kind == "with_parameters":
             trainable = self.decode(value["trainable"], where)
             return with_stored_parameters(trainable, dict(value["paths"]))
+        if kind == REF_KIND:
+            return ObjectRef(value["name"])
         if kind == "pickled":
             index = value["index"]
             leaves = self._leaves()
