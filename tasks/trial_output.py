@@ -215,13 +215,20 @@ class _Tee:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        output = _output_of_this_thread()
-        if output is not None and isinstance(text, str):
-            _busy.on = True  # a warning logged from within goes to the original only
-            try:
+        if getattr(_busy, "on", False):  # a _Tee under another (a stream swapped in over
+            return self._pass_on(text)  # ours), or a warning logged from within: kept once
+        _busy.on = True
+        try:
+            output = _output_of_this_thread()
+            if output is not None and isinstance(text, str):
                 output.write(self._stream, text)
-            finally:
-                _busy.on = False
+            return self._pass_on(text)
+        finally:
+            _busy.on = False
+
+    def _pass_on(self, text: str) -> int:
+        if self._original is None:  # no console at all (pythonw): print() writes nothing
+            return len(text)
         return self._original.write(text)
 
     def writelines(self, lines: Any) -> None:
@@ -229,14 +236,15 @@ class _Tee:
             self.write(line)
 
     def flush(self) -> None:
-        self._original.flush()
+        if self._original is not None:
+            self._original.flush()
 
     def __getattr__(self, name: str) -> Any:  # encoding, fileno, isatty, buffer ...
         return getattr(self._original, name)
 
 
 def _output_of_this_thread() -> TrialOutput | None:
-    if getattr(_busy, "on", False) or not _active:
+    if not _active:
         return None
     try:
         trial_id = get_context().trial_id
@@ -246,11 +254,11 @@ def _output_of_this_thread() -> TrialOutput | None:
 
 
 def _quietly(log: Any, *args: Any, **kwargs: Any) -> None:
-    _busy.on = True
+    before, _busy.on = getattr(_busy, "on", False), True
     try:
         log(*args, **kwargs)
     finally:
-        _busy.on = False
+        _busy.on = before
 
 
 def _install() -> None:

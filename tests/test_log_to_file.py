@@ -229,6 +229,35 @@ def test_only_the_trials_own_threads_are_caught_and_the_streams_come_back(storag
     assert sys.stdout is before
 
 
+class Passes:
+    """A stream a library swaps in over sys.stdout, passing everything on (and never
+    putting the old one back)."""
+
+    def __init__(self, under: Any) -> None:
+        self.under = under
+
+    def write(self, text: str) -> int:
+        return self.under.write(text)
+
+    def flush(self) -> None:
+        self.under.flush()
+
+
+class SwapsStdout(Talks):
+    def setup(self, config: dict[str, Any]) -> None:
+        sys.stdout = Passes(sys.stdout)
+        super().setup(config)
+
+
+@pytest.mark.unit
+def test_a_stream_swapped_in_over_ours_keeps_each_line_once(storage, run, monkeypatch):
+    monkeypatch.setattr(sys, "stdout", sys.stdout)  # put back after the test
+    first = run(spec(storage, SwapsStdout, max_iterations=1))
+    assert isinstance(sys.stdout, Passes)  # theirs now: left alone
+    run(spec(storage, SwapsStdout, live_token=first.live_token, max_iterations=1))
+    assert lines(storage, "stdout") == ["setup", "out 1", "out 2"]
+
+
 @pytest.mark.unit
 def test_without_log_to_file_nothing_is_written(storage, run):
     run(spec(storage, Talks, log_to_file=False))
