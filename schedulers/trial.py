@@ -7,6 +7,10 @@ trial. What should happen to a trial comes back from the scheduler as a
 
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -74,6 +78,38 @@ class Trial:
         self.__dict__.setdefault("_watcher", None)
 
     @property
+    def local_path(self) -> str | None:
+        """Ray's ``Trial.local_path``: a folder on the driver for files beside the trial (a
+        ``LoggerCallback``'s), made on first use. On local storage it is the trial's folder
+        (:attr:`path`); on remote storage a staging folder (:func:`driver_folder`) whose
+        files the driver copies into the trial's folder every round and when the trial
+        ends, as Ray syncs its driver staging folder. None before the driver sets ``path``."""
+        if not self.path:
+            return None
+        folder = driver_folder(self.path)
+        os.makedirs(folder, exist_ok=True)
+        return folder
+
+    @property
+    def local_experiment_path(self) -> str | None:
+        """Ray's: the folder on the driver that holds :attr:`local_path` (the experiment's
+        folder on local storage)."""
+        local = self.local_path
+        return os.path.dirname(local) if local is not None else None
+
+    @property
+    def local_dir(self) -> str | None:
+        """Ray's alias of :attr:`local_experiment_path`."""
+        return self.local_experiment_path
+
+    @property
+    def logdir(self) -> str | None:
+        """Ray's old name of :attr:`local_path` (Ray 2.60 raises ``DeprecationWarning`` on
+        it; popflow warns and answers)."""
+        warnings.warn("Use `local_path` instead of `logdir`.", DeprecationWarning, stacklevel=2)
+        return self.local_path
+
+    @property
     def is_live(self) -> bool:
         return self.status in (TrialStatus.PENDING, TrialStatus.RUNNING, TrialStatus.PAUSED)
 
@@ -87,3 +123,16 @@ class Trial:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Trial) and other.trial_id == self.trial_id
+
+
+def driver_folder(path: str) -> str:
+    """Where files beside the trial at ``path`` (its folder: a local path or a URL) are
+    written on the driver: ``path`` itself when local; for a URL, a staging folder
+    ``<tmp>/popflow-driver/<experiment hash>/<experiment>/<trial folder>`` (Ray's is under
+    its session's ``driver_artifacts``), the same for the same URL."""
+    if "://" not in path:
+        return path
+    experiment, trial_dir = path.rstrip("/").rsplit("/", 1)
+    parent, name = experiment.rsplit("/", 1)
+    digest = hashlib.sha256(parent.encode()).hexdigest()[:12]
+    return os.path.join(tempfile.gettempdir(), "popflow-driver", digest, name, trial_dir)

@@ -12,14 +12,23 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
 from popflow.infra.storage.credentials import StorageOptions, without_secrets
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.checkpoints import fetch_checkpoint, verify_in_place
 from popflow.infra.store.layout import DICT_CHECKPOINT_FILE, MANIFEST
 
+#: Where a checkpoint keeps its metadata, in its folder (Ray's name: the same file)
+METADATA_FILE = ".metadata.json"
+
 
 class Checkpoint:
-    """A checkpoint folder at ``path`` (a local folder or an fsspec URL).
+    """A checkpoint folder at ``path`` (a local folder or an fsspec URL), Ray's
+    ``ray.train.Checkpoint``: ``filesystem`` (fsspec's here, pyarrow's in Ray), ``path``
+    (here a remote one keeps its URL: ``s3://bucket/...``; Ray strips the scheme), and
+    ``get_metadata``/``set_metadata``/``update_metadata``.
 
     Its ``storage_options`` never show in its repr, and its pickled form (what
     Prefect stores of a parameter or result, what Dask sends) leaves out every
@@ -32,11 +41,74 @@ class Checkpoint:
     True
     """
 
-    def __init__(self, path: str, storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        filesystem: fsspec.AbstractFileSystem | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
         path = os.fspath(path)
+        self._fs: fsspec.AbstractFileSystem | None = None  # made from path on first use
+        if filesystem is not None:
+            if not isinstance(filesystem, fsspec.AbstractFileSystem):
+                raise TypeError(
+                    f"`filesystem` is {type(filesystem).__name__}, but popflow takes an fsspec "
+                    "filesystem (Ray takes pyarrow's); or give a URL and `storage_options`"
+                )
+            if storage_options is not None:
+                raise ValueError("give `filesystem` or `storage_options`, not both")
+            # a path on that filesystem (Ray's): kept as the URL it stands for
+            if "://" not in path and not isinstance(filesystem, LocalFileSystem):
+                path = filesystem.unstrip_protocol(path)
+            storage_options = dict(filesystem.storage_options) or None
+            self._fs = filesystem
         # like Ray (pyarrow's from_uri): a file:// URL is kept as the plain local path
         self.path = path[len("file://") :] if path.startswith("file://") else path
         self._options = StorageOptions(storage_options)  # credentials: never in the clear
+
+    @property
+    def filesystem(self) -> fsspec.AbstractFileSystem:
+        """The fsspec filesystem the checkpoint is on (Ray's is a pyarrow filesystem);
+        with :attr:`path` it reaches the checkpoint's files."""
+        if self._fs is None:
+            self._fs = fsspec.core.url_to_fs(self.path, **self.storage_options)[0]
+        return self._fs
+
+    def _fs_path(self, *parts: str) -> str:
+        root = self.path if self.is_local else self.filesystem._strip_protocol(self.path)
+        return posixpath.join(root.rstrip("/"), *parts)
+
+    def get_metadata(self) -> dict[str, Any]:
+        """The metadata kept with the checkpoint (Ray's: ``.metadata.json`` in its folder,
+        so it travels with it: to storage, back, and into a PBT clone); {} if none."""
+        fs, path = self.filesystem, self._fs_path(METADATA_FILE)
+        if not fs.exists(path):
+            return {}
+        with fs.open(path, "rb") as f:
+            return json.loads(f.read().decode("utf-8"))
+
+    def set_metadata(self, metadata: dict[str, Any]) -> None:
+        """Keep ``metadata`` (a JSON-able dict) with the checkpoint, replacing what was
+        kept. Set it before the checkpoint is reported: a checkpoint popflow has published
+        never changes (its files are checked against its manifest when it is loaded)."""
+        if not isinstance(metadata, dict):
+            raise TypeError(f"`metadata` must be a dict, got {type(metadata).__name__}")
+        data = json.dumps(metadata).encode("utf-8")  # TypeError for what JSON cannot hold
+        fs = self.filesystem
+        if fs.exists(self._fs_path(MANIFEST)):
+            raise ValueError(
+                f"checkpoint {self.path} is published, and a published checkpoint never "
+                "changes: set its metadata before reporting it, or on a copy "
+                "(Checkpoint.from_directory(checkpoint.to_directory()))"
+            )
+        with fs.open(self._fs_path(METADATA_FILE), "wb") as f:
+            f.write(data)
+
+    def update_metadata(self, metadata: dict[str, Any]) -> None:
+        """:meth:`set_metadata` with the kept metadata updated by ``metadata``."""
+        if not isinstance(metadata, dict):
+            raise TypeError(f"`metadata` must be a dict, got {type(metadata).__name__}")
+        self.set_metadata({**self.get_metadata(), **metadata})
 
     @property
     def storage_options(self) -> dict[str, Any]:
@@ -52,6 +124,7 @@ class Checkpoint:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.path = state["path"]
         self._options = StorageOptions(state["options"])
+        self._fs = None
 
     @classmethod
     def from_directory(cls, path: str | os.PathLike[str]) -> Checkpoint:

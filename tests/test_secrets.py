@@ -32,7 +32,7 @@ def remote_checkpoint() -> Checkpoint:
         "endpoint_url": "http://127.0.0.1:9",
         "client_kwargs": {"region_name": "us-east-1", "aws_session_token": SECRET},
     }
-    return Checkpoint("s3://bucket/exp/trial/checkpoint_000003", options)
+    return Checkpoint("s3://bucket/exp/trial/checkpoint_000003", storage_options=options)
 
 
 def readable_forms(data: bytes) -> list[bytes]:

@@ -79,10 +79,6 @@ def test_config_classes_have_rays_fields_and_defaults(cls):
         (lambda: RunConfig(sync_config=object()), "sync_config"),
         (lambda: RunConfig(local_dir="/tmp"), "local_dir"),
         (lambda: RunConfig(progress_reporter=object()), "progress_reporter"),
-        (
-            lambda: Tuner.restore("/nonexistent", ParityTrainable, resume_unfinished=False),
-            "resume_unfinished",
-        ),
     ],
 )
 def test_what_popflow_cannot_honour_raises_at_once_naming_the_argument(make, argument):

@@ -76,6 +76,7 @@ def run(
     trial_dirname_creator: Callable[[Any], str] | None = None,
     errored: str = "skip",
     verbose: int | None = None,
+    resume_unfinished: bool = True,
 ) -> ResultGrid:
     """Tune ``trainable`` over ``param_space`` with ``scheduler``; Ray Tune's ``Tuner.fit``.
 
@@ -132,6 +133,8 @@ def run(
       trial returning its name (``str(trial)``) or its folder's name.
     - ``errored``: when resuming, what errored trials do: "skip" (stay errored),
       "resume" (from their last checkpoint) or "restart" (from scratch).
+    - ``resume_unfinished``: when resuming, False ends the unfinished trials (TERMINATED,
+      as they were) instead of going on with them (Ray's ``Tuner.restore`` option).
     - ``verbose``: Ray's 0-3: what the console shows (0 warnings only, 1 a status
       line, 2 the trial table, 3 also each result and decision; default 2);
       :mod:`popflow.flows.console.verbose`.
@@ -173,7 +176,7 @@ def run(
         BudgetSpec(
             max_rounds=max_rounds, segment_timeout_s=segment_timeout_s, run_budget_s=run_budget_s
         ),
-        ResumeSpec(resume, errored),
+        ResumeSpec(resume, errored, resume_unfinished),
     )
 
 

@@ -3,8 +3,11 @@
 Pass them as ``RunConfig(callbacks=[...])`` (or ``run(callbacks=...)``). The
 hooks and their arguments are Ray's: ``iteration`` is the round, ``trials``
 every trial of the experiment (:class:`popflow.schedulers.Trial`: ``trial_id``,
-``config``, ``status``, ``last_result``, ``str(trial)`` its name), ``trial``
-the one concerned. A hook that raises stops the run, as in Ray; what was
+``config``, ``status``, ``last_result``, ``str(trial)`` its name, ``path`` its folder
+in storage, ``local_path`` a folder on the driver beside it), ``trial`` the one
+concerned. What a callback writes in ``trial.local_path`` reaches the trial's folder
+(on remote storage: copied each round and when the trial ends,
+:mod:`popflow.flows.events.staging`). A hook that raises stops the run, as in Ray; what was
 committed before stays, so the experiment can be resumed.
 
 A callback's ``get_state()`` (JSON-able) is committed every round and given
@@ -24,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from popflow.flows.events.staging import Staging
+from popflow.infra.storage.folder import Storage
 from popflow.schedulers import Trial
 from popflow.tasks.result_keys import SHOULD_CHECKPOINT
 
@@ -178,6 +183,18 @@ class Hooks:
         self._started: set[str] = set()
         #: the run's search algorithm on the driver (``Suggestions``), told of results and ends
         self.search: Any = None
+        #: copies what callbacks wrote in the trials' ``local_path`` into remote storage
+        #: (:mod:`popflow.flows.events.staging`; None: the experiment's storage is local)
+        self.staging: Staging | None = None
+
+    def use_storage(self, storage: Storage) -> None:
+        """The experiment's folder: on remote storage, what callbacks write in a trial's
+        ``local_path`` is copied into the trial's folder there (each round, at its end)."""
+        self.staging = None if storage.is_local else Staging(storage)
+
+    def _sync(self, trials: list[Trial] | None = None) -> None:
+        if self.staging is not None and self.callbacks:
+            self.staging.sync(trials if trials is not None else self._trials())
 
     def __bool__(self) -> bool:
         return bool(self.callbacks)
@@ -198,6 +215,7 @@ class Hooks:
 
     def step_end(self) -> None:
         self._call("on_step_end")
+        self._sync()
 
     def trial_start(self, trial: Trial) -> None:
         if self.callbacks and trial.trial_id not in self._started:
@@ -230,6 +248,7 @@ class Hooks:
         if self.search is not None:
             self.search.trial_complete(trial)
         self._call("on_trial_complete", trial=trial)
+        self._sync([trial])
 
     def trial_recover(self, trial: Trial) -> None:
         self._call("on_trial_recover", trial=trial)
@@ -238,6 +257,7 @@ class Hooks:
         if self.search is not None:
             self.search.trial_error(trial)
         self._call("on_trial_error", trial=trial)
+        self._sync([trial])
 
     def checkpoint(self, trial: Trial, checkpoint: Any) -> None:
         self._call("on_trial_save", trial=trial)
@@ -246,6 +266,7 @@ class Hooks:
     def experiment_end(self) -> None:
         for cb in self.callbacks:
             cb.on_experiment_end(trials=self._trials())
+        self._sync()
 
     def state(self) -> list[Any] | None:
         """Every callback's ``get_state()``, for the commit (None: none keeps any)."""

@@ -229,6 +229,9 @@ def _resume(
     spec: RunSpec, storage: Storage, log: ExperimentLog, lease: Lease, why: str | None = None
 ) -> Experiment:
     latest, fell_back = _take_over(log, why, lease.clock)
+    ended: list[str] = []
+    if not spec.unfinished and why is None:  # a rerun (reopen) goes on as it was
+        latest, ended = _end_unfinished(spec, log, latest, lease.clock)
     seed = _saved_seed(storage)
     scheduler = spec.scheduler
     scheduler.set_rng(experiment_generators(seed).scheduler)
@@ -236,10 +239,44 @@ def _resume(
     records = restore_records(
         storage, latest, log, scheduler, remove_orphans=not fell_back, guard=lease.guard()
     )
+    for rec in records:
+        if rec.trial_id in ended:
+            scheduler.on_trial_remove(rec.trial)
     if spec.errored != "skip":
         records = _requeue_errored(spec, storage, records)
     logger.debug("%s: resuming after round %d from %s", spec.name, latest["round"], storage.url)
     return Experiment(storage, log, records, seed, latest, lease=lease, name=spec.name)
+
+
+def _end_unfinished(
+    spec: RunSpec, log: ExperimentLog, latest: dict[str, Any], now: Callable[[], float]
+) -> tuple[dict[str, Any], list[str]]:
+    """Ray's ``resume_unfinished=False``: the trials ``latest`` has unfinished (pending,
+    running, paused) end as they are, TERMINATED, even one never trained (Ray's);
+    errored ones are left to ``spec.errored``. Committed at once (an experiment left
+    with nothing to run commits no round): the commit it wrote and the trials it ended."""
+    live = {s.value for s in (TrialStatus.PENDING, TrialStatus.RUNNING, TrialStatus.PAUSED)}
+    ended = [t["trial_id"] for t in latest["trials"] if t["status"] in live]
+    if not ended:
+        return latest, []
+    marker = {k: v for k, v in latest.items() if k not in ("seq", "epoch")}
+    marker.update(
+        trials=[
+            {**t, "status": TrialStatus.TERMINATED.value} if t["trial_id"] in ended else t
+            for t in latest["trials"]
+        ],
+        time=now(),
+        results={},
+        policy=[],
+        deleted=[],
+        cuts={},
+        events=[f"[restore] resume_unfinished=False: {', '.join(ended)} end TERMINATED"],
+    )
+    seq = log.commit(marker, snapshot=True, logs_through=0)  # as the takeover's
+    logger.info(
+        "%s: unfinished trials %s end here (resume_unfinished=False)", spec.name, ", ".join(ended)
+    )
+    return {**marker, "seq": seq, "epoch": log.epoch}, ended
 
 
 def _requeue_errored(

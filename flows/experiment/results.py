@@ -335,7 +335,8 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def checkpoint_of(storage: Storage, rec: TrialRecord, name: str) -> Checkpoint:
     """The handle of ``rec``'s checkpoint ``name`` (``storage``: the experiment's folder)."""
-    return Checkpoint(storage.full_url(rec.checkpoint_path(name)), storage.storage_options)
+    path = storage.full_url(rec.checkpoint_path(name))
+    return Checkpoint(path, storage_options=storage.storage_options)
 
 
 def results_of(

@@ -126,6 +126,9 @@ class RunSpec:
     #: on resume, errored trials: "skip" (stay errored), "resume" (from their last
     #: checkpoint) or "restart" (from scratch); Ray's ``resume_errored``/``restart_errored``
     errored = Flat("resuming", stored=False)
+    #: on resume, unfinished trials: True goes on with them, False ends them (Ray's
+    #: ``resume_unfinished``)
+    unfinished = Flat("resuming", stored=False)
 
     @property
     def resources(self) -> dict[str, float] | None:
