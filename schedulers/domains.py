@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import inspect
 import math
-import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,10 +17,18 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from popflow.schedulers.domain_checks import (
+    check_base,
+    check_less,
+    clip,
+    float_multiples,
+    int_multiples,
+    integer,
+    log_sample,
+    real,
+    round_index,
+)
 from popflow.schedulers.validation import check_positive
-
-# Relative slack for "is this bound a multiple of q" under float rounding.
-_Q_TOLERANCE = 1e-9
 
 
 class Domain(ABC):
@@ -40,74 +47,6 @@ class Domain(ABC):
         """Draw one value, using only ``rng`` for randomness."""
 
 
-# -- validation helpers -------------------------------------------------------
-def _real(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"`{name}` is {value!r}, but must be a real number")
-    if not math.isfinite(value):
-        raise ValueError(f"`{name}` is {value}, but must be finite")
-    return float(value)
-
-
-def _integer(name: str, value: Any) -> int:
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        if isinstance(value, numbers.Integral):
-            return int(value)
-        if math.isfinite(value) and float(value).is_integer():
-            return int(value)
-    raise TypeError(f"`{name}` is {value!r}, but must be an integer")
-
-
-def _check_less(lower: Any, upper: Any) -> None:
-    if not lower < upper:
-        raise ValueError(f"`lower` is {lower}, but must be < `upper` ({upper})")
-
-
-def _check_base(base: Any) -> float:
-    value = _real("base", base)
-    if value <= 0 or value == 1:
-        raise ValueError(f"`base` is {base}, but must be > 0 and != 1")
-    return value
-
-
-def _float_multiples(lower: float, upper: float, q: float) -> tuple[int, int]:
-    """First and last k with k * q inside [lower, upper], tolerant of float rounding."""
-    lo, hi = lower / q, upper / q
-    k_lo = math.ceil(lo - _Q_TOLERANCE * max(1.0, abs(lo)))
-    k_hi = math.floor(hi + _Q_TOLERANCE * max(1.0, abs(hi)))
-    if k_lo > k_hi:
-        raise ValueError(
-            f"`q` is {q}, but no multiple of it lies between "
-            f"`lower` ({lower}) and `upper` ({upper})"
-        )
-    return k_lo, k_hi
-
-
-def _int_multiples(lower: int, upper: int, q: int) -> tuple[int, int]:
-    k_lo, k_hi = -(-lower // q), upper // q
-    if k_lo > k_hi:
-        raise ValueError(
-            f"`q` is {q}, but no multiple of it lies between "
-            f"`lower` ({lower}) and `upper` ({upper})"
-        )
-    return k_lo, k_hi
-
-
-def _round_index(x: float, q: float, k_lo: int, k_hi: int) -> int:
-    """Ray's ``np.round(x / q)``, clipped to the multiples inside the bounds."""
-    return min(max(int(np.round(x / q)), k_lo), k_hi)
-
-
-def _log_sample(rng: np.random.Generator, lower: float, upper: float, base: float) -> float:
-    log_base = math.log(base)
-    exponent = rng.uniform(math.log(lower) / log_base, math.log(upper) / log_base)
-    return float(base**exponent)
-
-
-def _clip(x: float, lower: float, upper: float) -> float:
-    return min(max(x, lower), upper)
-
-
 # -- float domains --------------------------------------------------------------
 @dataclass(frozen=True)
 class Uniform(Domain):
@@ -117,13 +56,13 @@ class Uniform(Domain):
     upper: float
 
     def __post_init__(self) -> None:
-        lower, upper = _real("lower", self.lower), _real("upper", self.upper)
-        _check_less(self.lower, self.upper)
+        lower, upper = real("lower", self.lower), real("upper", self.upper)
+        check_less(self.lower, self.upper)
         object.__setattr__(self, "lower", lower)
         object.__setattr__(self, "upper", upper)
 
     def sample(self, rng: np.random.Generator) -> float:
-        return _clip(float(rng.uniform(self.lower, self.upper)), self.lower, self.upper)
+        return clip(float(rng.uniform(self.lower, self.upper)), self.lower, self.upper)
 
 
 @dataclass(frozen=True)
@@ -136,17 +75,19 @@ class QUniform(Domain):
     _k_range: tuple[int, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        lower, upper, q = _real("lower", self.lower), _real("upper", self.upper), _real("q", self.q)
-        _check_less(self.lower, self.upper)
+        lower, upper, q = real("lower", self.lower), real("upper", self.upper), real("q", self.q)
+        check_less(self.lower, self.upper)
         check_positive("q", self.q)
         object.__setattr__(self, "lower", lower)
         object.__setattr__(self, "upper", upper)
         object.__setattr__(self, "q", q)
-        object.__setattr__(self, "_k_range", _float_multiples(lower, upper, q))
+        object.__setattr__(self, "_k_range", float_multiples(lower, upper, q))
 
     def sample(self, rng: np.random.Generator) -> float:
-        k = _round_index(float(rng.uniform(self.lower, self.upper)), self.q, *self._k_range)
-        return _clip(k * self.q, self.lower, self.upper)
+        # Ray: uniform between the bounds snapped to the grid, then rounded to it
+        k_lo, k_hi = self._k_range
+        x = float(rng.uniform(k_lo * self.q, k_hi * self.q))
+        return clip(round_index(x, self.q, k_lo, k_hi) * self.q, self.lower, self.upper)
 
 
 @dataclass(frozen=True)
@@ -158,15 +99,15 @@ class LogUniform(Domain):
     base: float = 10
 
     def __post_init__(self) -> None:
-        lower, upper = _real("lower", self.lower), _real("upper", self.upper)
+        lower, upper = real("lower", self.lower), real("upper", self.upper)
         check_positive("lower", self.lower)
-        _check_less(self.lower, self.upper)
+        check_less(self.lower, self.upper)
         object.__setattr__(self, "lower", lower)
         object.__setattr__(self, "upper", upper)
-        object.__setattr__(self, "base", _check_base(self.base))
+        object.__setattr__(self, "base", check_base(self.base))
 
     def sample(self, rng: np.random.Generator) -> float:
-        return _clip(_log_sample(rng, self.lower, self.upper, self.base), self.lower, self.upper)
+        return clip(log_sample(rng, self.lower, self.upper, self.base), self.lower, self.upper)
 
 
 @dataclass(frozen=True)
@@ -180,20 +121,23 @@ class QLogUniform(Domain):
     _k_range: tuple[int, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        lower, upper, q = _real("lower", self.lower), _real("upper", self.upper), _real("q", self.q)
+        lower, upper, q = real("lower", self.lower), real("upper", self.upper), real("q", self.q)
         check_positive("lower", self.lower)
-        _check_less(self.lower, self.upper)
+        check_less(self.lower, self.upper)
         check_positive("q", self.q)
         object.__setattr__(self, "lower", lower)
         object.__setattr__(self, "upper", upper)
         object.__setattr__(self, "q", q)
-        object.__setattr__(self, "base", _check_base(self.base))
-        object.__setattr__(self, "_k_range", _float_multiples(lower, upper, q))
+        object.__setattr__(self, "base", check_base(self.base))
+        k_lo, k_hi = float_multiples(lower, upper, q)
+        if k_hi < 1:  # 0 is no log-uniform value
+            raise ValueError(f"`q` is {q}, but must be <= `upper` ({upper})")
+        object.__setattr__(self, "_k_range", (max(k_lo, 1), k_hi))
 
     def sample(self, rng: np.random.Generator) -> float:
-        x = _log_sample(rng, self.lower, self.upper, self.base)
-        k = _round_index(x, self.q, *self._k_range)
-        return _clip(k * self.q, self.lower, self.upper)
+        k_lo, k_hi = self._k_range
+        x = log_sample(rng, k_lo * self.q, k_hi * self.q, self.base)
+        return clip(round_index(x, self.q, k_lo, k_hi) * self.q, self.lower, self.upper)
 
 
 @dataclass(frozen=True)
@@ -204,13 +148,33 @@ class Normal(Domain):
     sd: float = 1.0
 
     def __post_init__(self) -> None:
-        mean, sd = _real("mean", self.mean), _real("sd", self.sd)
+        mean, sd = real("mean", self.mean), real("sd", self.sd)
         check_positive("sd", self.sd)
         object.__setattr__(self, "mean", mean)
         object.__setattr__(self, "sd", sd)
 
     def sample(self, rng: np.random.Generator) -> float:
         return float(rng.normal(self.mean, self.sd))
+
+
+@dataclass(frozen=True)
+class QNormal(Domain):
+    """Normal floats rounded to the nearest multiple of ``q``; see :func:`qrandn`."""
+
+    mean: float
+    sd: float
+    q: float
+
+    def __post_init__(self) -> None:
+        mean, sd, q = real("mean", self.mean), real("sd", self.sd), real("q", self.q)
+        check_positive("sd", self.sd)
+        check_positive("q", self.q)
+        object.__setattr__(self, "mean", mean)
+        object.__setattr__(self, "sd", sd)
+        object.__setattr__(self, "q", q)
+
+    def sample(self, rng: np.random.Generator) -> float:
+        return float(int(np.round(rng.normal(self.mean, self.sd) / self.q)) * self.q)
 
 
 # -- integer domains ------------------------------------------------------------
@@ -224,8 +188,8 @@ class RandInt(Domain):
     upper: int
 
     def __post_init__(self) -> None:
-        lower, upper = _integer("lower", self.lower), _integer("upper", self.upper)
-        _check_less(self.lower, self.upper)
+        lower, upper = integer("lower", self.lower), integer("upper", self.upper)
+        check_less(self.lower, self.upper)
         object.__setattr__(self, "lower", lower)
         object.__setattr__(self, "upper", upper)
 
@@ -235,7 +199,8 @@ class RandInt(Domain):
 
 @dataclass(frozen=True)
 class QRandInt(Domain):
-    """Integers in ``[lower, upper]`` (both included) rounded to a multiple of ``q``."""
+    """Integers, multiples of ``q``, uniform over the multiples in ``[lower, upper]``:
+    ``upper`` included, except with ``q=1`` (as in Ray 2.60: ``qrandint(0, 3)`` is 0..2)."""
 
     is_integer: ClassVar[bool] = True
 
@@ -245,19 +210,29 @@ class QRandInt(Domain):
     _k_range: tuple[int, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        lower, upper = _integer("lower", self.lower), _integer("upper", self.upper)
-        q = _integer("q", self.q)
+        lower, upper = integer("lower", self.lower), integer("upper", self.upper)
+        q = integer("q", self.q)
         if not lower <= upper:
             raise ValueError(f"`lower` is {self.lower}, but must be <= `upper` ({self.upper})")
         check_positive("q", self.q)
         object.__setattr__(self, "lower", lower)
         object.__setattr__(self, "upper", upper)
         object.__setattr__(self, "q", q)
-        object.__setattr__(self, "_k_range", _int_multiples(lower, upper, q))
+        object.__setattr__(self, "_k_range", int_multiples(lower, upper, q, upper_excluded=q == 1))
+
+    @property
+    def first(self) -> int:
+        """The smallest value a sample takes."""
+        return self._k_range[0] * self.q
+
+    @property
+    def last(self) -> int:
+        """The largest value a sample takes."""
+        return self._k_range[1] * self.q
 
     def sample(self, rng: np.random.Generator) -> int:
-        x = int(rng.integers(self.lower, self.upper, endpoint=True))
-        return _round_index(x, self.q, *self._k_range) * self.q
+        # Ray: each multiple equally likely (a uniform grid index), not a rounded draw
+        return int(rng.integers(self._k_range[0], self._k_range[1], endpoint=True)) * self.q
 
 
 @dataclass(frozen=True)
@@ -271,16 +246,58 @@ class LogRandInt(Domain):
     base: float = 10
 
     def __post_init__(self) -> None:
-        lower, upper = _integer("lower", self.lower), _integer("upper", self.upper)
+        lower, upper = integer("lower", self.lower), integer("upper", self.upper)
         check_positive("lower", self.lower)
-        _check_less(self.lower, self.upper)
+        check_less(self.lower, self.upper)
         object.__setattr__(self, "lower", lower)
         object.__setattr__(self, "upper", upper)
-        object.__setattr__(self, "base", _check_base(self.base))
+        object.__setattr__(self, "base", check_base(self.base))
 
     def sample(self, rng: np.random.Generator) -> int:
-        x = math.floor(_log_sample(rng, self.lower, self.upper, self.base))
+        x = math.floor(log_sample(rng, self.lower, self.upper, self.base))
         return min(max(x, self.lower), self.upper - 1)
+
+
+@dataclass(frozen=True)
+class QLogRandInt(Domain):
+    """Integers, multiples of ``q``, log-uniform over the multiples in ``[lower, upper]``:
+    ``upper`` included, except with ``q=1``; see :func:`qlograndint`."""
+
+    is_integer: ClassVar[bool] = True
+
+    lower: int
+    upper: int
+    q: int
+    base: float = 10
+    _k_range: tuple[int, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        lower, upper = integer("lower", self.lower), integer("upper", self.upper)
+        q = integer("q", self.q)
+        check_positive("lower", self.lower)
+        check_less(self.lower, self.upper)
+        check_positive("q", self.q)
+        object.__setattr__(self, "lower", lower)
+        object.__setattr__(self, "upper", upper)
+        object.__setattr__(self, "q", q)
+        object.__setattr__(self, "base", check_base(self.base))
+        object.__setattr__(self, "_k_range", int_multiples(lower, upper, q, upper_excluded=q == 1))
+
+    @property
+    def first(self) -> int:
+        """The smallest value a sample takes."""
+        return self._k_range[0] * self.q
+
+    @property
+    def last(self) -> int:
+        """The largest value a sample takes."""
+        return self._k_range[1] * self.q
+
+    def sample(self, rng: np.random.Generator) -> int:
+        # Ray: the floor of a log-uniform grid index in [k_lo, k_hi + 1)
+        k_lo, k_hi = self._k_range
+        k = math.floor(log_sample(rng, k_lo, k_hi + 1, self.base))
+        return min(max(k, k_lo), k_hi) * self.q
 
 
 # -- categorical and function domains ---------------------------------------------

@@ -67,6 +67,7 @@ from popflow.schedulers.domains import (
     Domain,
     LogRandInt,
     LogUniform,
+    QLogRandInt,
     QLogUniform,
     QRandInt,
     QUniform,
@@ -123,8 +124,10 @@ _BOUND_RULE = (
 
 
 def _domain_bounds(name: str, domain: Domain) -> tuple[float, float]:
-    if isinstance(domain, Uniform | QUniform | LogUniform | QLogUniform | QRandInt):
+    if isinstance(domain, Uniform | QUniform | LogUniform | QLogUniform):
         return domain.lower, domain.upper
+    if isinstance(domain, QRandInt | QLogRandInt):  # upper excluded with q=1 (Ray 2.60)
+        return domain.first, domain.last
     if isinstance(domain, RandInt | LogRandInt):  # upper excluded, as in Ray
         return domain.lower, domain.upper - 1
     raise ValueError(

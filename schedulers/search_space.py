@@ -16,11 +16,14 @@ marker, so a pasted Ray ``param_space`` means the same thing here.
     >>> grid_search([1, 2])
     {'grid_search': [1, 2]}
 
-Bounds follow Ray: ``randint`` and ``lograndint`` exclude ``upper``;
-``qrandint`` includes it; quantized domains round to the nearest multiple of
-``q`` (``np.round(x / q) * q``). popflow also keeps quantized samples inside
-``[lower, upper]``: if a bound is not a multiple of ``q``, samples snap to the
-multiples of ``q`` that lie inside the bounds.
+Bounds follow Ray 2.60: ``randint`` and ``lograndint`` exclude ``upper``;
+``qrandint`` and ``qlograndint`` include it, except with ``q=1`` (then they are
+``randint`` and ``lograndint``); quantized floats round to the nearest multiple of
+``q`` (``np.round(x / q) * q``) of a draw between the bounds snapped inwards to
+multiples of ``q``, and quantized integers draw the multiple itself (each equally
+likely, or log-uniformly). Where Ray refuses float bounds that are not multiples of
+``q``, popflow snaps them inwards, as Ray does for integer bounds; samples always
+lie inside ``[lower, upper]``.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ from popflow.schedulers.domains import (
     LogRandInt,
     LogUniform,
     Normal,
+    QLogRandInt,
     QLogUniform,
+    QNormal,
     QRandInt,
     QUniform,
     RandInt,
@@ -97,6 +102,17 @@ def randn(mean: float = 0.0, sd: float = 1.0) -> Normal:
     return Normal(mean, sd)
 
 
+def qrandn(mean: float, sd: float, q: float) -> QNormal:
+    """Float from a normal distribution, rounded to the nearest multiple of ``q``.
+
+    >>> import numpy as np
+    >>> v = qrandn(10, 2, 0.5).sample(np.random.default_rng(0))
+    >>> v == round(v / 0.5) * 0.5
+    True
+    """
+    return QNormal(mean, sd, q)
+
+
 def randint(lower: int, upper: int) -> RandInt:
     """Integer uniform in ``[lower, upper)``: ``upper`` is excluded, as in Ray.
 
@@ -108,10 +124,13 @@ def randint(lower: int, upper: int) -> RandInt:
 
 
 def qrandint(lower: int, upper: int, q: int = 1) -> QRandInt:
-    """Integer in ``[lower, upper]`` (``upper`` included, as in Ray), rounded to a multiple of q.
+    """Integer multiple of ``q`` in ``[lower, upper]``, each equally likely; ``upper`` is
+    included except with ``q=1`` (as in Ray 2.60).
 
     >>> import numpy as np
     >>> qrandint(0, 100, 25).sample(np.random.default_rng(0)) in (0, 25, 50, 75, 100)
+    True
+    >>> qrandint(0, 3).sample(np.random.default_rng(0)) in (0, 1, 2)
     True
     """
     return QRandInt(lower, upper, q)
@@ -125,6 +144,17 @@ def lograndint(lower: int, upper: int, base: float = 10) -> LogRandInt:
     True
     """
     return LogRandInt(lower, upper, base)
+
+
+def qlograndint(lower: int, upper: int, q: int, base: float = 10) -> QLogRandInt:
+    """Integer multiple of ``q`` in ``[lower, upper]`` with ``log(value)`` uniform; needs
+    ``lower > 0``; ``upper`` is included except with ``q=1`` (as in Ray 2.60).
+
+    >>> import numpy as np
+    >>> qlograndint(1, 10, 2).sample(np.random.default_rng(0)) in (2, 4, 6, 8, 10)
+    True
+    """
+    return QLogRandInt(lower, upper, q, base)
 
 
 def choice(categories: Sequence[Any]) -> Categorical:
@@ -142,8 +172,8 @@ def sample_from(func: Callable[..., Any]) -> SampleFrom:
 
     ``func(spec)`` receives the config resolved so far (``spec["lr"]``; Ray's
     ``spec.config.lr`` also works); ``func()`` with no arguments is accepted
-    too. Use :func:`choice` or a numeric domain for random values: a function
-    that draws from global random state is not reproducible from the seed.
+    too. A function that draws from ``np.random`` or ``random`` repeats with the
+    run's seed: the driver seeds both from it before sampling.
 
     >>> import numpy as np
     >>> sample_from(lambda spec: spec["a"] * 2).sample(np.random.default_rng(0), {"a": 3})

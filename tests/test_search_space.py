@@ -133,6 +133,10 @@ def test_randint_within_bounds_upper_excluded(lower: int, width: int, seed: int)
 )
 def test_qrandint_within_bounds_and_quantized(lower: int, width: int, q: int, seed: int) -> None:
     upper = lower + width
+    if q == 1 and width == 0:  # with q=1 upper is excluded (Ray 2.60): nothing to draw
+        with pytest.raises(ValueError, match="with q=1 `upper` is excluded"):
+            qrandint(lower, upper, q)
+        return
     if (-(-lower // q)) > upper // q:  # no multiple of q in range: rejected eagerly
         with pytest.raises(ValueError, match="no multiple of it lies between"):
             qrandint(lower, upper, q)
@@ -140,6 +144,7 @@ def test_qrandint_within_bounds_and_quantized(lower: int, width: int, q: int, se
     for v in draws(qrandint(lower, upper, q), seed):
         assert type(v) is int
         assert lower <= v <= upper
+        assert v < upper or q > 1
         assert v % q == 0
 
 
@@ -183,8 +188,9 @@ def test_qrandint_includes_upper() -> None:
     assert set(draws(qrandint(0, 10, 5), seed=0, n=300)) == {0, 5, 10}
 
 
-def test_qrandint_default_q_is_one_and_upper_inclusive() -> None:
-    assert set(draws(qrandint(1, 3), seed=0, n=300)) == {1, 2, 3}
+def test_qrandint_default_q_is_one_and_upper_excluded() -> None:
+    # Ray 2.60: "upper is also inclusive except for q=1 where it's exclusive"
+    assert set(draws(qrandint(1, 3), seed=0, n=300)) == {1, 2}
 
 
 def test_lograndint_excludes_upper() -> None:

@@ -16,7 +16,6 @@ import itertools
 import json
 import logging
 import random
-import secrets
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -123,14 +122,33 @@ def open_experiment(
             storage.answered_within = lease.answered_within
         storage.lease_lost = lease.lost  # a driver that lost it stops without waiting on storage
         if latest is not None:
-            yield _resume(spec, storage, log, lease)
+            with _caller_streams_kept():
+                yield _resume(spec, storage, log, lease)
         elif log.commit_numbers():  # another driver started it while this one took the lease
             raise ValueError(
                 f"an experiment named {spec.name!r} was started at {storage.url} by another "
                 "driver meanwhile; resume it or choose another `name`"
             )
         else:
-            yield _start(spec, storage, log, lease)
+            seed = spec.seed
+            if seed is None:  # from numpy's global state in this (the user's) process, where
+                # Ray's random search samples: a script that calls np.random.seed(...) repeats
+                seed = int(np.random.randint(2**32, dtype=np.int64))
+            with _caller_streams_kept():
+                yield _start(spec, storage, log, lease, seed)
+
+
+@contextmanager
+def _caller_streams_kept() -> Iterator[None]:
+    """The driver seeds ``random`` and numpy's global RNG as it goes (for the user's
+    callables); the caller's streams are put back after the run, so what the script draws
+    next (the next run's seed) does not depend on how many decisions this run took."""
+    python, numpy = random.getstate(), np.random.get_state()
+    try:
+        yield
+    finally:
+        random.setstate(python)
+        np.random.set_state(numpy)
 
 
 def _next_free_name(spec: RunSpec, state: str) -> RunSpec:
@@ -313,8 +331,9 @@ def _requeue_errored(
     return out
 
 
-def _start(spec: RunSpec, storage: Storage, log: ExperimentLog, lease: Lease) -> Experiment:
-    seed = spec.seed if spec.seed is not None else secrets.randbits(32)
+def _start(
+    spec: RunSpec, storage: Storage, log: ExperimentLog, lease: Lease, seed: int
+) -> Experiment:
     records = sample_population(spec, seed)  # a bad trial_*_creator: raise before writing
     save_run_args(storage, spec.run_args(seed))
     save_code_origin(storage, spec.trainable)

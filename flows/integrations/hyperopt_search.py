@@ -286,12 +286,17 @@ def _expression(label: str, domain: domains.Domain) -> Any:
             return hp.qloguniform(label, math.log(lo), math.log(hi), q)
         case domains.Normal(mean=mean, sd=sd):
             return hp.normal(label, mean, sd)
+        case domains.QNormal(mean=mean, sd=sd, q=q):
+            return hp.qnormal(label, mean, sd, q)
         case domains.RandInt(lower=lo, upper=hi):
             _check_range(label, lo, hi - 1)
             return hp.uniformint(label, lo, hi - 1)  # Ray's upper is excluded
-        case domains.QRandInt(lower=lo, upper=hi, q=q):
+        case domains.QRandInt(first=lo, last=hi, q=q):
             _check_range(label, lo, hi)
-            return as_int(hp.quniform(label, lo, hi, q))  # qrandint's upper is included
+            return as_int(hp.quniform(label, lo, hi, q))  # the multiples qrandint samples
+        case domains.QLogRandInt(first=lo, last=hi, q=q):
+            _check_range(label, lo, hi)
+            return as_int(hp.qloguniform(label, math.log(lo), math.log(hi), q))
         case domains.LogRandInt(lower=lo, upper=hi):
             _check_range(label, lo, hi - 1)
             return as_int(hp.qloguniform(label, math.log(lo), math.log(hi - 1), 1))

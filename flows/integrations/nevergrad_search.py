@@ -293,7 +293,8 @@ def _parameters(ng: Any, flat: dict[str, Any]) -> dict[str, Any]:
 def _parameter(ng: Any, name: str, domain: domains.Domain) -> Any:
     """One domain as a Nevergrad parameter (Ray's mapping; upper bounds Ray excludes are
     made inclusive as integers)."""
-    if isinstance(domain, domains.QUniform | domains.QLogUniform | domains.QRandInt):
+    quantized = (domains.QUniform, domains.QLogUniform, domains.QNormal, domains.QRandInt)
+    if isinstance(domain, (*quantized, domains.QLogRandInt)):
         logger.warning("Nevergrad cannot quantize `%s`: q is dropped", name)
     match domain:
         case domains.Uniform(lower=lo, upper=hi) | domains.QUniform(lower=lo, upper=hi):
@@ -303,11 +304,13 @@ def _parameter(ng: Any, name: str, domain: domains.Domain) -> Any:
             return ng.p.Log(lower=lo, upper=hi)
         case domains.RandInt(lower=lo, upper=hi):
             return _integers(ng.p.Scalar, lo, hi - 1)  # Ray's upper is excluded
-        case domains.QRandInt(lower=lo, upper=hi):
-            return _integers(ng.p.Scalar, lo, hi)  # qrandint's upper is included
+        case domains.QRandInt(first=lo, last=hi):
+            return _integers(ng.p.Scalar, lo, hi)  # the values qrandint samples
         case domains.LogRandInt(lower=lo, upper=hi):
             return _integers(ng.p.Log, lo, hi - 1)
-        case domains.Normal(mean=mean, sd=sd):
+        case domains.QLogRandInt(first=lo, last=hi):
+            return _integers(ng.p.Log, lo, hi)
+        case domains.Normal(mean=mean, sd=sd) | domains.QNormal(mean=mean, sd=sd):
             return ng.p.Scalar(init=mean).set_mutation(sigma=sd)
         case domains.Categorical(categories=categories):
             return ng.p.Choice(list(categories))

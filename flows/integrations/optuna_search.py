@@ -255,16 +255,25 @@ def convert_search_space(space: dict[str, Any]) -> dict[str, Any]:
                 out[name] = dist.FloatDistribution(lo, hi, log=True)
             case domains.RandInt(lower=lo, upper=hi):
                 out[name] = dist.IntDistribution(lo, hi - 1)  # Ray's upper is excluded
-            case domains.QRandInt(lower=lo, upper=hi, q=q):
-                out[name] = dist.IntDistribution(lo, hi, step=q)
+            case domains.QRandInt(first=lo, last=hi, q=q):
+                out[name] = dist.IntDistribution(lo, hi, step=q)  # the multiples it samples
             case domains.LogRandInt(lower=lo, upper=hi):
                 out[name] = dist.IntDistribution(lo, hi - 1, log=True)
+            case domains.QLogRandInt(first=lo, last=hi, q=1):
+                out[name] = dist.IntDistribution(lo, hi, log=True)
+            case domains.QLogRandInt(q=q):
+                # Ray passes step=q with log=True, which Optuna refuses
+                raise ValueError(
+                    f"Optuna cannot sample `{name}` (qlograndint with q={q}): it has no "
+                    "log-scale integers with a step; use lograndint or qrandint"
+                )
             case domains.Categorical(categories=categories):
                 out[name] = dist.CategoricalDistribution(list(categories))
             case _:
                 raise ValueError(
                     f"Optuna cannot sample `{name}` ({type(domain).__name__}): use uniform, "
-                    "loguniform, randint, lograndint, choice or their q-forms"
+                    "loguniform, randint, lograndint, choice or their q-forms (not randn, "
+                    "qrandn)"
                 )
     return out
 

@@ -111,6 +111,9 @@ class _Param:
                 return min(max(round(v / q), k_lo), k_hi) * q
             case domains.Normal(mean=mean, sd=sd):
                 return float(mean + sd * special.ndtri(min(max(x, _EDGE), 1 - _EDGE)))
+            case domains.QNormal(mean=mean, sd=sd, q=q):
+                v = float(mean + sd * special.ndtri(min(max(x, _EDGE), 1 - _EDGE)))
+                return float(round(v / q) * q)
             case domains.RandInt(lower=lo, upper=hi):
                 return lo + _cell(x, hi - lo)
             case domains.QRandInt(q=q):
@@ -119,6 +122,10 @@ class _Param:
             case domains.LogRandInt(lower=lo, upper=hi):
                 v = math.floor(math.exp(_lerp(math.log(lo), math.log(hi), x)))
                 return min(max(v, lo), hi - 1)
+            case domains.QLogRandInt(q=q):
+                k_lo, k_hi = _int_ks(d)
+                k = math.floor(math.exp(_lerp(math.log(k_lo), math.log(k_hi + 1), x)))
+                return min(max(k, k_lo), k_hi) * q
         raise AssertionError(d)
 
     def coordinate(self, value: Any) -> float:
@@ -143,7 +150,7 @@ class _Param:
             case domains.QLogUniform(q=q):
                 k_lo, k_hi = _float_ks(d)
                 x = _unlerp(math.log(k_lo * q), math.log(k_hi * q), math.log(max(v, k_lo * q)))
-            case domains.Normal(mean=mean, sd=sd):
+            case domains.Normal(mean=mean, sd=sd) | domains.QNormal(mean=mean, sd=sd):
                 x = float(special.ndtr((v - mean) / sd))
             case domains.RandInt(lower=lo, upper=hi):
                 x = (round(v) - lo + 0.5) / (hi - lo)
@@ -153,6 +160,11 @@ class _Param:
             case domains.LogRandInt(lower=lo, upper=hi):
                 mid = (math.log(max(v, lo)) + math.log(max(v, lo) + 1)) / 2
                 x = _unlerp(math.log(lo), math.log(hi), mid)
+            case domains.QLogRandInt(q=q):
+                k_lo, k_hi = _int_ks(d)
+                k = max(round(v / q), k_lo)
+                mid = (math.log(k) + math.log(k + 1)) / 2
+                x = _unlerp(math.log(k_lo), math.log(k_hi + 1), mid)
             case _:
                 raise AssertionError(d)
         return min(max(x, 0.0), 1.0)
@@ -176,7 +188,7 @@ def _float_ks(d: Any) -> tuple[int, int]:
 
 
 def _int_ks(d: Any) -> tuple[int, int]:
-    return -(-d.lower // d.q), d.upper // d.q
+    return d._k_range  # the multiples it samples (upper excluded with q=1, as Ray 2.60)
 
 
 _NUMERIC = (
@@ -185,9 +197,11 @@ _NUMERIC = (
     domains.LogUniform,
     domains.QLogUniform,
     domains.Normal,
+    domains.QNormal,
     domains.RandInt,
     domains.QRandInt,
     domains.LogRandInt,
+    domains.QLogRandInt,
 )
 
 
