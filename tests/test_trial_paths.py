@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from typing import Any
 
 import pytest
@@ -56,7 +57,14 @@ def logged_iterations(text: str) -> list[int]:
     return out
 
 
-def test_local_path_is_the_trials_folder_on_local_disk_and_staged_for_a_url(tmp_path):
+@pytest.fixture
+def staged_here(tmp_path, monkeypatch):
+    """The driver's staging folders under this test's folder (they are left, as Ray's)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    os.makedirs(tmp_path / "tmp")
+
+
+def test_local_path_is_the_trials_folder_on_local_disk_and_staged_for_a_url(tmp_path, staged_here):
     assert Trial("t", {}).local_path is None  # no folder yet (the driver sets path)
     local = Trial("t", {}, path=str(tmp_path / "exp" / "t_0"))
     assert local.local_path == local.path and os.path.isdir(local.path)  # made on first use
@@ -66,6 +74,7 @@ def test_local_path_is_the_trials_folder_on_local_disk_and_staged_for_a_url(tmp_
     remote = Trial("t", {}, path="s3://bucket/prefix/exp/t_0")
     staged = remote.local_path
     assert staged == driver_folder(remote.path) and os.path.isdir(staged)
+    assert staged.startswith(str(tmp_path / "tmp" / "popflow-driver"))
     assert staged.endswith(os.path.join("exp", "t_0")) and "://" not in staged
     # another bucket's experiment of the same name: another staging folder
     assert driver_folder("s3://other/prefix/exp/t_0") != staged
@@ -88,7 +97,7 @@ def test_rays_custom_logger_writes_beside_each_trial(tune_env):
 
 
 def test_on_s3_the_staged_files_are_copied_into_the_trials_folder(
-    s3_server, s3_url, dask_cluster, prefect_server
+    s3_server, s3_url, dask_cluster, prefect_server, staged_here
 ):
     import s3fs
 
