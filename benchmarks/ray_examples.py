@@ -101,6 +101,7 @@ EXAMPLES = [
     "custom_checkpointing_with_callback",
     "bohb_example",
     "mlflow_example",
+    "xgboost_dynamic_resources_example",
 ]
 #: What an example needs in its environment on popflow beyond a user's defaults
 #: (``{cwd}``: its working directory): MLflow 3 refuses the file store Ray's

@@ -21,6 +21,7 @@ from popflow.infra.cluster.dask_cluster import current_worker_address
 from popflow.infra.storage.errors import StorageError
 from popflow.infra.store.checkpoints import CheckpointError, verify_in_place
 from popflow.infra.store.lease import LeaseLost
+from popflow.schedulers.placement import PlacementGroupFactory
 from popflow.tasks.dask_sampling import isolate_dask_sampling
 from popflow.tasks.live import Live, LiveClass, LiveFunction, UserCodeError, is_parked, park, take
 from popflow.tasks.object_refs import as_object_refs
@@ -105,6 +106,7 @@ def context_of(spec: SegmentSpec) -> TuneContext:
         trial_name=spec.trial_name or spec.trial_id,
         trial_dir=spec.storage.full_url(spec.trial_dir),
         experiment_name=spec.experiment_name,
+        trial_resources=spec.resources or PlacementGroupFactory.from_resources(None),
     )
 
 

@@ -83,6 +83,11 @@ class SegmentSpec:
     #: what ``tune.get_context()`` says in the trial: its name and its experiment's
     trial_name: str = ""
     experiment_name: str = ""
+    #: its ``get_trial_resources()``: a PlacementGroupFactory (None: Ray's one CPU)
+    resources: Any = None
+    #: the Dask resources its slot must hold, where they differ by trial (a
+    #: ResourceChangingScheduler's run); None: the run's, as every slot holds
+    slot_resources: dict[str, float] | None = None
     #: ``RunConfig.log_to_file``: files in the trial's folder that also take its output
     log_to_file: Any = False
     #: a simulation's clock: the seconds each iteration took, from its metrics (None: measured)

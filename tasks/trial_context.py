@@ -28,7 +28,8 @@ class TuneContext:
     trial_name: str
     trial_dir: str  # a local path, or the fsspec URL of an object store's folder
     experiment_name: str
-    trial_resources: dict[str, Any] | None = None
+    #: what the trial holds now: a PlacementGroupFactory (Ray's ``get_trial_resources()``)
+    trial_resources: Any = None
 
     def get_trial_id(self) -> str:
         return self.trial_id
@@ -42,7 +43,10 @@ class TuneContext:
     def get_experiment_name(self) -> str:
         return self.experiment_name
 
-    def get_trial_resources(self) -> dict[str, Any] | None:
+    def get_trial_resources(self) -> Any:
+        """The trial's resources as a ``PlacementGroupFactory`` (``.head_cpus``,
+        ``.required_resources``): what its current segment's slot holds, changed by a
+        ``ResourceChangingScheduler`` from one segment to the next."""
         return self.trial_resources
 
 

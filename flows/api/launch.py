@@ -27,7 +27,7 @@ from popflow.flows.experiment.results import ResultGrid
 from popflow.flows.record.flow_parameters import Shown, cluster_view, spec_view
 from popflow.flows.record.flow_retries import is_flow_retry, refuse_crash_loop
 from popflow.flows.record.prefect_flow import PrefectRecord
-from popflow.flows.spec.config import CheckpointConfig
+from popflow.flows.spec.config import CheckpointConfig, grows
 from popflow.flows.spec.groups import BudgetSpec, ClusterSpec, ResumeSpec, StorageSpec
 from popflow.flows.spec.ray_configs import FailureConfig, RunConfig, TuneConfig
 from popflow.flows.spec.run_spec import RunSpec, run_spec
@@ -206,7 +206,9 @@ def run_grouped(
     _ship_by_value(spec.trainable, remote=spec.dask_address is not None)
     skip_teardown_collections()  # the script exits without the teardown's collections
     # the training starts at once; Prefect records it from a thread of its own
-    workers = spec.dask_address or ClusterStart(spec.n_workers, spec.resources)
+    workers = spec.dask_address or ClusterStart(
+        spec.n_workers, spec.resources, grows(spec.scheduler)
+    )
     record = PrefectRecord(spec, _shown(spec, workers))
     record.start()
     try:

@@ -40,13 +40,14 @@ from popflow.flows.record.artifacts import (
 from popflow.flows.record.prefect_events import EventNotices
 from popflow.flows.record.run_feed import CURRENT, Line, RunEnd, RunFeed
 from popflow.flows.record.run_log import run_logger
-from popflow.flows.spec.config import check_verbose
+from popflow.flows.spec.config import check_verbose, grows, placement_of
 from popflow.flows.spec.run_spec import RunSpec
 from popflow.infra.cluster.credentials_plugin import credentials_on_workers
-from popflow.infra.cluster.dask_cluster import ClusterStart, dask_client
+from popflow.infra.cluster.dask_cluster import ClusterStart, cluster_totals, dask_client
 from popflow.infra.cluster.scheduler_link import SchedulerLost
 from popflow.infra.storage.errors import StorageError
 from popflow.schedulers import PopulationBasedTraining, PopulationBasedTrainingReplay
+from popflow.schedulers.resource_changing import ResourceChangingScheduler
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ def _train_on(
 ) -> Trained:
     """The opened ``experiment``'s rounds on ``cluster``."""
     with (
-        dask_client(cluster, spec.n_workers, spec.resources) as client,
+        dask_client(cluster, spec.n_workers, spec.resources, grows(spec.scheduler)) as client,
         # before anything of the run reaches a worker: its storage pickles without them
         credentials_on_workers(client, experiment.storage.storage_options),
         # popflow.put's values, there before any trial can get them (a resume's rebound)
@@ -143,8 +144,17 @@ def _train_on(
         # the console's table has the dashboard, the start and the end (the detail:
         # shown at verbose=3); the Prefect UI has them always
         run_logger().info("Dask dashboard: %s", client.dashboard_link, extra=DETAIL)
+        slots, resizes = spec.resources, False
+        if isinstance(spec.scheduler, ResourceChangingScheduler):  # what trials start with
+            base = placement_of(spec.trainable, spec.resources)
+            spec.scheduler.set_base_trial_resources(base)
+            totals = cluster_totals(client, cluster is None or isinstance(cluster, ClusterStart))
+            spec.scheduler.set_cluster_resources(totals)
+            # slots sized by trial where the workers declare CPUs (the embedded ones do)
+            if "CPU" in totals:
+                slots, resizes = base.dask_resources(), True
         backend = DaskBackend(
-            RunnerPool(client, spec.resources, spec.name, _probe(cluster, experiment)),
+            RunnerPool(client, slots, spec.name, _probe(cluster, experiment), resizes),
             spec.segment_timeout_s,
         )
         rounds = RoundRecord(feed, table)

@@ -123,6 +123,20 @@ class DaskBackend:
         if runner is None:
             self._deferred.append((recs, specs))
             return
+        sized = [s.slot_resources for s in specs if s.slot_resources is not None]
+        if (
+            sized and self.pool.resizes
+        ):  # a ResourceChangingScheduler's trials: the slot holds what they do
+            want = {k: max(s.get(k, 0.0) for s in sized) for k in {k for s in sized for k in s}}
+            if dict(runner.resources or {}) != want:
+                if runner.queued:  # calls ahead of it hold the slot as it is: wait for them
+                    self._deferred.append((recs, specs))
+                    return
+                resized = self.pool.resize(runner, want)
+                if resized is None:  # its worker left: another runner takes the call
+                    self._deferred.append((recs, specs))
+                    return
+                runner = resized
         call = self.pool.submit(specs, runner, exclusive=self._alone(recs))
         self.in_flight[call] = recs
 

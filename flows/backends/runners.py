@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,8 @@ class Runner:
     future: Future  # the actor lives as long as this future is held
     hold: Future  # its slot: the hold_slot task its segments run in
     queued: int = 0
+    #: what its slot holds (Dask's names; None: nothing named)
+    resources: Mapping[str, float] | None = None
 
 
 def pick_runner(runners: list[Runner], worker: str | None, idle_first: bool) -> Runner:

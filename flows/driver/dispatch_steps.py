@@ -9,7 +9,7 @@ where it restores nothing still publishing:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from popflow.flows.driver.clock import SystemClock
 from popflow.flows.driver.packing import pack_size
@@ -19,7 +19,9 @@ from popflow.flows.driver.trial_index import started
 from popflow.flows.events.run_events import TrialStarted
 from popflow.flows.experiment.new_trials import trial_id_of
 from popflow.flows.experiment.trial_table import TrialRecord, restore_digest
+from popflow.flows.spec.config import placement_of
 from popflow.schedulers import Trial, TrialStatus
+from popflow.schedulers.resource_changing import ResourceChangingScheduler
 from popflow.tasks.seeding import segment_seed
 from popflow.tasks.specs import SegmentSpec
 
@@ -118,7 +120,16 @@ class RoundDispatch:
             log_to_file=self.spec.run_config.log_to_file,
             defer_publish=self._pipelining,
             end_by=self._end_by,
+            **self._resources(rec),
         )
+
+    def _resources(self: Controller, rec: TrialRecord) -> dict[str, Any]:
+        """What ``rec``'s next segment holds: the run's resources, or what a
+        :class:`ResourceChangingScheduler` gave it (its slot sized so)."""
+        if isinstance(self.scheduler, ResourceChangingScheduler):
+            held = self.scheduler.trial_resources(rec.trial_id)
+            return {"resources": held, "slot_resources": held.dask_resources()}
+        return {"resources": placement_of(self.spec.trainable, self.spec.resources)}
 
     @property
     def _end_by(self: Controller) -> float | None:

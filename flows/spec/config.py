@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from popflow.schedulers.placement import PlacementGroupFactory
 from popflow.schedulers.validation import check_int, is_real
 
 
@@ -60,7 +61,8 @@ def check_resources(argument: str, resources: Any) -> None:
     if not isinstance(resources, Mapping):
         raise TypeError(
             f"`{argument}` is {resources!r}, but must be a dict such as "
-            '{"cpu": 2, "gpu": 1} or None (placement groups and callables are Ray-only)'
+            '{"cpu": 2, "gpu": 1} or None (a PlacementGroupFactory goes through '
+            "tune.with_resources; per-config callables are Ray-only)"
         )
     for name, amount in resources.items():
         if not isinstance(name, str) or not name:
@@ -79,16 +81,26 @@ def check_resources(argument: str, resources: Any) -> None:
 
 #: Resources set by :func:`with_resources`, by trainable (the object itself is returned).
 _RESOURCES: weakref.WeakKeyDictionary[Any, dict[str, float]] = weakref.WeakKeyDictionary()
+#: The placement group factories given to :func:`with_resources`, by trainable.
+_PLACEMENTS: weakref.WeakKeyDictionary[Any, PlacementGroupFactory] = weakref.WeakKeyDictionary()
 
 
-def with_resources(trainable: Any, resources: Mapping[str, float]) -> Any:
+def with_resources(trainable: Any, resources: Mapping[str, float] | PlacementGroupFactory) -> Any:
     """Ray's ``tune.with_resources``: every trial of ``trainable`` holds ``resources``
-    (``{"cpu": 2, "gpu": 1}``, as ``resources_per_trial``, which wins if given too).
+    (``{"cpu": 2, "gpu": 1}``, as ``resources_per_trial``, which wins if given too), or a
+    :class:`~popflow.schedulers.placement.PlacementGroupFactory`, whose bundles sum to
+    what a trial holds on one worker (a ``ResourceChangingScheduler`` starts every trial
+    with it and may change it).
 
     Returns ``trainable`` itself, so the last call for a trainable counts.
-    Ray's placement groups and per-config callables are not supported.
+    Ray's per-config callables are not supported.
     """
-    check_resources("resources", resources)
+    if isinstance(resources, PlacementGroupFactory):
+        _PLACEMENTS[trainable] = resources
+        resources = resources.required_resources
+    else:
+        check_resources("resources", resources)
+        _PLACEMENTS.pop(trainable, None)
     _RESOURCES[trainable] = dict(resources)
     return trainable
 
@@ -99,6 +111,27 @@ def resources_of(trainable: Any) -> dict[str, float] | None:
         return _RESOURCES.get(trainable)
     except TypeError:  # not weak-referenceable: never registered
         return None
+
+
+def placement_of(trainable: Any, resources: Mapping[str, float] | None) -> PlacementGroupFactory:
+    """A trial's resources as Ray's ``get_trial_resources()`` gives them: the factory given
+    to :func:`with_resources` where the run holds what it sums to, else one bundle of
+    ``resources`` (the run's, in Dask's names; Ray's one CPU if none)."""
+    try:
+        given = _PLACEMENTS.get(trainable)
+    except TypeError:
+        given = None
+    if given is not None and given.dask_resources() == (dict(resources) if resources else None):
+        return given
+    return PlacementGroupFactory.from_resources(resources)
+
+
+def grows(scheduler: Any) -> bool:
+    """Whether ``scheduler`` changes trials' resources as it goes (Ray's
+    ``ResourceChangingScheduler``): the embedded cluster is cut for that."""
+    from popflow.schedulers.resource_changing import ResourceChangingScheduler
+
+    return isinstance(scheduler, ResourceChangingScheduler)
 
 
 #: ``verbose`` as the console's log level (the Prefect UI gets its logs whatever it is)

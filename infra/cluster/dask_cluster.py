@@ -136,6 +136,7 @@ def embedded_size(
     n_workers: int | None,
     gpus: int = 0,
     trial_gpu: float | None = None,
+    grow: bool = False,
 ) -> EmbeddedSize:
     """Cut ``cores`` into workers so that a trial needing ``trial_cpu`` CPUs fits one, as
     in Ray, where such a trial fits whenever it fits the machine.
@@ -157,6 +158,14 @@ def embedded_size(
     EmbeddedSize(n_workers=1, resources={'CPU': 2.0, 'GPU': 1.0}, devices=(('0',),))
     >>> embedded_size(8, None, None, gpus=2, trial_gpu=0.5).devices
     (('0',), ('0',), ('1',), ('1',))
+
+    ``grow`` (a ResourceChangingScheduler's run, whose trials may grow up to the whole
+    machine): as many workers, each offering every core and GPU, and seeing every
+    device; popflow's scheduler, not Dask, keeps the running trials within the machine
+    (Dask counts per worker, and a trial runs in one worker's slot).
+
+    >>> embedded_size(8, None, None, grow=True)
+    EmbeddedSize(n_workers=8, resources={'CPU': 8.0}, devices=())
     """
     if n_workers is not None:
         n = n_workers
@@ -168,6 +177,8 @@ def embedded_size(
         n = min(n, max(1, math.floor(gpus / trial_gpu)))
     if n < 1:
         raise ValueError(f"`n_workers` is {n}, but must be >= 1")
+    if grow:
+        return EmbeddedSize(n, {"CPU": float(cores), **({"GPU": float(gpus)} if gpus else {})})
     resources = {"CPU": max(1.0, cores / n)}
     if gpus:
         resources["GPU"] = gpus / n
@@ -193,9 +204,28 @@ def _gpu(trial: Mapping[str, float] | None) -> float | None:
     return (trial or {}).get("GPU")
 
 
-def _size_for(n_workers: int | None, trial: Mapping[str, float] | None) -> EmbeddedSize:
-    """The embedded cluster for trials needing ``trial`` (Dask's names) on this machine."""
-    return embedded_size(default_workers(), _cpu(trial), n_workers, gpus_available(), _gpu(trial))
+def _size_for(
+    n_workers: int | None, trial: Mapping[str, float] | None, grow: bool = False
+) -> EmbeddedSize:
+    """The embedded cluster for trials needing ``trial`` (Dask's names) on this machine
+    (``grow``: trials whose resources change, :func:`embedded_size`)."""
+    return embedded_size(
+        default_workers(), _cpu(trial), n_workers, gpus_available(), _gpu(trial), grow
+    )
+
+
+def cluster_totals(client: Client, embedded: bool) -> dict[str, float]:
+    """The resources the trials share in all: the embedded cluster's cores and GPUs
+    (each of its workers offers them all when trials grow), else what the workers
+    offer, summed."""
+    if embedded:
+        gpus = gpus_available()
+        return {"CPU": float(default_workers()), **({"GPU": float(gpus)} if gpus else {})}
+    totals: dict[str, float] = {}
+    for w in cluster_workers(client).values():
+        for name, amount in w.get("resources", {}).items():
+            totals[name] = totals.get(name, 0.0) + float(amount)
+    return totals
 
 
 #: What a worker runs popflow's segments with (infra cannot import the worker layer).
@@ -324,7 +354,10 @@ class ClusterStart:
     """
 
     def __init__(
-        self, n_workers: int | None = None, resources: Mapping[str, float] | None = None
+        self,
+        n_workers: int | None = None,
+        resources: Mapping[str, float] | None = None,
+        grow: bool = False,
     ) -> None:
         """``resources``: what one trial holds, in Dask's names (``RunSpec.resources``);
         the workers are sized so that it fits one (:func:`embedded_size`)."""
@@ -335,7 +368,9 @@ class ClusterStart:
             default_workers(), _cpu(resources), n_workers, gpus, _gpu(resources)
         ).n_workers
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="popflow-cluster-start")
-        self._future = self._thread.submit(lambda: _local_cluster(_size_for(n_workers, resources)))
+        self._future = self._thread.submit(
+            lambda: _local_cluster(_size_for(n_workers, resources, grow))
+        )
         self._closed = False
 
     def cluster(self) -> LocalCluster:
@@ -362,6 +397,7 @@ def dask_client(
     address: str | Client | ClusterStart | None = None,
     n_workers: int | None = None,
     resources: Mapping[str, float] | None = None,
+    grow: bool = False,
 ) -> Iterator[Client]:
     """Yield a client: to ``address`` if given, else to a new LocalCluster torn down on exit
     (see :func:`_local_cluster`; sized for trials holding ``resources``, one worker per
@@ -386,7 +422,7 @@ def dask_client(
         finally:
             close_client(client)
         return
-    cluster = _local_cluster(_size_for(n_workers, resources))
+    cluster = _local_cluster(_size_for(n_workers, resources, grow))
     try:
         with Client(cluster) as client:
             yield client

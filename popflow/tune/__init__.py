@@ -32,6 +32,7 @@ from popflow.schedulers import (
     sample_from,
     uniform,
 )
+from popflow.schedulers.placement import PlacementGroupFactory
 from popflow.schedulers.stoppers import Stopper
 from popflow.tasks import Checkpoint, Trainable, get_checkpoint, report
 from popflow.tasks.parameters import with_parameters
@@ -43,6 +44,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointConfig",
     "FailureConfig",
+    "PlacementGroupFactory",
     "Result",
     "ResultGrid",
     "RunConfig",

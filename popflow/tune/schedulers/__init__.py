@@ -12,16 +12,24 @@ from popflow.schedulers import (
     TrialScheduler,
 )
 from popflow.schedulers.hb_bohb import HyperBandForBOHB
+from popflow.schedulers.resource_changing import (
+    DistributeResources,
+    DistributeResourcesToTopJob,
+    ResourceChangingScheduler,
+)
 
 __all__ = [
     "PB2",
     "ASHAScheduler",
     "AsyncHyperBandScheduler",
+    "DistributeResources",
+    "DistributeResourcesToTopJob",
     "FIFOScheduler",
     "HyperBandForBOHB",
     "HyperBandScheduler",
     "MedianStoppingRule",
     "PopulationBasedTraining",
     "PopulationBasedTrainingReplay",
+    "ResourceChangingScheduler",
     "TrialScheduler",
 ]

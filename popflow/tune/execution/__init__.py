@@ -1,0 +1,1 @@
+"""Ray's ``ray.tune.execution`` package: only its placement groups."""
