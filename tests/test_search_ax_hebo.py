@@ -12,6 +12,8 @@ import logging
 from typing import Any
 
 import pytest
+from ax.adapter.registry import Generators
+from ax.generation_strategy.generation_strategy import GenerationStep, GenerationStrategy
 from ax.service.ax_client import AxClient, ObjectiveProperties
 from support.searchers import configs, replayed_suggestions, simulate
 
@@ -176,6 +178,23 @@ def test_replaying_the_committed_calls_gives_back_every_suggestion(tmp_path):
     )
     assert len(made) == 6 and again == made
     assert [m["lr"] for m in made[:2]] == [0.1, 0.9]
+
+
+@pytest.mark.unit
+def test_a_replay_gives_back_every_suggestion_across_ax_waiting_for_data(tmp_path):
+    """No limiter: Ax gives 3 Sobol trials, then None (DataRequiredError) until their
+    results came, then Sobol again (quick, unlike BoTorch). The asks that got None are not
+    committed; a replay without them still gives back every suggestion."""
+    strategy = GenerationStrategy(
+        nodes=[
+            GenerationStep(generator=Generators.SOBOL, num_trials=3, min_trials_observed=3),
+            GenerationStep(generator=Generators.SOBOL, num_trials=-1),
+        ]
+    )
+    made, again = replayed_suggestions(
+        AxSearch(generation_strategy=strategy), tmp_path, num_samples=6
+    )
+    assert len(made) == 6 and again == made
 
 
 @pytest.mark.unit
