@@ -34,6 +34,7 @@ from typing import Any
 from distributed import Client, Future, wait
 
 from popflow.flows.backends.runners import CallFailed, Runner, pick_runner
+from popflow.flows.backends.slot_resize import resize
 from popflow.flows.backends.storage_probe import StorageProbe
 from popflow.infra.cluster.dask_cluster import slots_per_worker
 from popflow.infra.cluster.gpus import shared_process_warning
@@ -167,52 +168,8 @@ class RunnerPool:
             logger.debug("runners: %d on %d workers", len(self.runners), len(alive))
 
     def resize(self, runner: Runner, resources: Mapping[str, float] | None) -> Runner | None:
-        """``runner``'s slot (idle) given back and one holding ``resources`` made on its
-        worker instead (a ResourceChangingScheduler's trial grew or shrank): Dask then
-        counts what the trial holds now. Its worker's parked trainables stay there.
-        None: its worker left meanwhile (the call waits for another runner)."""
-        self.runners.remove(runner)
-        worker = runner.worker
-        with contextlib.suppress(RuntimeError):  # its worker was lost meanwhile
-            runner.actor.close()  # a hold running returns
-        # a hold not started yet never will (closing alone would miss it: it would make
-        # its queue anew and hold the worker's one thread for ever); the new actor waits
-        # for that thread
-        self.client.cancel([runner.hold, runner.future])
-        token = uuid.uuid4().hex
-        gpu = (resources or {}).get("GPU", 0.0)
-        actor = self.client.submit(
-            SegmentRunner, worker, token, 0, gpu, actor=True, workers=[worker], pure=False
-        )
-        if not self._settles(actor, worker):
-            self.client.cancel([actor])
-            return None
-        hold = self.client.submit(
-            hold_slot,
-            token,
-            key=f"popflow-{self.label}-slot-{token}",
-            workers=[worker],
-            allow_other_workers=False,
-            resources=dict(resources) if resources else None,
-            pure=False,
-        )
-        new = Runner(worker, actor.result(), actor, hold, resources=dict(resources or {}) or None)
-        self.runners.append(new)
-        logger.debug("slot on %s resized to %s", worker, resources)
-        return new
-
-    def _settles(self, future: Future, worker: str) -> bool:
-        """Wait until ``future`` is done (True), or its worker has left (False); looked at
-        every ``ACTOR_LOOK_S`` (a timed-out ``result()`` can raise Dask's own
-        UnboundLocalError, so its state is polled instead)."""
-        look = time.monotonic() + ACTOR_LOOK_S
-        while not future.done():
-            if time.monotonic() > look:
-                if worker not in cluster_workers(self.client):
-                    return False
-                look = time.monotonic() + ACTOR_LOOK_S
-            time.sleep(0.01)  # the client's loop delivers the state; nothing to wake on here
-        return True
+        """``runner`` (idle) made again holding ``resources`` (:func:`.slot_resize.resize`)."""
+        return resize(self, runner, resources)
 
     def _probe(self, workers: list[str]) -> None:
         """Ask ``workers`` without runners yet whether they see the storage: the first
