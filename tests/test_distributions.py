@@ -224,3 +224,12 @@ def test_bad_arguments_are_refused_naming_them(make, error, message) -> None:
 def test_same_generator_same_values() -> None:
     for domain in (qrandn(0, 1, 0.5), qlograndint(1, 100, 3), qrandint(0, 9, 3)):
         assert draws(domain, seed=7) == draws(domain, seed=7)
+
+
+def test_a_deployments_json_param_space_names_every_distribution() -> None:
+    from popflow.flows.record.deployable import SPACES, decode_space
+
+    assert set(RAY_NAMES) - set(SPACES) == {"sample_from"}  # a function is no JSON
+    space = decode_space({"n": {"qrandn": [10, 2, 0.2]}, "k": {"qlograndint": [1, 10, 2]}})
+    assert space["n"] == qrandn(10, 2, 0.2)
+    assert space["k"] == qlograndint(1, 10, 2)

@@ -85,9 +85,11 @@ SPACES = (
     "loguniform",
     "qloguniform",
     "randn",
+    "qrandn",
     "randint",
     "qrandint",
     "lograndint",
+    "qlograndint",
     "choice",
     "grid_search",
 )
