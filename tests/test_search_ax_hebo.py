@@ -9,6 +9,7 @@ each on a small machine."""
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 import pytest
@@ -135,6 +136,13 @@ def test_a_max_metric_is_an_ax_objective_to_maximise_and_a_client_of_your_own_is
 def test_bad_ax_arguments_are_named(make, error, match):
     with pytest.raises(error, match=match):
         make()
+
+
+@pytest.mark.unit
+def test_without_the_extra_the_error_names_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ax", None)  # `import ax` fails as if not installed
+    with pytest.raises(ImportError, match=r"AxSearch needs ax: pip install 'popflow\[ax\]'"):
+        AxSearch()
 
 
 @pytest.mark.unit
