@@ -54,12 +54,13 @@ class UserCodeError(Exception):
 
 def at_deadline(run: SegmentRun, reason: EndReason | None) -> EndReason | None:
     """Why the segment ends after the report just recorded: ``reason``, or a stop at the
-    experiment's time budget (``SegmentSpec.end_by``). So a trainable that never
-    reaches a decision point (a function reporting for ever) still ends on time, with
-    the reports it made, as Ray's ``TimeoutStopper`` ends it."""
+    run's time budget (``SegmentSpec.end_by``). So a trainable that never reaches a
+    decision point (a function reporting for ever) still ends on time, with the reports
+    it made, as Ray's ``TimeoutStopper`` ends it, and frees its slot."""
     end_by = run.spec.end_by
     if reason is None and end_by is not None and time.time() >= end_by:
         run.reason = reason = EndReason.STOP
+        run.outcome.at_deadline = True  # the driver tells this end from the trial's own
     return reason
 
 

@@ -92,8 +92,9 @@ class SegmentSpec:
     log_to_file: Any = False
     #: a simulation's clock: the seconds each iteration took, from its metrics (None: measured)
     iteration_seconds: Callable[[dict[str, Any]], float] | None = None
-    #: the experiment's time budget (Ray's ``time_budget_s``), in seconds since the epoch:
-    #: the segment ends (``EndReason.STOP``) at its first report at or past it
+    #: the end of the run's time budget (Ray's ``time_budget_s`` or popflow's
+    #: ``run_budget_s``), in seconds since the epoch: the segment ends
+    #: (``EndReason.STOP``, ``SegmentOutcome.at_deadline``) at its first report at or past it
     end_by: float | None = None
     #: return once the call's segments have trained, its checkpoints still publishing;
     #: the driver settles them (``SegmentRunner.settle``) before its commit names them
@@ -133,6 +134,8 @@ class SegmentOutcome:
     #: the driver stops with it, and deletes nothing (that name is the newer driver's)
     fenced: LeaseLost | None = None
     seconds: float = 0.0  # the segment's wall time on the worker, set-up and saves included
+    #: it ended at ``SegmentSpec.end_by`` (the run's time budget), not by its own stop
+    at_deadline: bool = False
     #: the trainable was built for this segment (from ``restore``, or from scratch), not
     #: continued from a parked one: its results follow the restored state, and any the
     #: trial logged after that state are superseded

@@ -76,6 +76,40 @@ def test_time_budget_ends_the_experiment_on_time_keeping_its_reports(initialised
     ]
 
 
+def counting_reporter(config):
+    """Reports for ever, each report a line in ``config["log"]`` (to see when it ends)."""
+    while True:
+        time.sleep(0.5)
+        with open(config["log"], "a") as f:
+            f.write("report\n")
+        tune.report({"score": 1})
+
+
+@pytest.mark.integration
+def test_run_budget_ends_the_run_on_time_resumably_and_frees_the_slot(tune_env, tmp_path):
+    """popflow's budget of one run: the experiment stays resumable, and the function in
+    flight ends at the budget too (its reports are not taken), so its slot is free."""
+    first, second = tmp_path / "first.log", tmp_path / "second.log"
+    began = time.monotonic()
+    grid = popflow.run(
+        counting_reporter, {"log": str(first)}, name="first", run_budget_s=3, verbose=0, **tune_env
+    )
+    assert time.monotonic() - began < 20
+    assert [r.status for r in grid] == ["PENDING"] and Tuner.can_restore(grid.experiment_path)
+    assert [len(r.history) for r in grid] == [0]  # the cancelled segment's are not taken
+    reports = len(first.read_text().splitlines())
+    popflow.run(  # at least 3 s more, in which the first function must not report on
+        counting_reporter,
+        {"log": str(second)},
+        name="second",
+        run_budget_s=3,
+        verbose=0,
+        **tune_env,
+    )
+    assert len(first.read_text().splitlines()) <= reports + 1
+    assert second.read_text()  # and the second run had a slot to train in
+
+
 @pytest.mark.unit
 @pytest.mark.parametrize("typical", [None, 0.0, 2.5])
 def test_the_hang_warning_says_what_it_knows_of_the_average(typical, caplog):
@@ -109,7 +143,12 @@ def test_rays_budget_ends_the_experiment_and_popflows_the_run_on_the_drivers_clo
     assert ray.why == "time_budget_s=5 reached" and ray.wake_at() is None
 
     run = early_end(clock, run_budget_s=2.0, time_budget_s=7.0)
-    assert run.wake_at() == clock.now + 2.0 and run.end_by == clock.time() + 7.0
+    # segments end at the first budget's end: here the run's, which ends no trial
+    assert run.wake_at() == clock.now + 2.0 and run.end_by == clock.time() + 2.0
+    assert (
+        run.run_budget_first
+        and not early_end(clock, time_budget_s=1, run_budget_s=2).run_budget_first
+    )
     clock.advance_to(run.wake_at())
     assert run.over_budget() and not run.due  # the run ends; the experiment goes on
     run.end_of_budget()

@@ -201,12 +201,12 @@ class Controller(RoundDispatch, RoundReduction, RoundCommits):
                     if not outcomes and self.endings.await_retry():
                         continue
                     break
-                outcomes.extend(self._taken_back(self.backend.returned(self.early_end.wake_at())))
+                outcomes.extend(self._taken_back(self._returned()))
                 if self.backend and self.early_end.timed_out():  # the experiment ends
                     for returned in self._winding_down():
                         outcomes.extend(self._taken_back(returned))
                     break
-                if self.backend and self.early_end.over_budget():
+                if (self.backend or self.early_end.cut_short) and self.early_end.over_budget():
                     return self.endings.out_of_time()  # the round runs again on resume
             if not outcomes and not self.early_end.due:
                 return False
@@ -228,7 +228,9 @@ class Controller(RoundDispatch, RoundReduction, RoundCommits):
                     if self.endings.await_retry():
                         continue
                     break
-                self._reduce_all(self.backend.returned(self.early_end.wake_at()))
+                self._reduce_all(self._returned())
+                if self.early_end.cut_short:
+                    return self.endings.out_of_time()
                 if self.backend and self.early_end.timed_out():  # the experiment ends
                     for returned in self._winding_down():
                         self._reduce_all(returned)
@@ -248,6 +250,18 @@ class Controller(RoundDispatch, RoundReduction, RoundCommits):
         more = self._more()
         self.commit(final=not more, hold=more and self._pipelining)
         return more
+
+    def _returned(self) -> list[SegmentOutcome]:
+        """What the backend returns, waiting no later than a budget's end. A segment that
+        ended at ``run_budget_s``'s end (sent with it) is not taken, as one the run's end
+        cancels (its trial waits as last committed), and puts the run over its budget
+        even where the driver's clock is not there yet (:attr:`EarlyEnd.cut_short`)."""
+        returned = self.backend.returned(self.early_end.wake_at())
+        if not self.early_end.run_budget_first:
+            return returned  # Ray's budget: a segment's end at it is the trial's end
+        if any(o.at_deadline for o in returned):
+            self.early_end.reached_by_worker()
+        return [o for o in returned if not o.at_deadline]
 
     def _taken_back(self, returned: list[SegmentOutcome]) -> list[SegmentOutcome]:
         """A synchronous round's returned outcomes, less rebuilds and fallbacks (settled

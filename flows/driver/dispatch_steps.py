@@ -133,8 +133,8 @@ class RoundDispatch:
 
     @property
     def _end_by(self: Controller) -> float | None:
-        """Ray's ``time_budget_s`` deadline, which segments end at (seconds since the
-        epoch, as the workers' clocks read it: none on a simulation's virtual clock)."""
+        """The run's time budget's end, which segments end at (seconds since the epoch,
+        as the workers' clocks read it: none on a simulation's virtual clock)."""
         return self.early_end.end_by if isinstance(self.clock, SystemClock) else None
 
     def _rebuild_spec(self: Controller, rec: TrialRecord) -> SegmentSpec:

@@ -20,7 +20,9 @@ popflow's budget of one run is different: it ends the *run*, not the experiment.
 :meth:`EarlyEnd.over_budget` (``run_budget_s`` seconds, or ``max_rounds``
 rounds of this run), segments in flight are cancelled, their trials wait as
 they were last committed, and the experiment stays resumable (the next
-``resume="auto"`` run, a scheduled deployment's, goes on from there).
+``resume="auto"`` run, a scheduled deployment's, goes on from there). Segments are sent
+with ``run_budget_s``'s end too, so one that never reaches a decision point frees its
+slot; what a segment reports after that end is not taken (:attr:`EarlyEnd.cut_short`).
 A stop asked from outside the driver (:class:`StopAsked`: a cancel in Prefect's UI,
 seen by the record's thread) ends the run the same way, at the next look at the budget.
 """
@@ -73,6 +75,7 @@ class EarlyEnd:
         self._started = self.clock.monotonic()
         self._started_at = self.clock.time()
         self._timed_out = False
+        self._cut_short = False  # a segment ended at the run budget's end (the worker's clock)
         self._rounds = 0  # rounds this run has finished
         self._spent = False
         #: a stop asked from outside (the door sets it: the Prefect record's)
@@ -100,11 +103,29 @@ class EarlyEnd:
 
     @property
     def end_by(self) -> float | None:
-        """When ``time_budget_s`` ends, in seconds since the epoch (what segments are sent
-        with); None: no such budget."""
-        if self.time_budget_s is None:
-            return None
-        return self._started_at + self.time_budget_s
+        """When the first of ``time_budget_s`` and ``run_budget_s`` ends, in seconds since
+        the epoch (what segments are sent with: they end at their first report past it,
+        and a function reporting for ever frees its slot); None: no such budget."""
+        budgets = [b for b in (self.time_budget_s, self.run_budget_s) if b is not None]
+        return self._started_at + min(budgets) if budgets else None
+
+    @property
+    def run_budget_first(self) -> bool:
+        """``run_budget_s`` ends before ``time_budget_s``: a segment ended at
+        :attr:`end_by` ended this run, not the experiment."""
+        if self.run_budget_s is None:
+            return False
+        return self.time_budget_s is None or self.run_budget_s < self.time_budget_s
+
+    def reached_by_worker(self) -> None:
+        """A segment ended at ``run_budget_s``'s end (a worker's clock got there first):
+        the run is over its budget, whatever the driver's clock says."""
+        self._cut_short = True
+
+    @property
+    def cut_short(self) -> bool:
+        """A segment ended at ``run_budget_s``'s end: the run ends now, mid-round."""
+        return self._cut_short
 
     def wake_at(self) -> float | None:
         """When (the clock's monotonic seconds) a driver waiting for segments must look
@@ -139,7 +160,7 @@ class EarlyEnd:
     def over_budget(self) -> bool:
         """This run has used its ``run_budget_s`` or its ``max_rounds``, or was asked
         to stop."""
-        if self.asked.why is not None:
+        if self.asked.why is not None or self._cut_short:
             return True
         if self.max_rounds is not None and self._rounds >= self.max_rounds:
             return True
