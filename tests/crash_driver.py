@@ -93,6 +93,19 @@ def search_alg(kind: str | None):
         from popflow.tune.search.bohb import TuneBOHB
 
         return ConcurrencyLimiter(TuneBOHB(seed=0), max_concurrent=2)
+    if kind == "ax":  # seeded by the run; Sobol throughout (BoTorch's fits take tens of s)
+        from ax.adapter.registry import Generators
+        from ax.generation_strategy.generation_strategy import GenerationStep as Step
+        from ax.generation_strategy.generation_strategy import GenerationStrategy
+
+        from popflow.tune.search.ax import AxSearch
+
+        sobol = Generators.SOBOL
+        steps = [
+            Step(generator=sobol, num_trials=4, min_trials_observed=4),
+            Step(generator=sobol, num_trials=-1),
+        ]
+        return ConcurrencyLimiter(AxSearch(generation_strategy=GenerationStrategy(nodes=steps)), 2)
     import optuna
 
     from popflow.tune.search.optuna import OptunaSearch
@@ -298,7 +311,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--search",
-        choices=["optuna", "bohb"],
+        choices=["optuna", "bohb", "ax"],
         help="trials suggested by a search algorithm (a: an integer in [10, 40])",
     )
     args = parser.parse_args()

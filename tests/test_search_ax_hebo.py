@@ -16,6 +16,7 @@ import pytest
 from ax.adapter.registry import Generators
 from ax.generation_strategy.generation_strategy import GenerationStep, GenerationStrategy
 from ax.service.ax_client import AxClient, ObjectiveProperties
+from support.driving import drive, read_experiment
 from support.searchers import configs, replayed_suggestions, simulate
 
 import popflow
@@ -214,6 +215,23 @@ def test_a_run_is_reproducible_from_its_seed_unless_ax_is_given_one(tmp_path):
     assert once("b", 1) == first and once("c", 2) != first
     assert len({c["lr"] for c in first}) == 4
     assert once("d", 1, random_seed=7) == once("e", 2, random_seed=7)
+
+
+@pytest.mark.system
+def test_a_synchronous_run_with_ax_killed_twice_ends_identical(prefect_server, tmp_path):
+    """tests/crash_driver.py ``--search ax`` (seeded by the run, Sobol steps, two trials
+    live): SIGKILLed twice and resumed, the run ends as one never interrupted, down to
+    every suggested config."""
+    extra = ["--search", "ax", "--num-samples", "10", "--iterations", "8"]
+    crashed = str(tmp_path / "crash")
+    assert drive(crashed, "exp", "hyperband", kill_at="commit-after:3", extra=extra) != 0
+    assert drive(crashed, "exp", "hyperband", kill_at="append:6", extra=extra) != 0
+    drive(crashed, "exp", "hyperband", extra=extra)
+    drive(str(tmp_path / "ref"), "exp", "hyperband", extra=extra)
+    state = read_experiment(str(tmp_path / "crash" / "exp"))
+    assert state == read_experiment(str(tmp_path / "ref" / "exp"))
+    assert len(state["trials"]) == 10
+    assert len({rows[0]["config"]["a"] for rows in state["trials"].values()}) > 5
 
 
 # -- a Tuner ---------------------------------------------------------------------------
