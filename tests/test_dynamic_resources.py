@@ -290,3 +290,59 @@ def test_a_trial_grows_into_a_bigger_slot_when_the_other_stops(prefect_server, t
     assert list(history["cpus"].iloc[-3:]) == [2.0] * 3
     assert list(history["slot_cpus"].iloc[-3:]) == [2.0] * 3
     assert long.metrics["training_iteration"] < 200
+
+
+def grow_at_three(controller: Any, trial: Trial, result: dict, scheduler: Any) -> Any:
+    """2 CPUs at iteration 3, and no opinion after: a resume that forgot would go back
+    to the base's 1."""
+    return PlacementGroupFactory([{"CPU": 2}]) if result["training_iteration"] == 3 else None
+
+
+def fails_once_at_six(config: dict[str, Any]) -> None:
+    """Reports its CPUs each iteration with a checkpoint; the first run errors at 6."""
+    import os
+    import tempfile
+
+    from popflow import tune
+
+    start = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d, open(os.path.join(d, "it")) as f:
+            start = int(f.read())
+    cpus = tune.get_context().get_trial_resources().head_cpus
+    for i in range(start, 8):
+        if i == 5 and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            raise RuntimeError("failing once")
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "it"), "w") as f:
+                f.write(str(i + 1))
+            tune.report({"cpus": cpus}, checkpoint=tune.Checkpoint.from_directory(d))
+
+
+@pytest.mark.integration
+def test_a_resumed_run_goes_on_with_the_resources_it_committed(prefect_server, tmp_path):
+    import popflow
+    from popflow import run
+
+    kwargs: dict[str, Any] = {
+        "scheduler": ResourceChangingScheduler(FIFOScheduler(), grow_at_three),
+        "metric": "cpus",
+        "mode": "max",
+        "storage": str(tmp_path),
+        "name": "resumes",
+        "verbose": 0,
+    }
+    config = {"marker": str(tmp_path / "failed-once")}
+    try:
+        popflow.init(num_cpus=2)
+        (first,) = run(fails_once_at_six, config, **kwargs)
+        assert first.error is not None and first.metrics["training_iteration"] == 5
+        kwargs["scheduler"] = ResourceChangingScheduler(FIFOScheduler(), grow_at_three)
+        (second,) = run(fails_once_at_six, config, resume=True, errored="resume", **kwargs)
+    finally:
+        popflow.init()
+    history = second.metrics_dataframe
+    assert second.error is None and second.metrics["training_iteration"] == 8
+    assert list(history["cpus"]) == [1.0] * 3 + [2.0] * 5  # iterations 6-8 resumed on 2
