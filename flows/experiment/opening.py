@@ -248,7 +248,7 @@ def _resume(
 ) -> Experiment:
     latest, fell_back = _take_over(log, why, lease.clock)
     ended: list[str] = []
-    if not spec.unfinished and why is None:  # a rerun (reopen) goes on as it was
+    if not spec.resume_unfinished and why is None:  # a rerun (reopen) goes on as it was
         latest, ended = _end_unfinished(spec, log, latest, lease.clock)
     seed = _saved_seed(storage)
     scheduler = spec.scheduler

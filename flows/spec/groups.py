@@ -127,12 +127,12 @@ class BudgetSpec:
 class ResumeSpec:
     """Whether the run continues an experiment (``resume``: False, True or "auto") and
     what its errored trials do then (``errored``: "skip", "resume" or "restart") and its
-    unfinished ones (``unfinished``: True goes on with them; False ends them, TERMINATED,
+    unfinished ones (``resume_unfinished``: True goes on with them; False ends them, TERMINATED,
     Ray's ``resume_unfinished=False``)."""
 
     resume: bool | str = False
     errored: str = "skip"
-    unfinished: bool = True
+    resume_unfinished: bool = True
 
     def __post_init__(self) -> None:
         if not (isinstance(self.resume, bool) or self.resume == "auto"):
@@ -141,5 +141,5 @@ class ResumeSpec:
             raise ValueError(
                 f"`errored` is {self.errored!r}, but must be 'skip', 'resume' or 'restart'"
             )
-        if not isinstance(self.unfinished, bool):
-            raise TypeError(f"`resume_unfinished` is {self.unfinished!r}, but must be a bool")
+        if not isinstance(self.resume_unfinished, bool):
+            raise TypeError(f"`resume_unfinished` is {self.resume_unfinished!r}, but must be a bool")

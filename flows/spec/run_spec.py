@@ -128,7 +128,7 @@ class RunSpec:
     errored = Flat("resuming", stored=False)
     #: on resume, unfinished trials: True goes on with them, False ends them (Ray's
     #: ``resume_unfinished``)
-    unfinished = Flat("resuming", stored=False)
+    resume_unfinished = Flat("resuming", stored=False)
 
     @property
     def resources(self) -> dict[str, float] | None:
