@@ -18,8 +18,11 @@ $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
 	$(PIP) -e . $(QUIET)
 	touch $@
 
+# the dev extras, then HEBOSearch's HEBO without its stale pins (numpy<1.25): the hebo
+# extra installs what HEBO needs
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
 	$(PIP) -e ".[dev]" $(QUIET)
+	$(PIP) --no-deps "HEBO==0.3.6" $(QUIET)
 	touch $@
 
 ## Run the PBT benchmark on the embedded default: local Prefect, a local Dask cluster, ./results

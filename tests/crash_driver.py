@@ -106,6 +106,10 @@ def search_alg(kind: str | None):
             Step(generator=sobol, num_trials=-1),
         ]
         return ConcurrencyLimiter(AxSearch(generation_strategy=GenerationStrategy(nodes=steps)), 2)
+    if kind == "hebo":  # seeded by the run; Sobol for 8 trials, then one batch of HEBO's model
+        from popflow.tune.search.hebo import HEBOSearch
+
+        return ConcurrencyLimiter(HEBOSearch(rand_sample=8), 2)
     import optuna
 
     from popflow.tune.search.optuna import OptunaSearch
@@ -311,7 +315,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--search",
-        choices=["optuna", "bohb", "ax"],
+        choices=["optuna", "bohb", "ax", "hebo"],
         help="trials suggested by a search algorithm (a: an integer in [10, 40])",
     )
     args = parser.parse_args()

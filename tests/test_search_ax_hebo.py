@@ -1,10 +1,9 @@
 """Ray's ``AxSearch`` over the real Ax (``popflow[ax]``): popflow's spaces as Ax's
 parameters (and what Ax cannot search named), a small ``Tuner.fit``, the resume property
-(replaying the committed calls gives back every suggestion), bad input refused; and
-``HEBOSearch``, which no HEBO release on PyPI lets install beside popflow, refused with
-the reason. Ax's first import takes tens of seconds (torch, BoTorch), so every test stays
-in Ax's quick Sobol phase (its first 5 trials): BoTorch's model fits take tens of seconds
-each on a small machine."""
+(replaying the committed calls gives back every suggestion), bad input refused. Ax's
+first import takes tens of seconds (torch, BoTorch), so every test stays in Ax's quick
+Sobol phase (its first 5 trials): BoTorch's model fits take tens of seconds each on a
+small machine. HEBOSearch's tests are in tests/test_search_hebo.py."""
 
 from __future__ import annotations
 
@@ -263,20 +262,9 @@ def test_a_tuner_fit_with_ax_search(prefect_server, dask_cluster, tmp_path):
     assert all(r.config["steps"] == 2 and r.metrics["training_iteration"] == 2 for r in grid)
 
 
-# -- HEBO ------------------------------------------------------------------------------
-@pytest.mark.unit
-def test_hebo_search_is_refused_naming_why_no_hebo_installs():
-    from popflow.tune.search.hebo import HEBOSearch
-
-    with pytest.raises(ImportError, match=r"numpy<1\.25.*pymoo\.factory"):
-        HEBOSearch(metric="loss", mode="min")
-
-
 @pytest.mark.unit
 def test_create_searcher_makes_them_by_rays_names():
     searcher = create_searcher("Ax", metric="loss", mode="min", num_samples=3)  # not Ax's
     assert isinstance(searcher, AxSearch) and (searcher.metric, searcher.mode) == ("loss", "min")
-    with pytest.raises(ImportError, match="no HEBO release installs"):
-        create_searcher("hebo")
     with pytest.raises(ValueError, match="must be one of"):
         create_searcher("zoopt")
