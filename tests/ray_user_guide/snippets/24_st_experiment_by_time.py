@@ -1,0 +1,28 @@
+# MODERNIZED by modernize.sh (train.* -> tune.*), not Ray's text; see README
+# Ray Tune user guide snippet (catalogued for popflow's corpus; imports NOT yet rewritten)
+# guide:   ray-project/ray doc/source/tune/tutorials/tune-stopping.md
+# code:    doc_code/stopping.py @ 46d5d6834194 (train.report / train.RunConfig form)
+# markers: __stopping_experiment_by_time_start__ .. _end__
+# kind:    literalinclude
+
+# --- prelude: not shown in the guide (stopping.py's sleeping my_trainable for the time-based blocks) ---
+import time
+from ray import tune
+
+
+def my_trainable(config):
+    i = 1
+    while True:
+        time.sleep(1)
+        tune.report({"mean_accuracy": min(i / 10, 1.0)})
+        i += 1
+
+# --- snippet (as the guide shows it) ---
+from ray import tune
+
+# Stop the entire experiment after ANY trial has run for more than 5 seconds.
+tuner = tune.Tuner(my_trainable, tune_config=tune.TuneConfig(time_budget_s=5.0))
+result_grid = tuner.fit()
+
+# --- epilogue: not shown in the guide (stopping.py's own assertion: ~5 reports (issue 44 item 2)) ---
+assert result_grid[0].metrics["training_iteration"] < 8

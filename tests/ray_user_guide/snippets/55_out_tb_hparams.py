@@ -1,0 +1,31 @@
+# MODERNIZED by modernize.sh (train.* -> tune.*), not Ray's text; see README
+# Ray Tune user guide snippet (catalogued for popflow's corpus; imports NOT yet rewritten)
+# guide:   ray-project/ray doc/source/tune/tutorials/tune-output.md
+# code:    inline ```python block 3 (TensorBoard HParams)
+# markers: -
+# kind:    python block
+
+# --- prelude: not shown in the guide (not in the guide: the names it leaves undefined) ---
+from ray import tune
+from ray.tune import RunConfig
+
+
+def trainable(config):
+    print("to stdout")
+    import sys; print("to stderr", file=sys.stderr)
+    tune.report({"score": 1})
+
+
+class MyTrainableClass(tune.Trainable):
+    def step(self):
+        return {"score": 1, "done": self.iteration >= 2}
+
+# --- snippet (as the guide shows it) ---
+tuner = tune.Tuner(
+    ...,
+    param_space={
+        "lr": tune.grid_search([1e-5, 1e-4]),
+        "momentum": tune.grid_search([0, 0.9])
+    }
+)
+results = tuner.fit()

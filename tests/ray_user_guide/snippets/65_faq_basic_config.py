@@ -1,0 +1,13 @@
+# MODERNIZED by modernize.sh (train.* -> tune.*), not Ray's text; see README
+# Ray Tune user guide snippet (catalogued for popflow's corpus; imports NOT yet rewritten)
+# guide:   ray-project/ray doc/source/tune/faq.md
+# code:    doc_code/faq.py @ 001716f97ea2 (train.report / train.RunConfig form)
+# markers: __basic_config_start__ .. __basic_config_end__
+# kind:    literalinclude
+
+# --- prelude: not shown in the guide (faq.py's imports) ---
+import numpy as np
+from ray import tune
+
+# --- snippet (as the guide shows it) ---
+config = {"a": {"x": tune.uniform(0, 10)}, "b": tune.choice([1, 2, 3])}

@@ -1,0 +1,16 @@
+# MODERNIZED by modernize.sh (train.* -> tune.*), not Ray's text; see README
+# Ray Tune user guide snippet (catalogued for popflow's corpus; imports NOT yet rewritten)
+# guide:   ray-project/ray doc/source/tune/faq.md
+# code:    doc_code/faq.py @ 001716f97ea2 (train.report / train.RunConfig form)
+# markers: __conditional_spaces_start__ .. __conditional_spaces_end__
+# kind:    literalinclude
+
+# --- prelude: not shown in the guide (faq.py's imports) ---
+import numpy as np
+from ray import tune
+
+# --- snippet (as the guide shows it) ---
+config = {
+    "a": tune.randint(5, 10),
+    "b": tune.sample_from(lambda spec: np.random.randint(0, spec.config.a)),
+}
