@@ -334,15 +334,60 @@ def _close_local_cluster(cluster: LocalCluster) -> None:
         WITHOUT_MAIN.release()
 
 
+#: Seconds a worker still running a segment gets before its nanny kills it (0.8 of it):
+#: nothing waits for that segment any more.
+BUSY_WORKER_CLOSE_S = 1.0
+
+
 async def _close_idle_workers(cluster: LocalCluster) -> None:
     """Close the workers, each given :data:`IDLE_WORKER_CLOSE_S` to exit, when none runs a
     task (a run that ended); a worker still running a segment (a run stopped by an error
-    or Ctrl-C) is left to Dask's close, which kills it after 4 s rather than wait for it."""
+    or Ctrl-C) is left to Dask's close, which kills it after 4 s rather than wait for it.
+    A segment the driver gave up on (the budget's end came and it never reported) has
+    left the scheduler's books but still runs in its worker: those are killed at once."""
     scheduler = cluster.scheduler  # in this process: its state read on its own loop
     if scheduler is None or any(ws.processing for ws in scheduler.workers.values()):
         return
+    busy = await _executing(scheduler)
     nannies = list(cluster.workers.values())
-    await asyncio.gather(*(n.close(timeout=IDLE_WORKER_CLOSE_S) for n in nannies))
+    await asyncio.gather(
+        *(
+            n.close(
+                timeout=BUSY_WORKER_CLOSE_S
+                if busy.get(n.worker_address, True)
+                else IDLE_WORKER_CLOSE_S
+            )
+            for n in nannies
+        )
+    )
+
+
+async def _executing(scheduler: Any) -> dict[str, bool]:
+    """Whether each worker still executes a task, by its own account (a cancelled task
+    runs on until its function returns); a worker that does not answer counts as busy."""
+    from distributed.protocol.pickle import dumps
+
+    msg = {"op": "run", "function": dumps(_executes), "args": dumps(()), "kwargs": dumps({})}
+    try:
+        replies = await asyncio.wait_for(scheduler.broadcast(msg=msg), timeout=5.0)
+    except Exception:  # any failure: count them busy, kill rather than wait
+        return {}
+    return {address: _said(reply) is not False for address, reply in replies.items()}
+
+
+def _said(reply: Any) -> Any:
+    """What a worker's ``run`` returned (the scheduler passes it on still serialized)."""
+    from distributed.protocol import deserialize
+    from distributed.protocol.serialize import Serialized
+
+    if not isinstance(reply, dict) or reply.get("status") != "OK":
+        return None
+    result = reply.get("result")
+    return deserialize(result.header, result.frames) if isinstance(result, Serialized) else result
+
+
+def _executes(dask_worker: Any) -> bool:
+    return bool(dask_worker.state.executing)
 
 
 class ClusterStart:
