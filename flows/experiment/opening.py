@@ -367,8 +367,12 @@ def sample_population(spec: RunSpec, seed: int) -> list[TrialRecord]:
     generators = experiment_generators(seed)
     scheduler = spec.scheduler
     scheduler.set_rng(generators.scheduler)
-    # user callables in hyperparam_mutations / sample_from use the global RNGs
-    random.seed(seed)
+    # user callables in hyperparam_mutations / sample_from use the global RNGs. Without a
+    # seed of the run's, Python's ``random`` goes on from the script's own state, as in
+    # Ray: a ``random.seed(...)`` there repeats a sample_from that calls ``random`` (numpy's
+    # is seeded from the experiment seed, itself drawn from numpy's global state)
+    if spec.seed is not None:
+        random.seed(seed)
     np.random.seed(seed % 2**32)
     if spec.search_alg is not None:
         return []
