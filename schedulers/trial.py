@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from popflow.schedulers.placement import PlacementGroupFactory
+
 
 class TrialStatus(StrEnum):
     PENDING = "PENDING"
@@ -49,6 +51,17 @@ class Trial:
     custom_name: str | None = None
     #: Ray's ``Trial.path``: the URL of the trial's folder in storage (set by the driver)
     path: str = ""
+    #: Ray's: the sampled values of the searched parameters, flattened with "/" keys
+    evaluated_params: dict[str, Any] = field(default_factory=dict)
+    #: Ray's: the latest checkpoint (a ``popflow.train.Checkpoint``; set by the driver)
+    checkpoint: Any = None
+    #: Ray's: where the trial's error was written (set by the driver when it fails)
+    error_file: str | None = None
+    #: Ray's: what the trial holds (set by the driver; a ResourceChangingScheduler's
+    #: changes show from the trial's next segment)
+    placement_group_factory: PlacementGroupFactory = field(
+        default_factory=lambda: PlacementGroupFactory.from_resources(None)
+    )
     #: told ``(trial, old_status)`` after each change of ``status`` (:meth:`watch`);
     #: never copied nor pickled
     _watcher: Callable[[Trial, TrialStatus], None] | None = field(
@@ -90,6 +103,12 @@ class Trial:
         os.makedirs(folder, exist_ok=True)
         return folder
 
+    def init_local_path(self) -> None:
+        """Ray's: make the folder :attr:`local_path` (Ray's own loggers call it first;
+        reading :attr:`local_path` makes it)."""
+        if self.local_path is None:
+            raise ValueError(f"trial {self.trial_id} has no folder yet (the driver sets path)")
+
     @property
     def local_experiment_path(self) -> str | None:
         """Ray's: the folder on the driver that holds :attr:`local_path` (the experiment's
@@ -112,6 +131,15 @@ class Trial:
     @property
     def is_live(self) -> bool:
         return self.status in (TrialStatus.PENDING, TrialStatus.RUNNING, TrialStatus.PAUSED)
+
+    def is_finished(self) -> bool:
+        """Ray's: the trial ended (TERMINATED or ERROR)."""
+        return self.status in (TrialStatus.TERMINATED, TrialStatus.ERROR)
+
+    @property
+    def custom_trial_name(self) -> str | None:
+        """Ray's name of :attr:`custom_name`: what ``trial_name_creator`` gave."""
+        return self.custom_name
 
     def __str__(self) -> str:  # Ray's: how callbacks and logs name a trial
         if self.custom_name is not None:

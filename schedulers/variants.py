@@ -64,6 +64,12 @@ class Variant:
         formatted = format_vars(self.resolved_vars)
         return f"{self.index}_{formatted}" if formatted else str(self.index)
 
+    @property
+    def evaluated_params(self) -> dict[str, Any]:
+        """Ray's ``Trial.evaluated_params``: the resolved values keyed by their path
+        joined with "/" (``{"model/lr": 0.01}``)."""
+        return {"/".join(str(k) for k in path): v for path, v in self.resolved_vars.items()}
+
 
 def generate_variants(
     param_space: Mapping[str, Any], num_samples: int, rng: np.random.Generator

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,39 @@ class TuneContext:
         ``.required_resources``): what its current segment's slot holds, changed by a
         ``ResourceChangingScheduler`` from one segment to the next."""
         return self.trial_resources
+
+    # Ray's TuneContext inherits Train's worker getters; under Tune a trial has no
+    # worker ranks, so Ray answers None with a DeprecationWarning.
+    def get_world_rank(self) -> None:
+        return _train_only("get_world_rank")
+
+    def get_world_size(self) -> None:
+        return _train_only("get_world_size")
+
+    def get_local_rank(self) -> None:
+        return _train_only("get_local_rank")
+
+    def get_local_world_size(self) -> None:
+        return _train_only("get_local_world_size")
+
+    def get_node_rank(self) -> None:
+        return _train_only("get_node_rank")
+
+    def get_metadata(self) -> dict[str, Any]:
+        """Ray's raises this for Tune: it "has never been usable"."""
+        raise DeprecationWarning(
+            "`get_metadata` is deprecated for Ray Tune, as it has never been usable."
+        )
+
+
+def _train_only(name: str) -> None:
+    warnings.warn(
+        f"`{name}` is deprecated for Ray Tune: a trial has no worker ranks (Train only); "
+        "it returns None",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return None
 
 
 logger = logging.getLogger(__name__)

@@ -84,10 +84,10 @@ class Controller(RoundDispatch, RoundReduction, RoundCommits):
         self.by_id = {r.trial_id: r for r in self.records}
         self.by_dir = {r.dirname: r for r in self.records}
         self.index = TrialIndex(self.records)
-        for r in self.records:  # for callbacks that write beside a trial (Ray's Trial.path)
-            r.trial.path = experiment.storage.full_url(r.dirname)
         self.scheduler = spec.scheduler
         self.storage = experiment.storage  # the experiment's folder
+        for r in self.records:  # for callbacks (Ray's Trial.path, checkpoint, ...)
+            self._attach(r)
         self.log = experiment.log
         self.backend = backend
         self.clock = backend.clock

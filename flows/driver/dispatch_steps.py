@@ -18,8 +18,10 @@ from popflow.flows.driver.segment_cuts import cut
 from popflow.flows.driver.trial_index import started
 from popflow.flows.events.run_events import TrialStarted
 from popflow.flows.experiment.new_trials import trial_id_of
+from popflow.flows.experiment.results import latest_checkpoint
 from popflow.flows.experiment.trial_table import TrialRecord, restore_digest
 from popflow.flows.spec.config import placement_of
+from popflow.infra.store.layout import ERROR_FILE
 from popflow.schedulers import Trial, TrialStatus
 from popflow.schedulers.resource_changing import ResourceChangingScheduler
 from popflow.tasks.seeding import segment_seed
@@ -51,10 +53,21 @@ class RoundDispatch:
         self.records.append(rec)
         self.by_id[rec.trial_id] = rec
         self.by_dir[rec.dirname] = rec
-        rec.trial.path = self.storage.full_url(rec.dirname)
+        self._attach(rec)
         self.index.add(rec)
         self.table.trials[rec.trial_id] = rec.trial
         self.scheduler.on_trial_add(rec.trial)
+
+    def _attach(self: Controller, rec: TrialRecord) -> None:
+        """What callbacks read of ``rec``'s trial beyond its record (Ray's ``Trial.path``,
+        ``checkpoint``, ``error_file``, ``placement_group_factory``); the driver keeps
+        them current as they change."""
+        t = rec.trial
+        t.path = self.storage.full_url(rec.dirname)
+        t.checkpoint = latest_checkpoint(self.storage, rec)
+        failed = t.status == TrialStatus.ERROR
+        t.error_file = self.storage.full_url(rec.dirname, ERROR_FILE) if failed else None
+        t.placement_group_factory = self._resources(rec)["resources"]
 
     def _plan(self: Controller, limit: int | None) -> list[TrialRecord]:
         """Mark the trials the scheduler picks as running, up to ``limit`` in flight."""
@@ -128,8 +141,11 @@ class RoundDispatch:
         :class:`ResourceChangingScheduler` gave it (its slot sized so)."""
         if isinstance(self.scheduler, ResourceChangingScheduler):
             held = self.scheduler.trial_resources(rec.trial_id)
+            rec.trial.placement_group_factory = held
             return {"resources": held, "slot_resources": held.dask_resources()}
-        return {"resources": placement_of(self.spec.trainable, self.spec.resources)}
+        held = placement_of(self.spec.trainable, self.spec.resources)
+        rec.trial.placement_group_factory = held
+        return {"resources": held}
 
     @property
     def _end_by(self: Controller) -> float | None:

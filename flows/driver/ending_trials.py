@@ -19,6 +19,7 @@ from popflow.flows.driver.trial_index import TrialIndex
 from popflow.flows.events.callbacks import Hooks
 from popflow.flows.events.run_events import EventBus, TrialErrored
 from popflow.flows.experiment.fallback import fall_back_from, rebuild_again, rebuilt
+from popflow.flows.experiment.results import latest_checkpoint
 from popflow.flows.experiment.trial_table import TrialRecord, TrialTable
 from popflow.infra.storage.folder import Storage
 from popflow.infra.store.layout import ERROR_FILE
@@ -134,6 +135,7 @@ class TrialEndings:
                 if ckpt is not made:
                     s.storage.remove(rec.checkpoint_path(ckpt.name))
             rebuilt(rec, made)
+            rec.trial.checkpoint = latest_checkpoint(s.storage, rec)
             s.notes.append(
                 f"[rebuilt] {rec.trial_id}: the state it cloned at iteration {rebuild.through}"
             )
@@ -182,6 +184,7 @@ class TrialEndings:
         s.table.fail(rec.trial)
         s.check_lease()
         s.storage.write_text(outcome.error or "", rec.dirname, ERROR_FILE)
+        rec.trial.error_file = s.storage.full_url(rec.dirname, ERROR_FILE)
         s.notes.append(f"[error] {rec.trial_id}")
         s.events.emit(TrialErrored(rec, outcome.error or "", last_line(outcome.error)))
         logger.debug("trial %s errored:\n%s", rec.trial_id, outcome.error)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from popflow.flows.driver.guards import raise_storage_failure, result_problem
 from popflow.flows.driver.segment_cuts import ask_to_save
 from popflow.flows.events.run_events import Decided, Exploited, SegmentReturned, TrialResult
-from popflow.flows.experiment.results import checkpoint_of
+from popflow.flows.experiment.results import checkpoint_of, latest_checkpoint
 from popflow.flows.experiment.trial_table import TrialRecord, clone_into
 from popflow.schedulers import Action, Exploit, Trial, TrialStatus
 from popflow.tasks.specs import EndReason, SegmentOutcome
@@ -71,6 +71,8 @@ class RoundReduction:
             return
         self.retries.succeeded(rec.trial_id)
         rec.checkpoints.extend(outcome.checkpoints)
+        if outcome.checkpoints:
+            rec.trial.checkpoint = latest_checkpoint(self.storage, rec)
         if self.hooks:
             for ckpt in outcome.checkpoints:
                 self.hooks.checkpoint(rec.trial, checkpoint_of(self.storage, rec, ckpt.name))

@@ -108,6 +108,8 @@ class Suggestions:
                     "search spaces of `param_space` unsampled: give them all to the searcher"
                 )
             rec = self._make(self.created, config, self._tag(trial_id, suggestion))
+            # Ray's: the suggestion flattened, then what the scheduler added
+            rec.trial.evaluated_params = {**_flatten(suggestion), **rec.trial.evaluated_params}
             if rec.trial_id != trial_id:
                 raise AssertionError(f"trial {rec.trial_id} made for suggestion {trial_id}")
             self.created += 1

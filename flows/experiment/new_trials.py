@@ -22,15 +22,26 @@ def trial_id_of(experiment: str, index: int) -> str:
     return f"{hashlib.sha1(experiment.encode()).hexdigest()[:5]}_{index:05d}"
 
 
-def new_record(spec: RunSpec, index: int, config: dict[str, Any], tag: str) -> TrialRecord:
+def new_record(
+    spec: RunSpec,
+    index: int,
+    config: dict[str, Any],
+    tag: str,
+    evaluated_params: dict[str, Any] | None = None,
+) -> TrialRecord:
     """The record of a new trial, the ``index``-th of the experiment (not yet added to
-    the scheduler): its id, the scheduler's completed ``config``, its name and folder."""
+    the scheduler): its id, the scheduler's completed ``config``, its name and folder.
+    ``evaluated_params``: the sampled values, flattened (Ray's)."""
     name = trainable_name(spec.trainable)
+    completed = spec.scheduler.complete_config(config)
+    # Ray's PBT adds the hyperparam_mutations a config lacks to evaluated_params too
+    added = {k: v for k, v in completed.items() if k not in config}
     trial = Trial(
         trial_id=trial_id_of(spec.name, index),
-        config=spec.scheduler.complete_config(config),
+        config=completed,
         experiment_tag=tag,
         trainable_name=name,
+        evaluated_params={**(evaluated_params or {}), **added},
     )
     trial.custom_name = _created("trial_name_creator", spec.trial_name_creator, trial)
     dirname = _created("trial_dirname_creator", spec.trial_dirname_creator, trial)

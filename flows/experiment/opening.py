@@ -321,6 +321,7 @@ def _requeue_errored(
                 experiment_tag=old.experiment_tag,
                 trainable_name=old.trainable_name,
                 custom_name=f"{old.custom_name}_r{restarts}" if old.custom_name else None,
+                evaluated_params=dict(old.evaluated_params),
             )
             new = TrialRecord(
                 trial=trial, index=rec.index, dirname=restarted_trial_dir(rec.dirname, restarts)
@@ -377,7 +378,7 @@ def sample_population(spec: RunSpec, seed: int) -> list[TrialRecord]:
     if spec.search_alg is not None:
         return []
     records = [
-        new_record(spec, variant.index, variant.config, variant.tag)
+        new_record(spec, variant.index, variant.config, variant.tag, variant.evaluated_params)
         for variant in resolve_variants(spec.param_space, spec.num_samples, generators.variants)
     ]
     dirnames = [r.dirname for r in records]

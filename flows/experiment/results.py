@@ -339,6 +339,11 @@ def checkpoint_of(storage: Storage, rec: TrialRecord, name: str) -> Checkpoint:
     return Checkpoint(path, storage_options=storage.storage_options)
 
 
+def latest_checkpoint(storage: Storage, rec: TrialRecord) -> Checkpoint | None:
+    """The handle of ``rec``'s latest checkpoint (Ray's ``Trial.checkpoint``), or None."""
+    return checkpoint_of(storage, rec, rec.checkpoints[-1].name) if rec.checkpoints else None
+
+
 def results_of(
     records: list[TrialRecord],
     storage: Storage,

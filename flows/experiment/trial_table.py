@@ -219,6 +219,7 @@ class TrialRecord:
             "experiment_tag": t.experiment_tag,
             "trainable_name": t.trainable_name,
             "name": t.custom_name,
+            "evaluated_params": t.evaluated_params,
             "last_train_time": t.last_train_time,
             "num_results": self.num_results,
             "restore": self.restore,
@@ -265,6 +266,7 @@ class TrialRecord:
             experiment_tag=t["experiment_tag"],
             trainable_name=t.get("trainable_name", ""),  # older commits lack both
             custom_name=t.get("name"),
+            evaluated_params=t.get("evaluated_params", {}),  # older commits lack it
         )
         trial.last_result = last_result
         start = t.get("start")  # older commits lack it
