@@ -59,7 +59,7 @@ def logged_iterations(text: str) -> list[int]:
 
 @pytest.fixture
 def staged_here(tmp_path, monkeypatch):
-    """The driver's staging folders under this test's folder (they are left, as Ray's)."""
+    """The driver's staging folders under this test's folder."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     os.makedirs(tmp_path / "tmp")
 

@@ -168,7 +168,7 @@ def _train_on(
         events.subscribe(EventNotices(feed, lambda: rounds.controller))  # Prefect events
         while True:
             rounds.controller = controller
-            controller.hooks.use_storage(experiment.storage)  # callbacks' trial.local_path
+            controller.hooks.use_storage(experiment.storage, fresh)  # trial.local_path
             controller.early_end.asked = feed.stop  # a cancel from Prefect ends the run
             try:
                 controller.drive(fresh)

@@ -187,10 +187,11 @@ class Hooks:
         #: (:mod:`popflow.flows.events.staging`; None: the experiment's storage is local)
         self.staging: Staging | None = None
 
-    def use_storage(self, storage: Storage) -> None:
+    def use_storage(self, storage: Storage, fresh: bool = False) -> None:
         """The experiment's folder: on remote storage, what callbacks write in a trial's
-        ``local_path`` is copied into the trial's folder there (each round, at its end)."""
-        self.staging = None if storage.is_local else Staging(storage)
+        ``local_path`` is copied into the trial's folder there (each round, at its end).
+        ``fresh``: a new experiment, whose staging folders start empty."""
+        self.staging = None if storage.is_local else Staging(storage, fresh)
 
     def _sync(self, trials: list[Trial] | None = None) -> None:
         if self.staging is not None and self.callbacks:
@@ -267,6 +268,8 @@ class Hooks:
         for cb in self.callbacks:
             cb.on_experiment_end(trials=self._trials())
         self._sync()
+        if self.staging is not None:
+            self.staging.close()
 
     def state(self) -> list[Any] | None:
         """Every callback's ``get_state()``, for the commit (None: none keeps any)."""

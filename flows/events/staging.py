@@ -8,12 +8,20 @@ is new or changed since its last copy into the trial's folder, as Ray syncs its 
 staging folder to ``storage_path``. A copy that fails is tried again at the next sync.
 Names popflow writes in a trial's folder itself (its logs, ``params.json``,
 ``error.txt``, checkpoints) are never copied over: a warning says which were left.
+
+The staging folders are the experiment's run on this driver, as Ray's are its session's: a
+new experiment starts with them empty (an old run's files under the same name, say one
+whose experiment was deleted from the bucket, are never copied into it); a resume goes on
+with what a stopped run left there. When the run ends and every file is copied, they are
+removed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
 from collections.abc import Iterable
 
 from popflow.infra.storage.errors import StorageError
@@ -35,10 +43,29 @@ def _is_own(rel: str) -> bool:
 class Staging:
     """Copies the trials' staging folders into ``storage`` (the experiment's folder)."""
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: Storage, fresh: bool = False) -> None:
+        """``fresh``: a new experiment (not a resume): an old run's staged files are dropped."""
         self.storage = storage
         self._copied: dict[str, tuple[int, int]] = {}  # staged file -> (size, mtime) copied
         self._warned: set[str] = set()
+        self._failed: set[str] = set()  # staged files whose last copy failed
+        # the experiment's staging folder: the parent of any of its trials'
+        self.folder = os.path.dirname(driver_folder(storage.full_url().rstrip("/") + "/_"))
+        if fresh and not storage.is_local:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def close(self) -> None:
+        """The run ended and its files were synced: remove the staging folders, unless a
+        copy failed (its file stays for a resume to copy)."""
+        if self.storage.is_local:
+            return
+        if self._failed:
+            logger.warning("%s kept: %d files could not be copied", self.folder, len(self._failed))
+            return
+        shutil.rmtree(self.folder, ignore_errors=True)
+        # the storage URL's folder, empty once its last experiment's is gone
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(self.folder))
 
     def sync(self, trials: Iterable[Trial]) -> None:
         """Copy what changed in each trial's staging folder since the last sync."""
@@ -75,5 +102,7 @@ class Staging:
                     self.storage.put_file(full, dirname, *rel.split("/"))
                 except (StorageError, OSError) as e:  # tried again at the next sync
                     logger.warning("could not copy %s into %s: %s", full, dirname, e)
+                    self._failed.add(full)
                     continue
                 self._copied[full] = stamp
+                self._failed.discard(full)
