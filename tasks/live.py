@@ -197,6 +197,8 @@ class LiveFunction:
         if kind == "segment_end":
             assert run.reason is not None
             return run.reason
+        if run.outcome.results:  # Ray's: the last result of a function that returned says done
+            run.outcome.results[-1]["done"] = True
         return run.reason or EndReason.FINISHED
 
     def discard(self, failed: bool = False) -> None:
