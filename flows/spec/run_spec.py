@@ -156,12 +156,15 @@ class RunSpec:
         return not is_function_trainable(self.trainable) and saves_checkpoints(self.trainable)
 
     def run_args(self, seed: int) -> dict[str, Any]:
-        """What ``popflow resume`` passes to ``run`` again (no storage, so no secrets;
-        the scheduler already carries metric and mode)."""
+        """What ``popflow resume`` passes to ``run`` again (no storage, so no secrets).
+        The run's own metric and mode are kept when given: the scheduler carries them,
+        but a searcher is set up from the run's (kept only then: older files read the same)."""
         stored = {name: getattr(self, name) for name in STORED_ARGUMENTS}
+        given = {k: getattr(self.tune_config, k) for k in ("metric", "mode")}
         return {
             "trainable": self.trainable,
             "param_space": self.param_space,
+            **{k: v for k, v in given.items() if v is not None},
             **stored,
             "seed": seed,
             "callbacks": list(self.callbacks) or None,
@@ -269,6 +272,16 @@ def _check_keys(value: Any, where: str) -> None:
             _check_keys(sub, f"{where}.categories[{i}]")
 
 
+def _kept_from_run(
+    scheduler: TrialScheduler, tune_config: TuneConfig, resuming: ResumeSpec
+) -> bool:
+    """A resumed run's scheduler already has the run's metric and mode: the first run
+    set them on it, and ``run_args.json`` keeps both (so a searcher gets them again)."""
+    return bool(resuming.resume) and all(
+        getattr(tune_config, k) in (None, getattr(scheduler, k)) for k in ("metric", "mode")
+    )
+
+
 def check_search_alg(
     search_alg: Any, metric: str | None, mode: str | None, param_space: dict[str, Any] | None
 ) -> None:
@@ -365,7 +378,9 @@ def run_spec(
     if cluster.resources_per_trial is None and resources_of(trainable) is not None:
         cluster = dataclasses.replace(cluster, resources_per_trial=resources_of(trainable))
     scheduler = tune_config.scheduler if tune_config.scheduler is not None else FIFOScheduler()
-    if not scheduler.set_search_properties(tune_config.metric, tune_config.mode):
+    if not scheduler.set_search_properties(
+        tune_config.metric, tune_config.mode
+    ) and not _kept_from_run(scheduler, tune_config, resuming):
         raise ValueError(
             "`metric`/`mode` were passed to run() but the scheduler already has its own; "
             "set them in one place only"

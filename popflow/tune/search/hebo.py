@@ -75,6 +75,8 @@ class HEBOSearch(Searcher):
     ) -> None:
         hebo_modules()  # the missing library named now, as Ray asserts at once
         check_mode(mode)
+        if metric and mode and not isinstance(metric, type(mode)):  # Ray's Searcher asserts it
+            raise ValueError("metric and mode must be of the same type")
         if isinstance(mode, list | tuple):
             raise ValueError(f"`mode` is {mode!r}, but must be 'min' or 'max'")
         _check_concurrency(max_concurrent)
