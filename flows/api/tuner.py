@@ -234,8 +234,15 @@ class Tuner:
         return tuner
 
     @classmethod
-    def can_restore(cls, path: str, storage_options: dict[str, Any] | None = None) -> bool:
-        """Whether ``path`` holds a committed experiment to restore."""
+    def can_restore(
+        cls,
+        path: str,
+        storage_filesystem: Any = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> bool:
+        """Whether ``path`` holds a committed experiment to restore (``storage_filesystem``:
+        an fsspec filesystem, as :meth:`restore` takes it)."""
+        path, storage_options = _with_filesystem(path, storage_filesystem, storage_options)
         return ExperimentLog(Storage(path, storage_options)).latest() is not None
 
 
