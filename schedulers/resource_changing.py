@@ -16,7 +16,9 @@ of :mod:`popflow.schedulers.resource_allocation`, or a user's
 
 Running trials never hold more than the cluster has: :meth:`choose_trials_to_run`
 only starts a trial whose allocation fits what the running ones leave (the first
-always starts, so a trial larger than the cluster cannot wait for ever).
+always starts). A trial is one slot on one worker, so an allocation larger than the
+biggest worker is cut to what that worker offers, with a warning naming both (Ray waits
+for ever, warning; a slot no worker has would never come).
 """
 
 from __future__ import annotations
@@ -90,6 +92,9 @@ class ResourceChangingScheduler(TrialScheduler):
         self._pending: dict[str, PlacementGroupFactory] = {}  # applied once not running
         self._trials: dict[str, Trial] = {}
         self._totals: dict[str, float] = {}
+        #: what the biggest worker offers: the most one trial can hold
+        self._largest: dict[str, float] = {}
+        self._warned: set[tuple[tuple[str, float], ...]] = set()
 
     # -- the base scheduler's properties ---------------------------------------
     synchronous = property(lambda self: self._base_scheduler.synchronous)  # type: ignore[assignment]
@@ -130,9 +135,13 @@ class ResourceChangingScheduler(TrialScheduler):
         """The run's per-trial resources, which every trial starts with."""
         self._base_trial_resources = resources
 
-    def set_cluster_resources(self, totals: Mapping[str, float]) -> None:
-        """The cluster's resources in all (``{"CPU": 8, "GPU": 0}``), shared by the trials."""
+    def set_cluster_resources(
+        self, totals: Mapping[str, float], largest: Mapping[str, float] | None = None
+    ) -> None:
+        """The cluster's resources in all (``{"CPU": 8, "GPU": 0}``), shared by the trials,
+        and what its biggest worker offers (default: ``totals``), the most one trial holds."""
         self._totals = {k: float(v) for k, v in totals.items()}
+        self._largest = {k: float(v) for k, v in (totals if largest is None else largest).items()}
 
     def trial_resources(self, trial_id: str) -> PlacementGroupFactory:
         """What ``trial_id``'s next segment holds."""
@@ -165,8 +174,35 @@ class ResourceChangingScheduler(TrialScheduler):
                 f"the resources allocation function returned {new!r}, but must return a "
                 "PlacementGroupFactory or None"
             )
+        new = self._within_a_worker(trial, new)
+        if new == self.trial_resources(trial.trial_id):
+            self._pending.pop(trial.trial_id, None)
+            return decision
         self._pending[trial.trial_id] = new
         return Decision(Action.PAUSE, decision.exploits, decision.others)
+
+    def _within_a_worker(self, trial: Trial, new: PlacementGroupFactory) -> PlacementGroupFactory:
+        """``new`` cut to what the biggest worker offers (a slot no worker has never comes)."""
+        capped = _capped(new, self._largest)
+        if capped == new:
+            return new
+        asked = new.required_resources
+        key = tuple(sorted(asked.items()))
+        # ours ask for the summed cluster by design: said once each, at debug
+        ours = isinstance(self._resources_allocation_function, DistributeResources)
+        level = logging.DEBUG if ours or key in self._warned else logging.WARNING
+        self._warned.add(key)
+        logger.log(
+            level,
+            "The resources allocation function gave trial %s %s, but a trial is one slot on "
+            "one worker and the biggest worker has %s (the cluster in all: %s): it gets %s",
+            trial.trial_id,
+            asked,
+            self._largest,
+            self._totals,
+            capped.required_resources,
+        )
+        return capped
 
     def on_trial_complete(self, trial: Trial, result: dict[str, Any]) -> None:
         self._pending.pop(trial.trial_id, None)
@@ -260,3 +296,28 @@ def _fits(
         for k, v in need.items()
         if k in totals
     )
+
+
+def _capped(pgf: PlacementGroupFactory, largest: Mapping[str, float]) -> PlacementGroupFactory:
+    """``pgf`` within ``largest`` (unknown: as it is): its last bundles dropped, then its
+    first bundle's amounts cut. GPUs a worker does not name: none."""
+    if not largest:
+        return pgf
+    limits = {"GPU": 0.0, **largest}
+    eps = 1e-9
+
+    def over(bundles: list[dict[str, float]]) -> bool:
+        need: dict[str, float] = {}
+        for b in bundles:
+            for k, v in b.items():
+                need[k] = need.get(k, 0.0) + v
+        return any(v > limits[k] + eps for k, v in need.items() if k in limits)
+
+    bundles = [dict(b) for b in pgf.bundles]
+    if not over(bundles):
+        return pgf
+    while len(bundles) > 1 and over(bundles):
+        bundles.pop()
+    if over(bundles):
+        bundles[0] = {k: min(v, limits[k]) if k in limits else v for k, v in bundles[0].items()}
+    return PlacementGroupFactory(bundles, pgf.strategy)

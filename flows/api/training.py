@@ -43,7 +43,12 @@ from popflow.flows.record.run_log import run_logger
 from popflow.flows.spec.config import check_verbose, grows, placement_of
 from popflow.flows.spec.run_spec import RunSpec
 from popflow.infra.cluster.credentials_plugin import credentials_on_workers
-from popflow.infra.cluster.dask_cluster import ClusterStart, cluster_totals, dask_client
+from popflow.infra.cluster.dask_cluster import (
+    ClusterStart,
+    cluster_totals,
+    dask_client,
+    largest_worker,
+)
 from popflow.infra.cluster.scheduler_link import SchedulerLost
 from popflow.infra.storage.errors import StorageError
 from popflow.schedulers import PopulationBasedTraining, PopulationBasedTrainingReplay
@@ -148,8 +153,9 @@ def _train_on(
         if isinstance(spec.scheduler, ResourceChangingScheduler):  # what trials start with
             base = placement_of(spec.trainable, spec.resources)
             spec.scheduler.set_base_trial_resources(base)
-            totals = cluster_totals(client, cluster is None or isinstance(cluster, ClusterStart))
-            spec.scheduler.set_cluster_resources(totals)
+            embedded = cluster is None or isinstance(cluster, ClusterStart)
+            totals = cluster_totals(client, embedded)
+            spec.scheduler.set_cluster_resources(totals, largest_worker(client, embedded))
             # slots sized by trial where the workers declare CPUs (the embedded ones do)
             if "CPU" in totals:
                 slots, resizes = base.dask_resources(), True

@@ -228,6 +228,18 @@ def cluster_totals(client: Client, embedded: bool) -> dict[str, float]:
     return totals
 
 
+def largest_worker(client: Client, embedded: bool) -> dict[str, float]:
+    """What the biggest worker offers, resource by resource: the most one trial (one slot
+    on one worker) can hold. The embedded cluster's workers each offer it all."""
+    if embedded:
+        return cluster_totals(client, embedded)
+    largest: dict[str, float] = {}
+    for w in cluster_workers(client).values():
+        for name, amount in w.get("resources", {}).items():
+            largest[name] = max(largest.get(name, 0.0), float(amount))
+    return largest
+
+
 #: What a worker runs popflow's segments with (infra cannot import the worker layer).
 RUNNER_MODULE = "popflow.tasks.runner"
 #: preloaded too: a closing worker's heartbeat failure stays off the user's console
