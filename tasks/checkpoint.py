@@ -135,11 +135,18 @@ class Checkpoint:
         return "://" not in self.path
 
     def to_directory(self, path: str | None = None) -> str:
-        """Copy the checkpoint into ``path`` (a new temporary folder if None); return it."""
+        """Copy the checkpoint's files into ``path`` (a new temporary folder if None);
+        return it. The copy is the user's: popflow's manifest stays behind."""
         target = path or tempfile.mkdtemp(prefix="popflow-ckpt-")
         os.makedirs(target, exist_ok=True)
         if self.is_local:
-            shutil.copytree(self.path, target, dirs_exist_ok=True)
+            top = os.path.abspath(self.path)
+
+            def manifest(folder: str, names: list[str]) -> list[str]:
+                # the top folder's only: a user's file of that name deeper down is copied
+                return [MANIFEST] if os.path.abspath(folder) == top else []
+
+            shutil.copytree(self.path, target, dirs_exist_ok=True, ignore=manifest)
         else:
             # through popflow's storage: retried, and verified against the manifest
             parent, name = posixpath.split(self.path.rstrip("/"))

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from popflow.infra.store.json_delta import Changed
 from popflow.schedulers import TrialStatus
-from popflow.tasks.specs import CheckpointRecord, EndReason, SegmentOutcome
+from popflow.tasks.specs import CheckpointRecord, SegmentOutcome
 
 if TYPE_CHECKING:
     from popflow.flows.driver.backend import Backend
@@ -91,9 +91,7 @@ class Publishing:
         for outcome in outcomes:
             if outcome.publishing is None:
                 continue
-            self.calls.add(outcome.publishing)
-            if outcome.reason == EndReason.ERROR:  # its checkpoints are not used
-                continue
+            self.calls.add(outcome.publishing)  # an error's checkpoints are kept too
             rec = by_id[outcome.trial_id]
             for ckpt in outcome.checkpoints:
                 self._records[(outcome.trial_id, ckpt.name)] = ckpt

@@ -14,7 +14,7 @@ from popflow.flows.driver.guards import raise_storage_failure, result_problem
 from popflow.flows.driver.segment_cuts import ask_to_save
 from popflow.flows.events.run_events import Decided, Exploited, SegmentReturned, TrialResult
 from popflow.flows.experiment.results import checkpoint_of, latest_checkpoint
-from popflow.flows.experiment.trial_table import TrialRecord, clone_into
+from popflow.flows.experiment.trial_table import TrialRecord, clone_into, results_through
 from popflow.schedulers import Action, Exploit, Trial, TrialStatus
 from popflow.tasks.specs import EndReason, SegmentOutcome
 from popflow.tasks.trainable import saves_checkpoints
@@ -58,6 +58,8 @@ class RoundReduction:
         if outcome.restored and rec.restore_results is not None:
             rec.replay_after_rewind()
             self.logs.rewind(rec, rec.restore_results)  # results are logged once, in order
+        # the trainable's own error (not its results'): what it saved before is kept
+        own_error = outcome.reason == EndReason.ERROR
         if outcome.reason != EndReason.ERROR:
             keys = [k for k in (self.scheduler.metric, self.scheduler.time_attr) if k]
             scheduler = type(self.scheduler).__name__
@@ -67,6 +69,8 @@ class RoundReduction:
             else:
                 self.missing_metric.look(outcome.trial_id, outcome.results)
         if outcome.reason == EndReason.ERROR:
+            if own_error and self._keep_before_error(rec, outcome):
+                return
             self.endings.on_error(rec, outcome)
             return
         self.retries.succeeded(rec.trial_id)
@@ -117,6 +121,37 @@ class RoundReduction:
         held = rec.trial.status == TrialStatus.PAUSED and keeps
         if rec.trial.status != TrialStatus.PENDING and not held:
             self.discard_live(rec)  # paused for long or ended: free the worker's memory
+
+    def _keep_before_error(self: Controller, rec: TrialRecord, outcome: SegmentOutcome) -> bool:
+        """A segment that errored had published checkpoints: as Ray, they and the results
+        up to the newest are kept (logged, decided on) and a retry restores from it. The
+        later results go with the error. True if a decision ended the trial meanwhile."""
+        if not outcome.checkpoints or outcome.bad_checkpoint:
+            return False
+        self.check_lease()  # a driver taken over commits nothing
+        checkpoints, outcome.checkpoints = outcome.checkpoints, []
+        count = results_through(outcome.results, checkpoints[-1].iteration)
+        kept, outcome.results = outcome.results[:count], outcome.results[count:]
+        rec.checkpoints.extend(checkpoints)
+        rec.trial.checkpoint = latest_checkpoint(self.storage, rec)
+        if self.hooks:
+            for ckpt in checkpoints:
+                self.hooks.checkpoint(rec.trial, checkpoint_of(self.storage, rec, ckpt.name))
+        rec.restore_from(checkpoints, kept)
+        for result in kept:
+            self.record(rec, result)
+            if rec.replays(result):
+                continue
+            stopped = self.early_end.stops(rec.trial_id, result)
+            if not stopped:
+                decision = self.table.report(rec.trial, result)
+                self.events.emit(Decided(rec.trial_id, result, decision))
+                stopped = decision.action == Action.STOP
+            if stopped:  # in Ray it would have ended before it failed
+                self.table.end_segment(rec.trial, Action.STOP, True)
+                self.discard_live(rec)
+                return True
+        return False
 
     def _exploit(self: Controller, exploit: Exploit, reporter: Trial | None) -> None:
         target, source = self.by_id[exploit.trial_id], self.by_id[exploit.source_trial_id]
