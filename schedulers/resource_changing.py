@@ -98,7 +98,11 @@ class ResourceChangingScheduler(TrialScheduler):
 
     # -- the base scheduler's properties ---------------------------------------
     synchronous = property(lambda self: self._base_scheduler.synchronous)  # type: ignore[assignment]
-    pause_is_barrier = property(lambda self: self._base_scheduler.pause_is_barrier)  # type: ignore[assignment]
+    #: a trial paused to be resized must drop its trainable (it restarts in a new slot,
+    #: from its checkpoint): while one is pending, pauses are not mere barriers
+    pause_is_barrier = property(  # type: ignore[assignment]
+        lambda self: self._base_scheduler.pause_is_barrier and not self._pending
+    )
     time_shares_slots = property(lambda self: self._base_scheduler.time_shares_slots)  # type: ignore[assignment]
     #: a resized trial goes on from its checkpoint
     needs_checkpoints = property(lambda self: True)  # type: ignore[assignment]
@@ -248,11 +252,18 @@ class ResourceChangingScheduler(TrialScheduler):
             held.append(need)
         return out
 
+    @property
+    def each_result(self) -> bool:
+        """Segments end at every result, where resources may change (Ray asks the
+        allocation function at each): the driver cuts them at one iteration, since the
+        base may measure time in other units (PBT's ``time_total_s``)."""
+        return self._resources_allocation_function is not None
+
     def next_milestone(self, trial: Trial) -> float | None:
         """The base's, and every result when resources may change (Ray decides at each)."""
         base = self._base_scheduler.next_milestone(trial)
-        if self._resources_allocation_function is None:
-            return base
+        if not self.each_result or self.time_attr != "training_iteration":
+            return base  # the driver's one-iteration cut ends the segment instead
         step = float(trial.last_result.get(self.time_attr, 0)) + 1
         return step if base is None else min(base, step)
 

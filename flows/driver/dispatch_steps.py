@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from popflow.flows.driver.clock import SystemClock
 from popflow.flows.driver.packing import pack_size
 from popflow.flows.driver.pipelined_commit import split_pending
-from popflow.flows.driver.segment_cuts import cut
+from popflow.flows.driver.segment_cuts import Cut, cut
 from popflow.flows.driver.trial_index import started
 from popflow.flows.events.run_events import TrialStarted
 from popflow.flows.experiment.new_trials import trial_id_of
@@ -105,6 +105,8 @@ class RoundDispatch:
         freq = self.spec.checkpoint_config.checkpoint_frequency
         stopper = self.early_end.stopper
         cuts = cut(target, freq, stopper is not None, self.hooks.see_each_result)
+        if isinstance(self.scheduler, ResourceChangingScheduler) and self.scheduler.each_result:
+            cuts = Cut(1, True)  # in iterations, whatever the base's time (PBT's seconds)
         save_first, rec.save_first = rec.save_first, None  # asked for once
         return SegmentSpec(
             trainable=self.spec.trainable,
