@@ -191,7 +191,7 @@ def test_len_iteration_indexing_errors_and_status():
     assert [r.trial_id for r in g] == ["a", "b", "c"]
     assert g[1] is results[1]
     assert g[-1].trial_id == "c"
-    assert g.errors == ["Traceback ...\nRuntimeError: boom"]
+    assert [str(e) for e in g.errors] == ["Traceback ...\nRuntimeError: boom"]
     assert g.num_errors == 1
     assert g.num_terminated == 2
     assert repr(g) == "ResultGrid(3 trials, 1 errors, at '/exp')"

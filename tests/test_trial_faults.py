@@ -35,7 +35,7 @@ def three_trials(tune_env, name: str, how: str, **kwargs):
 def test_exiting_or_interrupting_inside_step_errors_that_trial_only(tune_env, how, shown):
     results = three_trials(tune_env, f"exits-{how}", how)
     assert [r.status for r in results] == ["ERROR", "TERMINATED", "TERMINATED"]
-    assert shown in (results[0].error or "")
+    assert shown in str(results[0].error or "")
     assert [r.metrics["training_iteration"] for r in results[1:]] == [4, 4]
     # the workers survived: the shared cluster runs the next test as before
     again = three_trials(tune_env, f"after-{how}", "none")
@@ -51,7 +51,7 @@ def test_a_metric_of_the_wrong_type_errors_its_trial_naming_trial_and_metric(tun
         scheduler=ASHAScheduler(grace_period=1, max_t=4, reduction_factor=2),
     )
     assert results[0].status == "ERROR"
-    error = results[0].error or ""
+    error = str(results[0].error or "")
     assert results[0].trial_id in error and "'mean_accuracy' = 'high' (str)" in error
     assert "AsyncHyperBandScheduler needs a number" in error
     assert {r.status for r in results[1:]} == {"TERMINATED"}
@@ -91,7 +91,7 @@ def test_retries_back_off_and_a_repeated_error_is_logged_once(tune_env, tmp_path
             seed=0,
             **tune_env,
         )
-    assert results[0].status == "ERROR" and "deterministic failure" in (results[0].error or "")
+    assert results[0].status == "ERROR" and "deterministic failure" in str(results[0].error or "")
     starts = [float(line) for line in times.read_text().split()]
     assert len(starts) == 5  # the first attempt and 4 retries
     gaps = [b - a for a, b in itertools.pairwise(starts)]
@@ -113,7 +113,7 @@ def test_retry_delays_grow_exponentially_to_a_ceiling() -> None:
 def test_a_hanging_step_errors_its_trial_after_segment_timeout(tune_env):
     results = three_trials(tune_env, "hangs", "hang", segment_timeout_s=3)
     assert results[0].status == "ERROR"
-    assert "segment_timeout_s=3" in (results[0].error or "")
+    assert "segment_timeout_s=3" in str(results[0].error or "")
     assert [r.status for r in results[1:]] == ["TERMINATED", "TERMINATED"]
 
 

@@ -157,7 +157,7 @@ def test_failed_trial_is_reported_and_others_finish(tune_env):
         **tune_env,
     )
     assert results.num_errors == 2
-    assert all("boom at iteration 3" in e for e in results.errors)
+    assert all("boom at iteration 3" in str(e) for e in results.errors)
     assert all(r.status == "ERROR" for r in results)
     assert os.path.exists(os.path.join(results[0].path, "error.txt"))
 

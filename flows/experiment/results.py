@@ -113,6 +113,12 @@ class ResultLog:
         return [json.loads(line) for line in lines]
 
 
+class TrialFailure(RuntimeError):
+    """``Result.error``: what a trial raised, as an exception, as Ray gives it (its
+    ``RayTaskError`` is a ``RuntimeError`` too); ``str()`` is the traceback the trial's
+    worker recorded (the original exception lived in another process)."""
+
+
 @dataclass
 class Result:
     """One trial's outcome: its final config and metrics, latest checkpoint, folder, error."""
@@ -121,7 +127,7 @@ class Result:
     metrics: dict[str, Any]
     checkpoint: Checkpoint | None
     path: str
-    error: str | None = None
+    error: TrialFailure | None = None
     trial_id: str = ""
     status: str = ""
     #: every result of the trial, in order (read from storage on first use)
@@ -202,7 +208,7 @@ class ResultGrid(Sequence[Result]):
         )
 
     @property
-    def errors(self) -> list[str]:
+    def errors(self) -> list[TrialFailure]:
         return [r.error for r in self._results if r.error]
 
     @property
@@ -369,7 +375,7 @@ def results_of(
                 metrics=rec.trial.last_result,
                 checkpoint=checkpoint(rec, latest) if latest else None,
                 path=storage.full_url(rec.dirname),
-                error=rec.error,
+                error=TrialFailure(rec.error) if rec.error else None,
                 trial_id=rec.trial_id,
                 status=rec.trial.status.value,
                 history=History(ResultLog(storage, rec.dirname, rec.num_results, logs_complete)),

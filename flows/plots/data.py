@@ -296,7 +296,7 @@ def plot_data(
 def _errors(snapshot: ExperimentSnapshot) -> dict[str, Any]:
     """How many trials errored, and the last line of the first one's error."""
     errors = [r for r in snapshot.grid if r.status == TrialStatus.ERROR]
-    text = next((r.error for r in errors if r.error and r.error.strip()), None)
+    text = next((str(r.error) for r in errors if r.error and str(r.error).strip()), None)
     return {
         "errored": len(errors),
         "first_error": text.strip().splitlines()[-1] if text else None,

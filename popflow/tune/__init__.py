@@ -15,7 +15,7 @@ from popflow.flows.api.tune_run import TuneError
 from popflow.flows.api.tune_run import tune_run as run
 from popflow.flows.api.tuner import FailureConfig, RunConfig, TuneConfig, Tuner, Unsupported
 from popflow.flows.events.callbacks import Callback
-from popflow.flows.experiment.results import Result, ResultGrid
+from popflow.flows.experiment.results import Result, ResultGrid, TrialFailure
 from popflow.flows.spec.config import CheckpointConfig, with_resources
 from popflow.schedulers import (
     choice,
@@ -51,6 +51,7 @@ __all__ = [
     "Stopper",
     "Trainable",
     "TrialError",
+    "TrialFailure",
     "TuneConfig",
     "TuneContext",
     "TuneError",
