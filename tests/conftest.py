@@ -228,6 +228,17 @@ def dask_cluster():
 
 
 @pytest.fixture
+def initialised(prefect_server, dask_cluster):
+    """``popflow.init(<the test cluster>)``, as a Ray script calls ``ray.init()`` first;
+    undone after the test."""
+    import popflow
+
+    popflow.init(dask_cluster)
+    yield dask_cluster
+    popflow.init()
+
+
+@pytest.fixture
 def tune_env(prefect_server, dask_cluster, tmp_path):
     """Keyword arguments that point ``tune`` at the test services and a fresh folder."""
     return {"dask_address": dask_cluster, "storage": str(tmp_path / "results")}

@@ -18,17 +18,9 @@ import tempfile
 
 import pytest
 
-import popflow
 from popflow import tune
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def initialised(prefect_server, dask_cluster):
-    popflow.init(dask_cluster)
-    yield dask_cluster
-    popflow.init()
 
 
 def _fails_once_at_three(config):

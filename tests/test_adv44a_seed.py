@@ -16,17 +16,9 @@ import random
 
 import pytest
 
-import popflow
 from popflow import tune
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def initialised(prefect_server, dask_cluster):
-    popflow.init(dask_cluster)
-    yield dask_cluster
-    popflow.init()
 
 
 def _trainable(config):

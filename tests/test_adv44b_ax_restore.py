@@ -10,18 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-import popflow
 from popflow import tune
 from popflow.tune.search.ax import AxSearch
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def initialised(prefect_server, dask_cluster):
-    popflow.init(dask_cluster)
-    yield dask_cluster
-    popflow.init()
 
 
 def _objective(config):

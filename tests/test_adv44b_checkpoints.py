@@ -18,17 +18,9 @@ import tempfile
 
 import pytest
 
-import popflow
 from popflow import train, tune
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def initialised(prefect_server, dask_cluster):
-    popflow.init(dask_cluster)
-    yield dask_cluster
-    popflow.init()
 
 
 def _crashes_once_after_two_checkpoints(config):

@@ -17,18 +17,10 @@ import tempfile
 
 import pytest
 
-import popflow
 from popflow import train, tune
 from popflow.tune.experiment import Trial
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def initialised(prefect_server, dask_cluster):
-    popflow.init(dask_cluster)
-    yield dask_cluster
-    popflow.init()
 
 
 _TRIAL_NAMES = (

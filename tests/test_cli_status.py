@@ -118,7 +118,10 @@ def test_from_path_is_the_grid_the_run_returned(experiments):
     ran, read = experiments["grid"], ResultGrid.from_path(experiments["done"])
     assert len(read) == len(ran) == 4
     assert read.experiment_path == ran.experiment_path
-    assert list(map(str, read.errors)) == list(map(str, ran.errors)) and read.num_errors == ran.num_errors == 2
+    assert (
+        list(map(str, read.errors)) == list(map(str, ran.errors))
+        and read.num_errors == ran.num_errors == 2
+    )
     assert all("fell at iteration 1" in str(e) for e in read.errors)
     assert read.num_terminated == ran.num_terminated == 2
     assert [r.status for r in read] == [r.status for r in ran]

@@ -11,7 +11,6 @@ import cloudpickle
 import pytest
 from trainables import FlakyTrainable, ParityTrainable, SleepyTrainable, with_data
 
-import popflow
 from popflow import run, tune
 from popflow.schedulers import grid_search
 from popflow.tune import CheckpointConfig, Tuner, Unsupported
@@ -273,13 +272,6 @@ def test_restore_resumes_or_restarts_errored_trials(initialised, tmp_path, how):
         assert fixed.trial_id == f"{broken.trial_id}_r1" and fixed.path != broken.path
         assert os.path.isfile(os.path.join(broken.path, "error.txt"))
     assert fixed.metrics["score"] == 3.0
-
-
-@pytest.fixture
-def initialised(prefect_server, dask_cluster):
-    popflow.init(dask_cluster)
-    yield dask_cluster
-    popflow.init()
 
 
 @pytest.mark.integration

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-import popflow
 from popflow import tune
 from popflow.flows.spec.groups import ResumeSpec, StorageSpec
 from popflow.flows.spec.run_args import load_run_args, save_run_args
@@ -74,13 +73,6 @@ def test_a_new_run_still_refuses_a_scheduler_with_a_metric_of_its_own(tmp_path):
 def test_hebo_refuses_a_metric_and_mode_of_different_types():
     with pytest.raises(ValueError, match="metric and mode must be of the same type"):
         HEBOSearch(metric=["a", "b"], mode="max")
-
-
-@pytest.fixture
-def initialised(prefect_server, dask_cluster):
-    popflow.init(dask_cluster)
-    yield dask_cluster
-    popflow.init()
 
 
 @pytest.mark.integration

@@ -30,13 +30,6 @@ def my_trainable(config):  # the guide's, as stopping.py has it
         i += 1
 
 
-@pytest.fixture
-def initialised(prefect_server, dask_cluster):
-    popflow.init(dask_cluster)  # Ray scripts call ray.init() first; here: the test cluster
-    yield dask_cluster
-    popflow.init()
-
-
 @pytest.mark.integration
 def test_time_total_s_stops_a_trial_whose_function_never_returns(initialised, tmp_path):
     began = time.monotonic()
@@ -88,7 +81,8 @@ def counting_reporter(config):
 @pytest.mark.integration
 def test_run_budget_ends_the_run_on_time_resumably_and_frees_the_slot(tune_env, tmp_path):
     """popflow's budget of one run: the experiment stays resumable, and the function in
-    flight ends at the budget too (its reports are not taken), so its slot is free."""
+    flight ends at the budget too (its reports are taken: the next run goes on from
+    them), so its slot is free."""
     first, second = tmp_path / "first.log", tmp_path / "second.log"
     began = time.monotonic()
     grid = popflow.run(
@@ -96,7 +90,7 @@ def test_run_budget_ends_the_run_on_time_resumably_and_frees_the_slot(tune_env, 
     )
     assert time.monotonic() - began < 20
     assert [r.status for r in grid] == ["PENDING"] and Tuner.can_restore(grid.experiment_path)
-    assert [len(r.history) for r in grid] == [0]  # the cancelled segment's are not taken
+    assert [len(r.history) > 0 for r in grid] == [True]  # the segment ended at the budget's
     reports = len(first.read_text().splitlines())
     popflow.run(  # at least 3 s more, in which the first function must not report on
         counting_reporter,

@@ -134,13 +134,6 @@ def parity_pbt() -> PopulationBasedTraining:
     )
 
 
-@pytest.fixture
-def initialised(prefect_server, dask_cluster):
-    popflow.init(dask_cluster)  # Ray scripts call ray.init() first; here: the test cluster
-    yield dask_cluster
-    popflow.init()
-
-
 @pytest.mark.integration
 def test_a_tuner_runs_what_run_runs_and_restores(initialised, tmp_path):
     storage = str(tmp_path / "results")

@@ -9,7 +9,6 @@ import fsspec
 import pytest
 from trainables import FlakyTrainable, ParityTrainable
 
-import popflow
 from popflow import run, tune
 from popflow.schedulers import PopulationBasedTraining, grid_search
 from popflow.tune import Tuner
@@ -26,13 +25,6 @@ def pbt() -> PopulationBasedTraining:
         hyperparam_mutations={"nested": {"c": [1]}},
         synch=True,
     )
-
-
-@pytest.fixture
-def initialised(prefect_server, dask_cluster):
-    popflow.init(dask_cluster)
-    yield dask_cluster
-    popflow.init()
 
 
 @pytest.fixture
