@@ -53,7 +53,7 @@ from popflow.flows.experiment.trial_logs import TrialLogs
 from popflow.flows.experiment.trial_table import TrialRecord, TrialTable
 from popflow.schedulers import Trial
 from popflow.tasks.seeding import DRIVER, seed_globals, segment_seed
-from popflow.tasks.specs import SegmentOutcome
+from popflow.tasks.specs import EndReason, SegmentOutcome
 
 if TYPE_CHECKING:  # types only: the driver runs on what the doors built
     from popflow.flows.experiment.opening import Experiment
@@ -201,7 +201,12 @@ class Controller(RoundDispatch, RoundReduction, RoundCommits):
                     if not outcomes and self.endings.await_retry():
                         continue
                     break
-                outcomes.extend(self._taken_back(self._returned()))
+                # a synchronous round cut short by run_budget_s runs again on resume: a
+                # segment ended at its end is not taken (its publishes are not waited for)
+                cut = self.early_end.run_budget_first
+                outcomes.extend(
+                    self._taken_back([o for o in self._returned() if not (cut and o.at_deadline)])
+                )
                 if self.backend and self.early_end.timed_out():  # the experiment ends
                     for returned in self._winding_down():
                         outcomes.extend(self._taken_back(returned))
@@ -230,6 +235,7 @@ class Controller(RoundDispatch, RoundReduction, RoundCommits):
                     break
                 self._reduce_all(self._returned())
                 if self.early_end.cut_short:
+                    self._keep_what_ends_at_the_budget()
                     return self.endings.out_of_time()
                 if self.backend and self.early_end.timed_out():  # the experiment ends
                     for returned in self._winding_down():
@@ -244,6 +250,8 @@ class Controller(RoundDispatch, RoundReduction, RoundCommits):
         if self.early_end.due:
             self.endings.stop_all()
         elif self._more() and self.early_end.over_budget():
+            # here, not in the loop: a round may end at its commit interval as the budget does
+            self._keep_what_ends_at_the_budget()
             return self.endings.out_of_time()
         self.flush_discards()
         self.hooks.step_end()
@@ -253,15 +261,22 @@ class Controller(RoundDispatch, RoundReduction, RoundCommits):
 
     def _returned(self) -> list[SegmentOutcome]:
         """What the backend returns, waiting no later than a budget's end. A segment that
-        ended at ``run_budget_s``'s end (sent with it) is not taken, as one the run's end
-        cancels (its trial waits as last committed), and puts the run over its budget
-        even where the driver's clock is not there yet (:attr:`EarlyEnd.cut_short`)."""
-        returned = self.backend.returned(self.early_end.wake_at())
+        ended at ``run_budget_s``'s end (sent with it) is taken, its trial going on next
+        run (what it reported and saved is kept: a segment longer than the budget still
+        makes progress run after run), and puts the run over its budget even where the
+        driver's clock is not there yet (:attr:`EarlyEnd.cut_short`)."""
+        return self._at_run_budget(self.backend.returned(self.early_end.wake_at()))
+
+    def _at_run_budget(self, returned: list[SegmentOutcome]) -> list[SegmentOutcome]:
+        """``returned``, where a segment ended at ``run_budget_s``'s end goes on next run
+        (a decision point, not a stop that ends its trial)."""
         if not self.early_end.run_budget_first:
             return returned  # Ray's budget: a segment's end at it is the trial's end
-        if any(o.at_deadline for o in returned):
-            self.early_end.reached_by_worker()
-        return [o for o in returned if not o.at_deadline]
+        for outcome in returned:
+            if outcome.at_deadline:  # the run's end, not the trial's: it goes on next run
+                outcome.reason = EndReason.MILESTONE
+                self.early_end.reached_by_worker()
+        return returned
 
     def _taken_back(self, returned: list[SegmentOutcome]) -> list[SegmentOutcome]:
         """A synchronous round's returned outcomes, less rebuilds and fallbacks (settled
@@ -273,14 +288,25 @@ class Controller(RoundDispatch, RoundReduction, RoundCommits):
             o for o in returned if not self.endings.rebuilt(o) and not self.endings.falls_back(o)
         ]
 
+    def _keep_what_ends_at_the_budget(self) -> None:
+        """``run_budget_s`` has passed (asynchronous scheduling): the segments in flight were
+        sent with its end and stop at their next report; what they reported and saved is
+        kept (a segment longer than the budget still makes progress run after run) if they
+        return within :data:`~popflow.flows.driver.early_end.GRACE_S`. A stop asked from
+        outside or ``max_rounds`` does not wait (the segments were not sent with it)."""
+        if not self.early_end.run_budget_reached():
+            return
+        for returned in self._winding_down():
+            self._reduce_all(returned)
+
     def _winding_down(self) -> Iterator[list[SegmentOutcome]]:
-        """Ray's ``time_budget_s`` has passed: what the segments in flight return as they
+        """A budget has passed: what the segments in flight return as they
         end at their next report (each was sent with the deadline), for up to
         :data:`~popflow.flows.driver.early_end.GRACE_S`; what is still in flight then is
         cancelled by the experiment's end (:meth:`TrialEndings.stop_all`)."""
         until = self.clock.monotonic() + GRACE_S
         while self.backend and self.clock.monotonic() < until:
-            yield self.backend.returned(until)
+            yield self._at_run_budget(self.backend.returned(until))
 
     def _more(self) -> bool:
         """Work remains: segments in flight, trials to run, or retries waiting (with a

@@ -22,7 +22,10 @@ rounds of this run), segments in flight are cancelled, their trials wait as
 they were last committed, and the experiment stays resumable (the next
 ``resume="auto"`` run, a scheduled deployment's, goes on from there). Segments are sent
 with ``run_budget_s``'s end too, so one that never reaches a decision point frees its
-slot; what a segment reports after that end is not taken (:attr:`EarlyEnd.cut_short`).
+slot; the driver takes what they report and save up to their end (within
+:data:`GRACE_S`) before it cancels the rest, so a segment longer than the budget (a
+function under FIFO) still makes progress run after run. A segment ended there ends the
+run, not the trial (:attr:`EarlyEnd.cut_short`).
 A stop asked from outside the driver (:class:`StopAsked`: a cancel in Prefect's UI,
 seen by the record's thread) ends the run the same way, at the next look at the budget.
 """
@@ -167,6 +170,15 @@ class EarlyEnd:
         if self.run_budget_s is None:
             return False
         return self.clock.monotonic() >= self._started + self.run_budget_s
+
+    def run_budget_reached(self) -> bool:
+        """``run_budget_s``, ending before ``time_budget_s``, has passed by the driver's clock
+        or a worker's, and no stop was asked from outside: the segments in flight, sent with
+        its end, end at their next report."""
+        if self.asked.why is not None or not self.run_budget_first:
+            return False
+        assert self.run_budget_s is not None  # run_budget_first
+        return self._cut_short or self.clock.monotonic() >= self._started + self.run_budget_s
 
     @property
     def budget(self) -> str:

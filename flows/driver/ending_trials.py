@@ -216,7 +216,7 @@ class TrialEndings:
         for rec in s.records:
             if rec.trial.status == TrialStatus.RUNNING:
                 rec.trial.status = TrialStatus.PENDING
-                s.discard_live(rec)
+            s.discard_live(rec)  # a trainable parked at the budget's end: no run continues it
             waiting += rec.trial.is_live
         s.notes.append(f"[budget] {s.early_end.budget} spent; {waiting} trials wait")
         s.flush_discards()
