@@ -44,6 +44,18 @@ class Trainable:
 
     training_iteration = iteration
 
+    @property
+    def trial_resources(self) -> Any:
+        """Ray's ``Trainable.trial_resources``: what the trial holds now, a
+        ``PlacementGroupFactory`` (a ``ResourceChangingScheduler`` changes it from one segment
+        to the next, restoring the trainable from its checkpoint); None outside a trial."""
+        from popflow.tasks.trial_context import get_context
+
+        try:
+            return get_context().get_trial_resources()
+        except RuntimeError:  # built outside a trial (validate_save_restore, a test)
+            return None
+
     def setup(self, config: dict[str, Any]) -> None:
         """Build the model, data, optimiser. Called once per trainable object."""
 
