@@ -173,7 +173,7 @@ def test_a_duration_key_the_results_lack_errors_the_trials_saying_so(tmp_path):
         stop={"training_iteration": 2},
     )
     assert sim.grid.num_errors == 1
-    assert "`duration` is 'nope', but a result has nope=None" in sim.grid[0].error
+    assert "`duration` is 'nope', but a result has nope=None" in str(sim.grid[0].error)
 
 
 @pytest.mark.unit

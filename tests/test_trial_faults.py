@@ -145,7 +145,7 @@ def test_a_trial_whose_process_dies_errors_alone(prefect_server, tmp_path, how):
     )
     assert [r.status for r in results] == ["ERROR"] * 2 + ["TERMINATED"] * 4
     for bad in results[:2]:
-        assert "its worker process died while it ran there alone" in (bad.error or "")
+        assert "its worker process died while it ran there alone" in str(bad.error or "")
     assert [r.metrics["training_iteration"] for r in results[2:]] == [6] * 4
     trials = ExperimentLog(Storage(results.experiment_path)).latest()["trials"]
     assert [t["num_failures"] for t in trials[2:]] == [0] * 4  # nobody else was charged
